@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"github.com/malachi-log/malachi/internal/bench"
+	"github.com/malachi-log/malachi/pkg/client"
+)
+
+// benchFlags are the flags of `malachi bench`, shared by its subcommands.
+type benchFlags struct {
+	server, user, password string
+	cfg                    bench.Config
+	linger                 time.Duration
+	json                   bool
+}
+
+func newBenchCmd() *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure a node's throughput and latency",
+		Long: `Measure a node's throughput and latency with a synthetic workload.
+
+  produce  write --records records of --size bytes (async batches, or --sync)
+  consume  read them back (--via fetch: every consumer reads the whole topic;
+           --via group: the consumers share it as members of one group)
+  e2e      produce and consume at once; latency is from the send time carried
+           in each record to its receipt
+
+Closed loop (the default) sends as fast as acks allow. --rate R is open loop:
+records are due on a fixed schedule and latency is measured from each record's
+due time, so stalls are not hidden (coordinated-omission correction).
+A progress bar is drawn on a terminal; --json prints one JSON document.`,
+		Example: `  malachi bench produce --records 1000000 --size 128
+  malachi bench produce --sync --records 20000
+  malachi bench produce --rate 50000 --producers 4 --keys 1000 --ranges 4
+  malachi bench consume --records 1000000 --via group --consumers 2
+  malachi bench e2e --rate 10000 --records 200000 --json`,
+		Args: cobra.NoArgs,
+	}
+	f.register(cmd.PersistentFlags())
+	for _, m := range []bench.Mode{bench.Produce, bench.Consume, bench.E2E} {
+		cmd.AddCommand(newBenchModeCmd(f, m))
+	}
+	return cmd
+}
+
+var benchShort = map[bench.Mode]string{
+	bench.Produce: "Produce records and time their acks",
+	bench.Consume: "Read records back and time the reads",
+	bench.E2E:     "Produce and consume at once and time each record end to end",
+}
+
+func newBenchModeCmd(f *benchFlags, m bench.Mode) *cobra.Command {
+	return &cobra.Command{
+		Use:   string(m),
+		Short: benchShort[m],
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd, f, m)
+		},
+	}
+}
+
+func (f *benchFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.server, "server", benchEnv("MALACHI_SERVER", "127.0.0.1:4040"), "node address (env MALACHI_SERVER)")
+	fl.StringVar(&f.user, "user", benchEnv("MALACHI_USER", "app"), "user (env MALACHI_USER)")
+	fl.StringVar(&f.password, "password", benchEnv("MALACHI_PASSWORD", "app123"), "password (env MALACHI_PASSWORD)")
+	c := &f.cfg
+	fl.StringVar(&c.Topic, "topic", "bench", "topic (e2e default: a fresh topic per run)")
+	fl.Int64Var(&c.Records, "records", 100000, "records to produce; to read per consumer (via fetch) or in all (via group)")
+	fl.IntVar(&c.Size, "size", 128, "value size in bytes")
+	fl.IntVar(&c.Keys, "keys", 0, "key cardinality; 0 sends records without a key")
+	fl.IntVar(&c.Producers, "producers", 1, "producers, one connection each")
+	fl.IntVar(&c.Consumers, "consumers", 1, "consumers, one connection each")
+	fl.IntVar(&c.Batch, "batch", client.DefaultMaxBatchRecords, "most records in one produce request")
+	fl.DurationVar(&f.linger, "linger", client.DefaultLinger, "how long a batch waits to fill; 0 sends at once")
+	fl.Float64Var(&c.Rate, "rate", 0, "open loop: records/s over all producers, latency from each record's due time; 0 = closed loop")
+	fl.BoolVar(&c.Sync, "sync", false, "one record per request, waiting for each ack")
+	fl.IntVar(&c.Ranges, "ranges", 0, "ranges of the topic if this run creates it; 0 = broker default")
+	fl.StringVar(&c.Via, "via", bench.ViaFetch, `how consumers read: "fetch" (own cursor each) or "group" (push subscription, one group)`)
+	fl.StringVar(&c.Group, "group", "", "group of --via group (default: a fresh group per run)")
+	fl.IntVar(&c.Window, "window", bench.DefaultWindow, "subscription credit window, records (--via group)")
+	fl.IntVar(&c.PageMax, "page-max", bench.DefaultPageMax, "most records per fetch or pushed page")
+	fl.DurationVar(&c.Idle, "idle", bench.DefaultIdle, "give up when no record has arrived for this long")
+	fl.BoolVar(&f.json, "json", false, "print the result as JSON")
+}
+
+func benchEnv(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// config completes the flags into the run's configuration.
+func (f *benchFlags) config(cmd *cobra.Command, m bench.Mode) bench.Config {
+	c := f.cfg
+	c.Mode = m
+	c.Linger = f.linger
+	if c.Linger == 0 {
+		c.Linger = -1 // the client reads 0 as its default
+	}
+	if m == bench.E2E && !cmd.Flags().Changed("topic") {
+		c.Topic = "bench-e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	return c
+}
+
+func runBench(cmd *cobra.Command, f *benchFlags, m bench.Mode) error {
+	ctx, stop := signal.NotifyContext(benchContext(cmd), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dial := func(ctx context.Context) (*client.Client, error) {
+		return client.Dial(ctx, f.server, client.WithCredentials(f.user, f.password))
+	}
+	progress := &bench.Progress{}
+	hide := func() {}
+	if !f.json {
+		hide = benchShowProgress(cmd, progress)
+	}
+	res, err := bench.Run(ctx, f.config(cmd, m), dial, progress)
+	hide()
+	if errors.Is(err, bench.ErrConfig) {
+		return &exitError{code: 2, err: err}
+	}
+	if res != nil {
+		write := res.WriteText
+		if f.json {
+			write = res.WriteJSON
+		}
+		if werr := write(cmd.OutOrStdout()); err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+func benchContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
+
+// benchShowProgress draws the progress bar when stderr is a terminal and
+// returns the function that erases it.
+func benchShowProgress(cmd *cobra.Command, p *bench.Progress) func() {
+	errOut, ok := cmd.ErrOrStderr().(*os.File)
+	if !ok || !term.IsTerminal(int(errOut.Fd())) {
+		return func() {}
+	}
+	width, _, err := term.GetSize(int(errOut.Fd()))
+	if err != nil || width <= 0 {
+		width = 80
+	}
+	return bench.ShowProgress(errOut, p, width)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/malachi-log/malachi/pkg/client"
+)
+
+// errSubject names what a command is about, so that an error can say what
+// to do next ("create it with 'malachi topic create orders'").
+type errSubject struct {
+	topic string
+	user  string // the user a user or acl command is about
+	set   settings
+}
+
+// explain turns err into the one line main prints, "reason: what to do",
+// with exit code 1. Errors that already carry an exit code pass through.
+func explain(err error, sub errSubject) error {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: 1, err: errors.New(explainText(err, sub))}
+}
+
+func explainText(err error, sub errSubject) string {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ce.Reason + ": " + reasonHint(ce, sub)
+	}
+	addr := sub.set.Server
+	switch {
+	case errors.Is(err, errInterrupted), errors.Is(err, context.Canceled):
+		return "interrupted"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Sprintf("cannot reach %s: is 'malachi serve' running? (or set --server / MALACHI_SERVER)", addr)
+	case errors.Is(err, client.ErrRequestTimeout):
+		return fmt.Sprintf("no answer from %s within %s: is the address right? (raise --timeout for slow operations)", addr, sub.set.Timeout)
+	case errors.Is(err, client.ErrRequestTooLarge):
+		return "record too large: a request may not exceed the server's frame limit (16 MiB by default)"
+	case errors.Is(err, client.ErrProtocol):
+		return fmt.Sprintf("%s does not speak the Malachi protocol this client expects: %v", addr, err)
+	case errors.Is(err, client.ErrDisconnected):
+		return fmt.Sprintf("cannot reach %s: %s", addr, netReason(err))
+	}
+	return strings.TrimPrefix(err.Error(), "malachi: ")
+}
+
+// netReason is the innermost network error text, without the client's
+// "malachi: disconnected" wrapping.
+func netReason(err error) string {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		return de.Error()
+	}
+	return "the connection broke; the request may or may not have taken effect"
+}
+
+// reasonHint says what to do about a broker refusal.
+func reasonHint(e *client.Error, sub errSubject) string {
+	topic, user := orDefault(sub.topic, "TOPIC"), orDefault(sub.user, "USER")
+	switch e.Reason {
+	case "no_such_topic":
+		return fmt.Sprintf("create it with 'malachi topic create %s'", topic)
+	case "already_exists":
+		return fmt.Sprintf("topic %s already exists; see 'malachi topic describe %s'", topic, topic)
+	case "invalid_credentials":
+		return "check --user/--password (or MALACHI_USER/MALACHI_PASSWORD)"
+	case "permission_denied":
+		return fmt.Sprintf("user %s may not do this; an admin can grant it with 'malachi acl grant %s produce|consume %s'", sub.set.User, sub.set.User, topic)
+	case "invalid_cursor":
+		return "the cursor is not one this server issued for " + topic + "; start again with --from start or --group"
+	case "no_such_range", "cannot_split", "not_buddies", "different_topic":
+		return fmt.Sprintf("%s; see the ranges with 'malachi topic describe %s'", sentence(e), topic)
+	case "user_not_found":
+		return fmt.Sprintf("no user %s; see 'malachi user list'", user)
+	case "user_exists":
+		return fmt.Sprintf("user %s already exists; change its password with 'malachi user passwd %s'", user, user)
+	case "invalid_permissions":
+		return "permissions are admin, produce and consume (comma-separated)"
+	case "invalid_operation":
+		return "the operation is produce or consume"
+	case "invalid_range_count":
+		return "--ranges must be a power of two no larger than 2^keyspace-bits"
+	case "invalid_keyspace_bits":
+		return "--keyspace-bits must be between 1 and 32"
+	}
+	if e.Retriable {
+		return sentence(e) + "; gave up after retrying, try again shortly"
+	}
+	return sentence(e)
+}
+
+// sentence is the reason's description shaped to follow "reason: ":
+// lower-case first letter, no final period.
+func sentence(e *client.Error) string {
+	d := strings.TrimSuffix(e.Description(), ".")
+	if d == "" {
+		return "the server refused the request"
+	}
+	return strings.ToLower(d[:1]) + d[1:]
+}

@@ -1,0 +1,15 @@
+// Command malachi is the Malachi log broker and its command-line client:
+// `malachi serve` runs a node; every other subcommand talks to a node.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(exitCode(err))
+	}
+}

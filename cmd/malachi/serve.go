@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/malachi-log/malachi/internal/broker"
+	"github.com/malachi-log/malachi/internal/httpapi"
+	"github.com/malachi-log/malachi/internal/server"
+)
+
+type serveFlags struct {
+	dataDir         string
+	listen          string
+	http            string
+	dev             bool
+	nodeID          string
+	segmentMaxBytes int64
+	segmentMaxAge   time.Duration
+	logLevel        string
+}
+
+func newServeCmd() *cobra.Command {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a Malachi node",
+		Long: `Run a Malachi node: the client protocol (wire v1) on --listen and health and
+readiness on --http. Data lives in --data-dir. With --dev the development users
+(admin/admin123, producer/producer123, consumer/consumer123, app/app123) are
+created on first start; otherwise the admin password comes from
+MALACHI_ADMIN_PASS or is generated and printed once.`,
+		Example: `  malachi serve --dev
+  MALACHI_ADMIN_PASS=s3cret malachi serve --data-dir /var/lib/malachi --listen 0.0.0.0:4040`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", envString("MALACHI_LOG_DATA_DIR", "./malachi-data"), "data directory (env MALACHI_LOG_DATA_DIR)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:"+envString("MALACHI_TCP_PORT", "4040"), "client protocol address (env MALACHI_TCP_PORT sets the port)")
+	fl.StringVar(&f.http, "http", "127.0.0.1:"+envString("MALACHI_DASHBOARD_PORT", "4041"), "HTTP address for /health and /ready (env MALACHI_DASHBOARD_PORT sets the port)")
+	fl.BoolVar(&f.dev, "dev", false, "seed the development users on first start")
+	fl.StringVar(&f.nodeID, "node-id", envString("MALACHI_NODE_ID", "node-1"), "this node's name")
+	fl.Int64Var(&f.segmentMaxBytes, "segment-max-bytes", envInt("MALACHI_SEGMENT_MAX_BYTES", 64<<20), "roll a range's active segment at this size (env MALACHI_SEGMENT_MAX_BYTES)")
+	fl.DurationVar(&f.segmentMaxAge, "segment-max-age", time.Duration(envInt("MALACHI_SEGMENT_MAX_AGE_MS", 7*24*3600*1000))*time.Millisecond, "roll an active segment older than this (env MALACHI_SEGMENT_MAX_AGE_MS)")
+	fl.StringVar(&f.logLevel, "log-level", envString("MALACHI_LOG_LEVEL", "info"), "debug, info, warn or error")
+	return cmd
+}
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int64) int64 {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	return time.Duration(envInt(name, def.Milliseconds())) * time.Millisecond
+}
+
+func runServe(ctx context.Context, f *serveFlags) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	b, err := broker.Open(ctx, broker.Config{
+		DataDir:         f.dataDir,
+		Logger:          logger,
+		NodeID:          f.nodeID,
+		SegmentMaxBytes: f.segmentMaxBytes,
+		SegmentMaxAge:   f.segmentMaxAge,
+		ACLStrict:       os.Getenv("MALACHI_ACL_STRICT") == "true",
+	})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	generated, err := b.SeedUsers(ctx, f.dev, os.Getenv("MALACHI_ADMIN_PASS"))
+	if err != nil {
+		return fmt.Errorf("seeding users: %w", err)
+	}
+	srv := server.New(server.Config{
+		Addr:          f.listen,
+		MaxFrame:      uint32(envInt("MALACHI_MAX_FRAME_SIZE", 16<<20)),
+		AuthTimeout:   envDuration("MALACHI_AUTH_TIMEOUT_MS", 10*time.Second),
+		IdleTimeout:   envDuration("MALACHI_TCP_RECV_TIMEOUT", 5*time.Minute),
+		WriteTimeout:  envDuration("MALACHI_TCP_SEND_TIMEOUT", 30*time.Second),
+		MaxConns:      int(envInt("MALACHI_MAX_TOTAL_CONN", 10000)),
+		MaxConnsPerIP: int(envInt("MALACHI_MAX_CONN_PER_IP", 100)),
+		ShutdownGrace: envDuration("MALACHI_SHUTDOWN_GRACE_MS", 5*time.Second),
+		Logger:        logger,
+	}, b)
+	if err := srv.Listen(); err != nil {
+		return err
+	}
+	web := httpapi.New(f.http, b)
+	if err := web.Listen(); err != nil {
+		return err
+	}
+	printBanner(f, srv.Addr(), web.Addr(), generated)
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve() }()
+	go func() { errc <- web.Serve() }()
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	logger.Info("shutting down: draining connections")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdownCtx)
+	web.Shutdown(shutdownCtx)
+	return err
+}
+
+func printBanner(f *serveFlags, client, web net.Addr, generated string) {
+	fmt.Fprintf(os.Stderr, "malachi %s node %q\n", broker.Version, f.nodeID)
+	fmt.Fprintf(os.Stderr, "  client protocol  %s\n", client)
+	fmt.Fprintf(os.Stderr, "  http             http://%s/health\n", web)
+	fmt.Fprintf(os.Stderr, "  data             %s\n", f.dataDir)
+	if f.dev {
+		fmt.Fprintln(os.Stderr, "  dev users        admin/admin123 producer/producer123 consumer/consumer123 app/app123")
+	}
+	if generated != "" {
+		fmt.Fprintf(os.Stderr, "  admin password   %s   (generated; shown once — set MALACHI_ADMIN_PASS to choose it)\n", generated)
+	}
+	fmt.Fprintln(os.Stderr, "ready")
+}

@@ -1,0 +1,188 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/malachi-log/malachi/pkg/client"
+)
+
+// errAborted ends the consumers of an e2e run whose producers failed; the
+// producers' error is the one reported.
+var errAborted = errors.New("bench: producers failed")
+
+// consumers is the consuming side of a run: one worker per connection.
+type consumers struct {
+	r      *run
+	cls    []*client.Client
+	t      *tally
+	lats   []*Recorder
+	group  string
+	ctx    context.Context // ends the workers: done, idle, aborted or the caller's
+	cancel context.CancelCauseFunc
+}
+
+func (r *run) newConsumers(ctx context.Context, cls []*client.Client, p *Progress) *consumers {
+	s := &consumers{r: r, cls: cls, t: newTally(r.start, p), lats: make([]*Recorder, len(cls)), group: r.cfg.Group}
+	for i := range s.lats {
+		s.lats[i] = NewRecorder()
+	}
+	if s.group == "" {
+		s.group = "bench-" + strconv.FormatInt(r.start.UnixNano(), 36)
+	}
+	s.ctx, s.cancel = context.WithCancelCause(ctx)
+	return s
+}
+
+// abort stops the consumers without an error of their own.
+func (s *consumers) abort() { s.cancel(errAborted) }
+
+// run reads until every worker has what it wants, nothing arrives for
+// the idle time, or the consumers are stopped.
+func (s *consumers) run() error {
+	defer s.cancel(errDone)
+	go s.watchIdle()
+	errs := make([]error, len(s.cls))
+	var wg sync.WaitGroup
+	for w := range s.cls {
+		wg.Go(func() { errs[w] = s.settle(s.worker(w)) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (s *consumers) worker(w int) error {
+	if s.r.cfg.Via == ViaGroup {
+		return s.groupWorker(w)
+	}
+	return s.fetchWorker(w)
+}
+
+// settle turns a worker's error into the reason the consumers stopped,
+// if they were stopped: a worker cut short by the stop reports the stop,
+// and a stop that means success (done, aborted) reports nothing.
+func (s *consumers) settle(err error) error {
+	if s.ctx.Err() == nil {
+		return err
+	}
+	cause := context.Cause(s.ctx)
+	if errors.Is(cause, errDone) || errors.Is(cause, errAborted) {
+		return nil
+	}
+	return cause
+}
+
+// watchIdle stops the consumers with ErrShort once nothing has arrived
+// for the idle time.
+func (s *consumers) watchIdle() {
+	idle := s.r.cfg.Idle
+	tick := time.NewTicker(max(idle/10, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+			last := time.Unix(0, s.t.last.Load())
+			if quiet := s.r.clk.Now().Sub(last); quiet > idle {
+				s.cancel(fmt.Errorf("%w: %s of %s after %s without a record",
+					ErrShort, group(s.t.records.Load()), group(s.r.deliveries()), quiet.Round(time.Millisecond)))
+				return
+			}
+		}
+	}
+}
+
+// fetchWorker reads the whole topic from its start with its own cursor,
+// timing each non-empty fetch, until it has Records records.
+func (s *consumers) fetchWorker(w int) error {
+	c, lat, cfg := s.cls[w], s.lats[w], &s.r.cfg
+	opt := client.FetchOptions{Max: cfg.PageMax, Wait: min(time.Second, cfg.Idle/2)}
+	for got := int64(0); got < cfg.Records; {
+		sent := s.r.clk.Now()
+		page, err := c.Fetch(s.ctx, cfg.Topic, opt)
+		if err != nil {
+			return err
+		}
+		if page.Cursor == "" {
+			return fmt.Errorf("topic %q: %w", cfg.Topic, client.ErrNoSuchTopic)
+		}
+		opt.Cursor = page.Cursor
+		if len(page.Records) == 0 {
+			continue
+		}
+		now := s.r.clk.Now()
+		if cfg.Mode == Consume {
+			lat.Record(now.Sub(sent))
+		}
+		got += s.receive(page.Records, now, cfg.Records-got, lat)
+	}
+	return nil
+}
+
+// groupWorker is member w of the group: it takes the pages the broker
+// pushes and acks each, until the group has Records records in all.
+func (s *consumers) groupWorker(w int) error {
+	c, lat, cfg := s.cls[w], s.lats[w], &s.r.cfg
+	member := "m" + strconv.Itoa(w)
+	sub, err := c.Subscribe(s.ctx, cfg.Topic, s.group, member, cfg.Window, cfg.PageMax)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	for {
+		page, err := sub.Next(s.ctx)
+		if err != nil {
+			return err
+		}
+		s.receive(page.Records, s.r.clk.Now(), math.MaxInt64, lat)
+		if err := sub.Ack(s.ctx, page.Cursor, len(page.Records)); err != nil {
+			return err
+		}
+		if s.t.records.Load() >= cfg.Records {
+			s.cancel(errDone)
+			return nil
+		}
+	}
+}
+
+// receive counts at most limit records of a page received at now and
+// returns how many it counted. In e2e it times each record from the
+// origin stamped in its value and skips records stamped before the run.
+func (s *consumers) receive(recs []client.Record, now time.Time, limit int64, lat *Recorder) int64 {
+	var n, bytes int64
+	for i := range recs {
+		if n == limit {
+			break
+		}
+		v := recs[i].Value
+		if s.r.cfg.Mode == E2E {
+			origin, ok := stamped(v)
+			if !ok || origin.Before(s.r.start) {
+				continue
+			}
+			lat.Record(now.Sub(origin))
+		}
+		n++
+		bytes += int64(len(v))
+	}
+	if n > 0 {
+		s.t.add(n, bytes, now)
+	}
+	return n
+}
+
+func (s *consumers) stats() Stats {
+	all := NewRecorder()
+	all.Merge(s.lats...)
+	from := FromRequest
+	if s.r.cfg.Mode == E2E {
+		from = s.r.origin()
+	}
+	return s.t.stats(s.r.start, all.Summary(from))
+}

@@ -1,0 +1,254 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage"
+)
+
+// CreateTopic creates a topic with bits of keyspace (0 = default) and
+// ranges initial ranges (0 = 1).
+func (b *Broker) CreateTopic(ctx context.Context, name string, bits uint8, ranges int) error {
+	_, err := b.apply(ctx, metadata.Command{Kind: "create_topic", Topic: name, Bits: bits, Ranges: ranges})
+	return err
+}
+
+// DeleteTopic removes a topic, its ranges and group positions from the
+// metadata, then deletes the segment files the metadata freed.
+func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+	topicID, err := b.topicID(name)
+	if err != nil {
+		return err
+	}
+	var rangeIDs []uint64
+	b.meta.View(func(st *metadata.State) {
+		if t, ok := st.TopicByID(topicID); ok {
+			rangeIDs = t.Ranges
+		}
+	})
+	// Retire the heads first so no produce lands in a segment being deleted.
+	for _, rid := range rangeIDs {
+		b.mu.Lock()
+		h := b.mu.heads[rid]
+		delete(b.mu.heads, rid)
+		b.mu.Unlock()
+		if h != nil {
+			h.mu.Lock()
+			h.retired = true
+			if h.segment != 0 {
+				if _, err := b.store.Seal(ctx, storage.SegmentID(h.segment)); err != nil {
+					b.log.Warn("fence before delete failed", "segment", h.segment, "err", err)
+				}
+			}
+			h.mu.Unlock()
+		}
+	}
+	res, err := b.apply(ctx, metadata.Command{Kind: "delete_topic", Topic: name})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range res.Deleted {
+		if err := b.store.Delete(storage.SegmentID(id)); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	b.mu.Lock()
+	if w, ok := b.mu.watches[topicID]; ok {
+		w.fire()
+		delete(b.mu.watches, topicID)
+	}
+	b.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// TopicSummary is one line of a topic listing.
+type TopicSummary struct {
+	Name         string
+	Bits         uint8
+	ActiveRanges int
+	Ranges       int
+	Segments     int
+	Records      uint64
+	Bytes        uint64
+}
+
+// ListTopics summarises every topic, sorted by name.
+func (b *Broker) ListTopics() []TopicSummary {
+	var out []TopicSummary
+	for _, d := range b.describeAll() {
+		s := TopicSummary{Name: d.Name, Bits: d.Bits, Ranges: len(d.Ranges)}
+		for _, r := range d.Ranges {
+			if r.Active {
+				s.ActiveRanges++
+			}
+			s.Segments += len(r.Segments)
+			for _, seg := range r.Segments {
+				s.Records += seg.Records
+				s.Bytes += seg.Bytes
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TopicDescription is a topic's ranges and segments.
+type TopicDescription struct {
+	ID        uint64
+	Name      string
+	Bits      uint8
+	CreatedAt time.Time
+	Ranges    []RangeDescription
+	Groups    []string
+}
+
+// RangeDescription is one range of a topic.
+type RangeDescription struct {
+	ID, Start, End uint64
+	Active         bool
+	Parents        []uint64
+	CreatedAt      time.Time
+	SealedAt       time.Time
+	Segments       []SegmentDescription
+}
+
+// SegmentDescription is one segment of a range. For the active segment the
+// figures are the store's live ones.
+type SegmentDescription struct {
+	ID        uint64
+	Active    bool
+	Base, End uint64
+	Records   uint64
+	Bytes     uint64
+	Replicas  []string
+	OpenedAt  time.Time
+	SealedAt  time.Time
+	MaxExpiry time.Time
+}
+
+// DescribeTopic reports a topic's ranges (with lineage) and segments.
+func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
+	var (
+		d  TopicDescription
+		ok bool
+	)
+	b.meta.View(func(st *metadata.State) {
+		var t metadata.Topic
+		t, ok = st.Topic(name)
+		if ok {
+			d = describe(st, t)
+		}
+	})
+	if !ok {
+		return d, metadata.ErrNoSuchTopic
+	}
+	b.fillLive(&d)
+	return d, nil
+}
+
+func (b *Broker) describeAll() []TopicDescription {
+	var out []TopicDescription
+	b.meta.View(func(st *metadata.State) {
+		for _, t := range st.Topics() {
+			out = append(out, describe(st, t))
+		}
+	})
+	for i := range out {
+		b.fillLive(&out[i])
+	}
+	return out
+}
+
+func describe(st *metadata.State, t metadata.Topic) TopicDescription {
+	d := TopicDescription{ID: t.ID, Name: t.Name, Bits: t.Bits, CreatedAt: msTime(t.CreatedAt), Groups: st.Groups(t.ID)}
+	for _, rid := range t.Ranges {
+		r, ok := st.Range(rid)
+		if !ok {
+			continue
+		}
+		rd := RangeDescription{
+			ID: r.ID, Start: r.Start, End: r.End, Active: r.Active,
+			Parents: r.Parents, CreatedAt: msTime(r.CreatedAt), SealedAt: msTime(r.SealedAt),
+		}
+		for _, s := range st.RangeSegments(rid) {
+			rd.Segments = append(rd.Segments, SegmentDescription{
+				ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records,
+				Bytes: uint64(s.Bytes), Replicas: s.Replicas, OpenedAt: msTime(s.OpenedAt),
+				SealedAt: msTime(s.SealedAt), MaxExpiry: msTime(s.MaxExpiry),
+			})
+		}
+		d.Ranges = append(d.Ranges, rd)
+	}
+	return d
+}
+
+// fillLive replaces the active segments' zero figures with the store's.
+func (b *Broker) fillLive(d *TopicDescription) {
+	for i := range d.Ranges {
+		for j := range d.Ranges[i].Segments {
+			s := &d.Ranges[i].Segments[j]
+			if !s.Active {
+				continue
+			}
+			info, err := b.store.Info(storage.SegmentID(s.ID))
+			if err != nil {
+				continue
+			}
+			s.End = info.DurableEnd
+			s.Records = info.Records
+			s.Bytes = uint64(info.Bytes)
+		}
+	}
+}
+
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// Status is the node's identity and totals.
+type Status struct {
+	NodeID  string
+	Version string
+	DataDir string
+	Uptime  time.Duration
+	Topics  int
+	Records uint64
+	Bytes   uint64
+}
+
+// Status reports the node's identity and totals.
+func (b *Broker) Status() Status {
+	s := Status{
+		NodeID: b.cfg.NodeID, Version: Version, DataDir: b.cfg.DataDir,
+		Uptime: b.cfg.Clock.Now().Sub(b.started),
+	}
+	for _, t := range b.ListTopics() {
+		s.Topics++
+		s.Records += t.Records
+		s.Bytes += t.Bytes
+	}
+	return s
+}
+
+// Ready reports whether the node serves requests.
+func (b *Broker) Ready() error {
+	if b.closed.Load() {
+		return ErrShuttingDown
+	}
+	return nil
+}
+
+func wrapf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}

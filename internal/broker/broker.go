@@ -1,0 +1,302 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/auth"
+	"github.com/malachi-log/malachi/internal/clock"
+	"github.com/malachi-log/malachi/internal/groups"
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/metastore"
+	"github.com/malachi-log/malachi/internal/storage"
+	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// Version is the broker's release, reported by status.
+var Version = "0.1.0"
+
+// Config is everything a node needs. Zero values take the documented defaults
+// (withDefaults); validate refuses values that cannot work.
+type Config struct {
+	// DataDir holds the metadata log and the segment files.
+	DataDir string
+	// FS is the filesystem; default the real one.
+	FS vfs.FS
+	// Clock is the time source; default the wall clock.
+	Clock clock.Clock
+	// Logger receives operator messages; default slog.Default().
+	Logger *slog.Logger
+	// NodeID names this node in replica sets and status; default "node-1".
+	NodeID string
+	// SegmentMaxBytes rolls a range's active segment once it holds this many
+	// bytes (a soft threshold checked after each batch). Default 64 MiB.
+	SegmentMaxBytes int64
+	// SegmentMaxAge rolls an active segment older than this. Default 7 days,
+	// floor one minute.
+	SegmentMaxAge time.Duration
+	// RollCheckInterval is how often the age roll is checked. Default 30 s.
+	RollCheckInterval time.Duration
+	// FetchMaxBytes bounds the record bytes of one fetch page. Default 4 MiB.
+	FetchMaxBytes int
+	// LongPollMax caps wait_ms. Default 30 s.
+	LongPollMax time.Duration
+	// GroupSessionTimeout evicts silent group members. Default 30 s.
+	GroupSessionTimeout time.Duration
+	// MaxGroups and MaxMembersPerGroup bound the group coordinator.
+	MaxGroups          int
+	MaxMembersPerGroup int
+	// MaxPendingBytes bounds produced bytes waiting for their fsync.
+	MaxPendingBytes int64
+	// Codec compresses stored batches; default none.
+	Codec segment.Codec
+	// MaxSessions bounds live authentication sessions.
+	MaxSessions int
+	// SessionTTL is how long a session token stays valid. Default 1 h.
+	SessionTTL time.Duration
+	// ACLStrict requires an explicit grant for non-admin topic access.
+	ACLStrict bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.FS == nil {
+		c.FS = vfs.OS()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.NodeID == "" {
+		c.NodeID = "node-1"
+	}
+	if c.SegmentMaxBytes == 0 {
+		c.SegmentMaxBytes = 64 << 20
+	}
+	if c.SegmentMaxAge == 0 {
+		c.SegmentMaxAge = 7 * 24 * time.Hour
+	}
+	if c.RollCheckInterval == 0 {
+		c.RollCheckInterval = 30 * time.Second
+	}
+	if c.FetchMaxBytes == 0 {
+		c.FetchMaxBytes = 4 << 20
+	}
+	if c.LongPollMax == 0 {
+		c.LongPollMax = 30 * time.Second
+	}
+	if c.GroupSessionTimeout == 0 {
+		c.GroupSessionTimeout = 30 * time.Second
+	}
+	if c.MaxGroups == 0 {
+		c.MaxGroups = 10000
+	}
+	if c.MaxMembersPerGroup == 0 {
+		c.MaxMembersPerGroup = 1000
+	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = 64 << 20
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = 100000
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = time.Hour
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.DataDir == "":
+		return errors.New("broker: DataDir is required")
+	case c.SegmentMaxBytes < 1<<10:
+		return fmt.Errorf("broker: SegmentMaxBytes %d is below 1 KiB", c.SegmentMaxBytes)
+	case c.SegmentMaxAge < time.Minute:
+		return fmt.Errorf("broker: SegmentMaxAge %v is below the one-minute floor", c.SegmentMaxAge)
+	case c.FetchMaxBytes < 1<<10:
+		return fmt.Errorf("broker: FetchMaxBytes %d is below 1 KiB", c.FetchMaxBytes)
+	case c.MaxPendingBytes < 1<<20:
+		return fmt.Errorf("broker: MaxPendingBytes %d is below 1 MiB", c.MaxPendingBytes)
+	}
+	return nil
+}
+
+// Broker is one node: it owns the metadata store, the segment store, the
+// write heads of the ranges, the group coordinator and the watchers that
+// long polls and subscriptions sleep on.
+type Broker struct {
+	cfg      Config
+	log      *slog.Logger
+	meta     *metastore.Store
+	store    *storage.Store
+	sessions *auth.Sessions
+	secret   []byte
+	started  time.Time
+
+	// keyless spreads records without a key across a topic's ranges.
+	keyless atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		heads   map[uint64]*head    // range id -> write head
+		watches map[uint64]*watch   // topic id -> watch
+		groups  *groups.Coordinator // consumer-group membership
+	}
+
+	stop    context.CancelFunc
+	done    sync.WaitGroup
+	closed  atomic.Bool
+	closeMu sync.Mutex
+}
+
+// Open starts a broker on cfg.DataDir: it opens the metadata store, recovers
+// the segment store, reconciles the two and starts the roll loop.
+func Open(ctx context.Context, cfg Config) (*Broker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("broker: data dir: %w", err)
+	}
+	meta, err := metastore.Open(cfg.FS, filepath.Join(cfg.DataDir, "meta"), metastore.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("broker: metadata: %w", err)
+	}
+	store, err := storage.Open(storage.Config{
+		Dir:             filepath.Join(cfg.DataDir, "segments"),
+		FS:              cfg.FS,
+		MaxPendingBytes: cfg.MaxPendingBytes,
+	})
+	if err != nil {
+		meta.Close()
+		return nil, fmt.Errorf("broker: segments: %w", err)
+	}
+	b := &Broker{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		meta:     meta,
+		store:    store,
+		sessions: auth.NewSessions(cfg.SessionTTL.Milliseconds(), cfg.MaxSessions),
+		started:  cfg.Clock.Now(),
+	}
+	b.mu.heads = make(map[uint64]*head)
+	b.mu.watches = make(map[uint64]*watch)
+	b.mu.groups = groups.New(cfg.GroupSessionTimeout.Milliseconds(), cfg.MaxMembersPerGroup, cfg.MaxGroups)
+	if err := b.initCluster(ctx); err != nil {
+		b.closeStores()
+		return nil, err
+	}
+	if err := b.recover(ctx); err != nil {
+		b.closeStores()
+		return nil, err
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	b.stop = cancel
+	b.done.Add(1)
+	go b.maintenanceLoop(loopCtx)
+	return b, nil
+}
+
+// initCluster gives a fresh node its cluster secret (the cursor MAC key).
+func (b *Broker) initCluster(ctx context.Context) error {
+	var secret []byte
+	b.meta.View(func(st *metadata.State) { secret = append([]byte(nil), st.ClusterSecret()...) })
+	if len(secret) > 0 {
+		b.secret = secret
+		return nil
+	}
+	secret = make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return fmt.Errorf("broker: cluster secret: %w", err)
+	}
+	res, err := b.meta.Apply(ctx, metadata.Command{V: 1, Kind: "init_cluster", Now: b.nowMs(), ClusterSecret: secret})
+	if err != nil {
+		return fmt.Errorf("broker: init cluster: %w", err)
+	}
+	if res.Err != nil {
+		return fmt.Errorf("broker: init cluster: %w", res.Err)
+	}
+	b.secret = secret
+	return nil
+}
+
+// Close stops the maintenance loop, wakes every waiter and closes the
+// stores. Produces still queued are flushed by the segment store's Close.
+func (b *Broker) Close() error {
+	b.closeMu.Lock()
+	defer b.closeMu.Unlock()
+	if b.closed.Swap(true) {
+		return nil
+	}
+	b.stop()
+	b.done.Wait()
+	b.mu.Lock()
+	for _, w := range b.mu.watches {
+		w.fire()
+	}
+	b.mu.Unlock()
+	return b.closeStores()
+}
+
+func (b *Broker) closeStores() error {
+	serr := b.store.Close()
+	merr := b.meta.Close()
+	return errors.Join(serr, merr)
+}
+
+// NodeID returns the node's name.
+func (b *Broker) NodeID() string { return b.cfg.NodeID }
+
+// DataDir returns the node's data directory.
+func (b *Broker) DataDir() string { return b.cfg.DataDir }
+
+func (b *Broker) nowMs() int64 { return b.cfg.Clock.Now().UnixMilli() }
+
+// apply runs one metadata command and folds the state machine's refusal
+// into the returned error.
+func (b *Broker) apply(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
+	cmd.V = 1
+	if cmd.Now == 0 {
+		cmd.Now = b.nowMs()
+	}
+	res, err := b.meta.Apply(ctx, cmd)
+	if err != nil {
+		return res, err
+	}
+	return res, res.Err
+}
+
+// maintenanceLoop rolls segments by age and expires silent group members.
+// It is the broker's only long-lived goroutine and exits when Close cancels
+// ctx.
+func (b *Broker) maintenanceLoop(ctx context.Context) {
+	defer b.done.Done()
+	for {
+		t := b.cfg.Clock.NewTimer(b.cfg.RollCheckInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		b.rollAged(ctx)
+		b.expireMembers()
+	}
+}
+
+func (b *Broker) expireMembers() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mu.groups.Expire(b.nowMs())
+}

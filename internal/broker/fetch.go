@@ -1,0 +1,366 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/cursor"
+	"github.com/malachi-log/malachi/internal/keyspace"
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage"
+	"github.com/malachi-log/malachi/internal/storage/segment"
+)
+
+// FetchRequest asks for the next page of a topic. Precedence follows wire
+// v1: Group+Member (a group member reading its assigned ranges), else
+// Cursor (nil = from the start), else Group (its committed position).
+type FetchRequest struct {
+	Topic  string
+	Cursor *string
+	Group  *string
+	Member *string
+	// Max bounds the records of the page (clamped by the caller).
+	Max int
+	// Wait holds an empty fetch until a record arrives or Wait passes.
+	Wait time.Duration
+}
+
+// Page is one fetch answer.
+type Page struct {
+	Records []Record
+	// Cursor is the position to pass back; nil only for an unknown topic
+	// fetched without a cursor.
+	Cursor *string
+}
+
+// Fetch returns the next page of a topic for the request's position.
+func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
+	pos, err := b.startPosition(req)
+	if errors.Is(err, metadata.ErrNoSuchTopic) {
+		// Wire v1: fetching an unknown topic answers an empty page.
+		return Page{Cursor: req.Cursor}, nil
+	}
+	if err != nil {
+		return Page{}, err
+	}
+	wait := min(req.Wait, b.cfg.LongPollMax)
+	deadline := b.cfg.Clock.Now().Add(wait)
+	w := b.watchFor(pos.topicID)
+	for {
+		woken := w.wait()
+		recs, entries, err := b.readPage(pos, req.Max)
+		if err != nil {
+			return Page{}, err
+		}
+		pos.entries = entries
+		remaining := deadline.Sub(b.cfg.Clock.Now())
+		if len(recs) > 0 || remaining <= 0 || b.closed.Load() {
+			return b.page(pos, recs), nil
+		}
+		t := b.cfg.Clock.NewTimer(remaining)
+		select {
+		case <-woken:
+			t.Stop()
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return b.page(pos, nil), ctx.Err()
+		}
+	}
+}
+
+func (b *Broker) page(pos position, recs []Record) Page {
+	s := cursor.Encode(b.secret, cursor.Cursor{TopicID: pos.topicID, Entries: pos.entries})
+	return Page{Records: recs, Cursor: &s}
+}
+
+// position is where a reader stands: the topic, the cursor entries, and
+// which active ranges it reads (nil = all of them).
+type position struct {
+	topicID uint64
+	entries []cursor.Entry
+	only    []uint64
+}
+
+func (b *Broker) startPosition(req FetchRequest) (position, error) {
+	var (
+		pos position
+		err error
+	)
+	b.meta.View(func(st *metadata.State) {
+		t, ok := st.Topic(req.Topic)
+		if !ok {
+			err = metadata.ErrNoSuchTopic
+			return
+		}
+		pos.topicID = t.ID
+		switch {
+		case req.Group != nil && req.Member != nil:
+			pos.entries = toCursorEntries(st.GroupEntries(*req.Group, t.ID))
+			pos.only, err = b.pollMember(t.ID, *req.Group, *req.Member, activeIDs(st, t.ID))
+		case req.Cursor != nil:
+			var c cursor.Cursor
+			c, err = cursor.Decode(b.secret, t.ID, *req.Cursor)
+			if err != nil {
+				err = ErrInvalidCursor
+				return
+			}
+			pos.entries = c.Entries
+		case req.Group != nil:
+			pos.entries = toCursorEntries(st.GroupEntries(*req.Group, t.ID))
+		}
+	})
+	return pos, err
+}
+
+func activeIDs(st *metadata.State, topicID uint64) []uint64 {
+	ranges := st.ActiveRanges(topicID)
+	ids := make([]uint64, len(ranges))
+	for i, r := range ranges {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// source is one range in a reader's history, copied out of the metadata
+// so the disk reads run without holding the metadata lock.
+type source struct {
+	id       uint64
+	span     keyspace.Span
+	active   bool
+	segments []metadata.Segment
+}
+
+// plan is how to read one active range: its ancestors oldest first (each
+// filtered to the range's key slice), then the range itself.
+type plan struct {
+	rangeID uint64
+	slice   keyspace.Span
+	bits    uint8 // the topic's keyspace bits
+	sources []source
+}
+
+// lineage answers ancestor questions for the cursor helpers.
+type lineage map[uint64]map[uint64]bool // desc -> set of ancestors
+
+func (l lineage) isAncestor(anc, desc uint64) bool { return l[desc][anc] }
+
+// plans copies what readPage needs from the metadata.
+func (b *Broker) plans(pos position) ([]plan, lineage) {
+	var (
+		plans []plan
+		lin   = lineage{}
+	)
+	b.meta.View(func(st *metadata.State) {
+		t, ok := st.TopicByID(pos.topicID)
+		if !ok {
+			return
+		}
+		for _, rid := range t.Ranges {
+			if r, ok := st.Range(rid); ok {
+				set := make(map[uint64]bool, len(r.Lineage))
+				for _, a := range r.Lineage {
+					set[a] = true
+				}
+				lin[rid] = set
+			}
+		}
+		for _, r := range st.ActiveRanges(t.ID) {
+			if pos.only != nil && !contains(pos.only, r.ID) {
+				continue
+			}
+			p := plan{rangeID: r.ID, slice: keyspace.Span{Start: r.Start, End: r.End}, bits: t.Bits}
+			for _, sid := range append(append([]uint64(nil), r.Lineage...), r.ID) {
+				sr, _ := st.Range(sid)
+				p.sources = append(p.sources, source{
+					id:       sid,
+					span:     keyspace.Span{Start: sr.Start, End: sr.End},
+					active:   sr.Active,
+					segments: st.RangeSegments(sid),
+				})
+			}
+			plans = append(plans, p)
+		}
+	})
+	return plans, lin
+}
+
+func contains(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// budget bounds one page.
+type budget struct {
+	records int
+	bytes   int
+}
+
+func (bg *budget) spent() bool { return bg.records <= 0 || bg.bytes <= 0 }
+
+// readPage reads up to max records across the reader's ranges. A first
+// pass gives each range an equal share so one busy range cannot starve
+// the others; a second pass lets the ranges that have more fill the rest.
+func (b *Broker) readPage(pos position, max int) ([]Record, []cursor.Entry, error) {
+	plans, lin := b.plans(pos)
+	entries := pos.entries
+	if len(plans) == 0 {
+		return nil, entries, nil
+	}
+	total := &budget{records: max, bytes: b.cfg.FetchMaxBytes}
+	var out []Record
+	share := max / len(plans)
+	if share < 1 {
+		share = 1
+	}
+	for pass := 0; pass < 2 && !total.spent(); pass++ {
+		for i := range plans {
+			if total.spent() {
+				break
+			}
+			quota := total.records
+			if pass == 0 {
+				quota = min(share, total.records)
+			}
+			bg := &budget{records: quota, bytes: total.bytes}
+			var err error
+			out, entries, err = b.readRange(&plans[i], entries, lin, bg, out)
+			if err != nil {
+				return nil, nil, err
+			}
+			total.records -= quota - bg.records
+			total.bytes = bg.bytes
+		}
+	}
+	return out, entries, nil
+}
+
+// readRange reads one active range's history from where the entries say
+// the reader stands: each source in lineage order, skipping what is
+// already delivered, until the budget is spent or the live tail is reached.
+func (b *Broker) readRange(p *plan, entries []cursor.Entry, lin lineage, bg *budget, out []Record) ([]Record, []cursor.Entry, error) {
+	sliceBits := p.slice.Log2Size()
+	for i := range p.sources {
+		src := &p.sources[i]
+		start, done := cursor.Start(entries, src.id, p.slice.Start, sliceBits, sourceBase(src), lin.isAncestor)
+		if done {
+			continue
+		}
+		next, exhausted, recs, err := b.readSource(p, src, entries, lin, start, bg, out)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = recs
+		entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, lin.isAncestor)
+		if !exhausted || bg.spent() {
+			break
+		}
+	}
+	return out, entries, nil
+}
+
+func sourceBase(src *source) uint64 {
+	if len(src.segments) == 0 {
+		return 0
+	}
+	return src.segments[0].Base
+}
+
+// readSource reads src from start, keeping the records that belong to the
+// plan's slice and were not delivered yet. It returns the offset below
+// which everything of src in the slice is now delivered, and whether src
+// is exhausted (sealed and read to its end).
+func (b *Broker) readSource(p *plan, src *source, entries []cursor.Entry, lin lineage, start uint64, bg *budget, out []Record) (uint64, bool, []Record, error) {
+	self := src.id == p.rangeID
+	for _, seg := range src.segments {
+		if !seg.Active && seg.End <= start {
+			continue
+		}
+		if start < seg.Base {
+			start = seg.Base // a hole: retention or compaction removed it
+		}
+		for !bg.spent() {
+			buf, next, err := b.store.Read(storage.SegmentID(seg.ID), start, min(bg.bytes, 1<<20), ^uint64(0))
+			if err != nil {
+				return start, false, out, fmt.Errorf("broker: read segment %d: %w", seg.ID, err)
+			}
+			if len(buf) == 0 {
+				break
+			}
+			var stopped bool
+			out, start, stopped, err = b.filterBatches(p, src, self, entries, lin, buf, next, bg, out)
+			if err != nil {
+				return start, false, out, err
+			}
+			if stopped {
+				return start, false, out, nil
+			}
+		}
+		if bg.spent() {
+			return start, false, out, nil
+		}
+		if seg.Active {
+			return start, false, out, nil
+		}
+		start = max(start, seg.End)
+	}
+	return start, !src.active, out, nil
+}
+
+// filterBatches decodes the batches of one read and appends the records
+// the reader should see. It stops mid-batch when the budget runs out and
+// then returns the offset of the first record not delivered.
+func (b *Broker) filterBatches(p *plan, src *source, self bool, entries []cursor.Entry, lin lineage, buf []byte, next uint64, bg *budget, out []Record) ([]Record, uint64, bool, error) {
+	batches, err := segment.SplitBatches(buf)
+	if err != nil {
+		return out, 0, false, err
+	}
+	var recs []Record
+	for _, batch := range batches {
+		recs, err = segment.DecodeRecords(batch, recs[:0])
+		if err != nil {
+			return out, 0, false, fmt.Errorf("broker: decode: %w", err)
+		}
+		for _, r := range recs {
+			if bg.spent() {
+				return out, r.Offset, true, nil
+			}
+			pos := src.span.Start // records without a key belong to the source's first position
+			if r.Key != nil {
+				pos = keyspace.Position(r.Key, p.bits)
+			}
+			if !self && !p.slice.Contains(pos) {
+				continue
+			}
+			if cursor.Consumed(entries, src.id, pos, r.Offset, lin.isAncestor) {
+				continue
+			}
+			out = append(out, r)
+			bg.records--
+			bg.bytes -= len(r.Key) + len(r.Value) + 32
+		}
+	}
+	return out, next, false, nil
+}
+
+func toCursorEntries(g []metadata.GroupEntry) []cursor.Entry {
+	out := make([]cursor.Entry, len(g))
+	for i, e := range g {
+		out[i] = cursor.Entry{Source: e.Source, SliceStart: e.SliceStart, SliceBits: e.SliceBits, Offset: e.Offset}
+	}
+	return out
+}
+
+func toGroupEntries(c []cursor.Entry) []metadata.GroupEntry {
+	out := make([]metadata.GroupEntry, len(c))
+	for i, e := range c {
+		out[i] = metadata.GroupEntry{Source: e.Source, SliceStart: e.SliceStart, SliceBits: e.SliceBits, Offset: e.Offset}
+	}
+	return out
+}

@@ -1,0 +1,261 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/keyspace"
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage"
+	"github.com/malachi-log/malachi/internal/storage/segment"
+)
+
+// head is the write head of one active range: its active segment and the
+// next offset to assign. Offsets are assigned and batches enqueued to the
+// segment store under mu, so the order on disk is the order of assignment.
+// The fsync wait happens outside mu: group commit coalesces the waits.
+type head struct {
+	mu       sync.Mutex
+	rangeID  uint64
+	topicID  uint64
+	segment  uint64 // active segment id; 0 = none open yet
+	next     uint64 // next offset to assign
+	bytes    int64  // bytes enqueued to the active segment
+	openedAt time.Time
+	// retired is set once the range is sealed (split, merge, delete): a
+	// produce that finds it re-routes through fresh metadata.
+	retired bool
+}
+
+// errRetired tells the router a range stopped taking writes under it.
+var errRetired = errors.New("broker: range retired")
+
+// maxRouteAttempts bounds re-routing when ranges keep changing under a
+// produce (a split racing it). Each attempt follows a committed metadata
+// change, so running out means something is wrong, not just busy.
+const maxRouteAttempts = 16
+
+// Record is a record as the broker receives it from a producer.
+type Record = segment.Record
+
+// ProduceAsync routes records by key to their ranges, assigns offsets and
+// enqueues one batch per range. It returns once every batch is enqueued,
+// so calls made one after another keep their order per key; done is then
+// called once, with the number of records, after every batch is durable
+// (or with the first error). done must not block.
+func (b *Broker) ProduceAsync(ctx context.Context, topic string, recs []Record, done func(int, error)) error {
+	if b.closed.Load() {
+		return ErrShuttingDown
+	}
+	if len(recs) == 0 {
+		done(0, nil)
+		return nil
+	}
+	pending := recs
+	var (
+		wait   = newProduceWait(len(recs), done)
+		tokens = 0
+	)
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt == maxRouteAttempts {
+			wait.fail(ErrRetry)
+			return nil
+		}
+		groups, topicID, err := b.route(topic, pending)
+		if err != nil {
+			if tokens == 0 {
+				return err
+			}
+			wait.fail(err)
+			return nil
+		}
+		pending = pending[:0:0]
+		for _, g := range groups {
+			tokens++
+			wait.add()
+			err := b.appendToRange(ctx, topicID, g.rangeID, g.recs, wait.part)
+			if errors.Is(err, errRetired) {
+				wait.part(nil) // nothing was enqueued for this group
+				pending = append(pending, g.recs...)
+				continue
+			}
+			if err != nil {
+				wait.part(err)
+			}
+		}
+	}
+	wait.sealed()
+	return nil
+}
+
+// Produce is ProduceAsync followed by the wait for durability.
+func (b *Broker) Produce(ctx context.Context, topic string, recs []Record) (int, error) {
+	type result struct {
+		n   int
+		err error
+	}
+	ch := make(chan result, 1)
+	if err := b.ProduceAsync(ctx, topic, recs, func(n int, err error) { ch <- result{n, err} }); err != nil {
+		return 0, err
+	}
+	select {
+	case r := <-ch:
+		return r.n, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+type rangeGroup struct {
+	rangeID uint64
+	recs    []Record
+}
+
+// route groups records by the active range that owns their key, keeping
+// their relative order. Records without a key go round-robin across ranges.
+func (b *Broker) route(topic string, recs []Record) ([]rangeGroup, uint64, error) {
+	var (
+		groups  []rangeGroup
+		topicID uint64
+		err     error
+	)
+	b.meta.View(func(st *metadata.State) {
+		t, ok := st.Topic(topic)
+		if !ok {
+			err = metadata.ErrNoSuchTopic
+			return
+		}
+		topicID = t.ID
+		ranges := st.ActiveRanges(t.ID)
+		if len(ranges) == 0 {
+			err = ErrRetry
+			return
+		}
+		if len(ranges) == 1 {
+			groups = []rangeGroup{{rangeID: ranges[0].ID, recs: recs}}
+			return
+		}
+		index := make(map[uint64]int, len(ranges))
+		for _, r := range recs {
+			var rg metadata.Range
+			if r.Key == nil {
+				rg = ranges[b.keyless.Add(1)%uint64(len(ranges))]
+			} else {
+				pos := keyspace.Position(r.Key, t.Bits)
+				found, ok := st.ActiveRangeFor(t.ID, pos)
+				if !ok {
+					err = fmt.Errorf("broker: no active range covers position %d of %q", pos, topic)
+					return
+				}
+				rg = found
+			}
+			i, ok := index[rg.ID]
+			if !ok {
+				i = len(groups)
+				index[rg.ID] = i
+				groups = append(groups, rangeGroup{rangeID: rg.ID})
+			}
+			groups[i].recs = append(groups[i].recs, r)
+		}
+	})
+	return groups, topicID, err
+}
+
+// appendToRange encodes recs as one batch at the range's next offset and
+// enqueues it. onDurable is called after the fsync that covers it.
+func (b *Broker) appendToRange(ctx context.Context, topicID, rangeID uint64, recs []Record, onDurable func(error)) error {
+	h := b.headFor(topicID, rangeID)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.retired {
+		return errRetired
+	}
+	if h.segment == 0 {
+		if err := b.openSegmentLocked(ctx, h); err != nil {
+			return err
+		}
+	}
+	batch, err := segment.EncodeBatch(nil, h.next, recs, b.cfg.Codec)
+	if err != nil {
+		return err
+	}
+	notify := b.watchFor(topicID)
+	err = b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
+		if err == nil {
+			notify.fire()
+		}
+		onDurable(err)
+	})
+	if err != nil {
+		return fmt.Errorf("broker: append: %w", err)
+	}
+	h.next += uint64(len(recs))
+	h.bytes += int64(len(batch))
+	if h.bytes >= b.cfg.SegmentMaxBytes {
+		if err := b.rollLocked(ctx, h); err != nil {
+			// The batch is enqueued and will be acked on its own; a failed
+			// roll leaves the segment open and is retried by the next batch.
+			b.log.Warn("segment roll failed", "range", h.rangeID, "segment", h.segment, "err", err)
+		}
+	}
+	return nil
+}
+
+// produceWait joins the per-range acknowledgements of one produce into one
+// callback. Parts may finish before all are added, so the callback waits
+// for sealed() too.
+type produceWait struct {
+	n       int
+	done    func(int, error)
+	pending atomic.Int64 // parts outstanding + 1 until sealed
+	mu      sync.Mutex
+	err     error
+}
+
+func newProduceWait(n int, done func(int, error)) *produceWait {
+	w := &produceWait{n: n, done: done}
+	w.pending.Store(1)
+	return w
+}
+
+func (w *produceWait) add() { w.pending.Add(1) }
+
+func (w *produceWait) part(err error) {
+	if err != nil {
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = err
+		}
+		w.mu.Unlock()
+	}
+	if w.pending.Add(-1) == 0 {
+		w.finish()
+	}
+}
+
+func (w *produceWait) fail(err error) {
+	w.add()
+	w.part(err)
+	w.sealed()
+}
+
+func (w *produceWait) sealed() {
+	if w.pending.Add(-1) == 0 {
+		w.finish()
+	}
+}
+
+func (w *produceWait) finish() {
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	if err != nil {
+		w.done(0, err)
+		return
+	}
+	w.done(w.n, nil)
+}

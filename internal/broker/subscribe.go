@@ -1,0 +1,131 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/metadata"
+)
+
+// Subscription pushes pages to one stream-mode connection under a credit
+// window: at most Window records are unacknowledged at any time, and each
+// push carries at most Max. An ack commits the group's position and
+// returns credit in one step, as wire v1 specifies.
+type Subscription struct {
+	b       *Broker
+	topic   string
+	group   *string
+	member  *string
+	window  int
+	max     int
+	pos     position
+	acks    chan subAck
+	lastHit time.Time
+}
+
+type subAck struct {
+	cursor *string
+	count  int
+}
+
+// maxQueuedAcks bounds the acks a connection may have waiting; a client
+// that outruns the subscription's commits is slowed down, not buffered.
+const maxQueuedAcks = 1024
+
+// Subscribe prepares a subscription starting at the group's committed
+// position (or the start without a group).
+func (b *Broker) Subscribe(topic string, group, member *string, window, max int) (*Subscription, error) {
+	pos, err := b.startPosition(FetchRequest{Topic: topic, Group: group, Member: member})
+	if err != nil {
+		return nil, err
+	}
+	return &Subscription{
+		b: b, topic: topic, group: group, member: member,
+		window: window, max: max, pos: pos,
+		acks:    make(chan subAck, maxQueuedAcks),
+		lastHit: b.cfg.Clock.Now(),
+	}, nil
+}
+
+// Ack queues an acknowledgement: the cursor (nil for a heartbeat) is
+// committed and count credits return. It blocks while the queue is full.
+func (s *Subscription) Ack(ctx context.Context, cur *string, count int) error {
+	select {
+	case s.acks <- subAck{cursor: cur, count: count}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run pushes pages through send until ctx ends or send fails. It is called
+// once, from the connection's own goroutine, and returns when the stream
+// ends; a member leaves its group then.
+func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
+	if s.member != nil && s.group != nil {
+		defer s.b.LeaveGroup(s.topic, *s.group, *s.member)
+	}
+	w := s.b.watchFor(s.pos.topicID)
+	inFlight := 0
+	for {
+		woken := w.wait()
+		if err := s.refreshMember(); err != nil {
+			return err
+		}
+		if credit := min(s.max, s.window-inFlight); credit > 0 {
+			recs, entries, err := s.b.readPage(s.pos, credit)
+			if err != nil {
+				return err
+			}
+			s.pos.entries = entries
+			if len(recs) > 0 {
+				if err := send(s.b.page(s.pos, recs)); err != nil {
+					return err
+				}
+				inFlight += len(recs)
+				continue
+			}
+		}
+		t := s.b.cfg.Clock.NewTimer(s.b.cfg.GroupSessionTimeout / 3)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-woken:
+		case a := <-s.acks:
+			if err := s.applyAck(ctx, a); err != nil {
+				t.Stop()
+				return err
+			}
+			inFlight = max(inFlight-a.count, 0)
+		case <-t.C():
+		}
+		t.Stop()
+		if s.b.closed.Load() {
+			return ErrShuttingDown
+		}
+	}
+}
+
+func (s *Subscription) applyAck(ctx context.Context, a subAck) error {
+	if a.cursor == nil || s.group == nil {
+		return nil
+	}
+	return s.b.Commit(ctx, s.topic, *s.group, *a.cursor)
+}
+
+// refreshMember heartbeats a member and narrows its reads to the ranges
+// the coordinator currently assigns it.
+func (s *Subscription) refreshMember() error {
+	if s.member == nil || s.group == nil {
+		return nil
+	}
+	var ranges []uint64
+	s.b.meta.View(func(st *metadata.State) { ranges = activeIDs(st, s.pos.topicID) })
+	only, err := s.b.pollMember(s.pos.topicID, *s.group, *s.member, ranges)
+	if err != nil {
+		return err
+	}
+	s.pos.only = only
+	return nil
+}

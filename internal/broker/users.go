@@ -1,0 +1,183 @@
+package broker
+
+import (
+	"context"
+	"sort"
+
+	"github.com/malachi-log/malachi/internal/auth"
+	"github.com/malachi-log/malachi/internal/metadata"
+)
+
+// Identity is an authenticated connection's user and permissions, fixed
+// for the connection's life.
+type Identity struct {
+	User  string
+	Perms []string
+	Token string
+}
+
+// Authenticate checks a password and opens a session. An unknown user
+// costs the same as a wrong password and gets the same answer.
+func (b *Broker) Authenticate(user, password string) (Identity, error) {
+	var (
+		u  metadata.User
+		ok bool
+	)
+	b.meta.View(func(st *metadata.State) { u, ok = st.User(user) })
+	if !ok {
+		auth.DummyVerify(password)
+		return Identity{}, ErrCredentials
+	}
+	if ok, err := auth.VerifyPassword(u.PasswordHash, password); !ok || err != nil {
+		return Identity{}, ErrCredentials
+	}
+	token, err := b.sessions.Create(u.Name, u.Perms, b.nowMs())
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{User: u.Name, Perms: u.Perms, Token: token}, nil
+}
+
+// Operations a topic permission check asks about.
+const (
+	OpProduce = "produce"
+	OpConsume = "consume"
+)
+
+// Authorize decides whether id may perform op on topic.
+func (b *Broker) Authorize(id Identity, op, topic string) error {
+	var grants []auth.Grant
+	if b.cfg.ACLStrict {
+		b.meta.View(func(st *metadata.State) {
+			for _, a := range st.ACLs(id.User) {
+				grants = append(grants, auth.Grant{Operation: a.Operation, Pattern: a.Pattern})
+			}
+		})
+	}
+	if auth.Allowed(id.Perms, grants, b.cfg.ACLStrict, op, topic) {
+		return nil
+	}
+	return ErrPermission
+}
+
+// IsAdmin reports whether id holds the admin permission.
+func IsAdmin(id Identity) bool {
+	for _, p := range id.Perms {
+		if p == auth.PermAdmin {
+			return true
+		}
+	}
+	return false
+}
+
+// CreateUser adds a user with an argon2id-hashed password.
+func (b *Broker) CreateUser(ctx context.Context, user, password string, perms []string) error {
+	if !auth.ValidPerms(perms) {
+		return metadata.ErrInvalidPermissions
+	}
+	hash, err := auth.HashPassword(password)
+	if err != nil {
+		return err
+	}
+	_, err = b.apply(ctx, metadata.Command{Kind: "create_user", User: user, PasswordHash: hash, Perms: perms})
+	return err
+}
+
+// DeleteUser removes a user, its ACLs and its sessions.
+func (b *Broker) DeleteUser(ctx context.Context, user string) error {
+	if _, err := b.apply(ctx, metadata.Command{Kind: "delete_user", User: user}); err != nil {
+		return err
+	}
+	b.sessions.RevokeUser(user)
+	return nil
+}
+
+// ChangePassword replaces a user's password.
+func (b *Broker) ChangePassword(ctx context.Context, user, password string) error {
+	hash, err := auth.HashPassword(password)
+	if err != nil {
+		return err
+	}
+	_, err = b.apply(ctx, metadata.Command{Kind: "set_password", User: user, PasswordHash: hash})
+	return err
+}
+
+// UserEntry is one user and its permissions.
+type UserEntry struct {
+	User  string
+	Perms []string
+}
+
+// ListUsers returns every user, sorted by name.
+func (b *Broker) ListUsers() []UserEntry {
+	var out []UserEntry
+	b.meta.View(func(st *metadata.State) {
+		for _, u := range st.Users() {
+			out = append(out, UserEntry{User: u.Name, Perms: u.Perms})
+		}
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].User < out[j].User })
+	return out
+}
+
+// GrantACL allows user to perform operation on topics matching pattern.
+func (b *Broker) GrantACL(ctx context.Context, user, operation, pattern string) error {
+	_, err := b.apply(ctx, metadata.Command{Kind: "grant_acl", User: user, Operation: operation, Pattern: pattern})
+	return err
+}
+
+// RevokeACL removes a grant; revoking a missing grant succeeds.
+func (b *Broker) RevokeACL(ctx context.Context, user, operation, pattern string) error {
+	_, err := b.apply(ctx, metadata.Command{Kind: "revoke_acl", User: user, Operation: operation, Pattern: pattern})
+	return err
+}
+
+// ACLEntry is one grant.
+type ACLEntry struct{ Operation, Resource string }
+
+// ListACLs returns a user's grants.
+func (b *Broker) ListACLs(user string) []ACLEntry {
+	var out []ACLEntry
+	b.meta.View(func(st *metadata.State) {
+		for _, a := range st.ACLs(user) {
+			out = append(out, ACLEntry{Operation: a.Operation, Resource: a.Pattern})
+		}
+	})
+	return out
+}
+
+// DevUsers are the development accounts of the original system.
+var DevUsers = []struct {
+	User, Password string
+	Perms          []string
+}{
+	{"admin", "admin123", []string{"admin"}},
+	{"producer", "producer123", []string{"produce"}},
+	{"consumer", "consumer123", []string{"consume"}},
+	{"app", "app123", []string{"produce", "consume"}},
+}
+
+// SeedUsers gives a node without users its first accounts: the
+// development users with dev, otherwise an admin whose password is
+// adminPassword or, when empty, generated and returned so the caller can
+// print it once. A node that already has users is left alone.
+func (b *Broker) SeedUsers(ctx context.Context, dev bool, adminPassword string) (generated string, err error) {
+	var n int
+	b.meta.View(func(st *metadata.State) { n = len(st.Users()) })
+	if n > 0 {
+		return "", nil
+	}
+	if dev {
+		for _, u := range DevUsers {
+			if err := b.CreateUser(ctx, u.User, u.Password, u.Perms); err != nil {
+				return "", err
+			}
+		}
+		return "", nil
+	}
+	if adminPassword == "" {
+		adminPassword = auth.GeneratePassword()
+		generated = adminPassword
+	}
+	return generated, b.CreateUser(ctx, "admin", adminPassword, []string{auth.PermAdmin})
+}

@@ -1,0 +1,274 @@
+package cursor
+
+import (
+	"cmp"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/malachi-log/malachi/internal/keyspace"
+)
+
+const (
+	// Version is the first byte of every encoded cursor.
+	Version = 1
+	// MaxEntries bounds the entries of one cursor.
+	MaxEntries = 4096
+	// MaxEncodedLen bounds the length of an encoded cursor string.
+	MaxEncodedLen = 64 << 10
+	// MaxSliceBits is the largest slice: a whole keyspace of keyspace.MaxBits.
+	MaxSliceBits = keyspace.MaxBits
+	// MACLen is the length of the truncated HMAC-SHA256 that ends a cursor.
+	MACLen = 8
+)
+
+// minRawLen is version + topic id + entry count + MAC, each at its smallest.
+const minRawLen = 3 + MACLen
+
+// minEntryLen is the smallest encoded entry: four one-byte fields.
+const minEntryLen = 4
+
+// ErrInvalid is wrapped by every error Decode returns. Its text is the wire
+// reason.
+var ErrInvalid = errors.New("invalid_cursor")
+
+var b64 = base64.RawURLEncoding.Strict()
+
+// Entry says that the records of range Source whose key position lies in
+// [SliceStart, SliceStart+2^SliceBits) and whose offset is below Offset have
+// been delivered.
+type Entry struct {
+	Source     uint64
+	SliceStart uint64
+	SliceBits  uint8
+	Offset     uint64
+}
+
+// Cursor is a topic id and the entries of that topic's consumption.
+type Cursor struct {
+	TopicID uint64
+	Entries []Entry
+}
+
+// compareEntries orders entries canonically: Source, SliceStart, SliceBits.
+func compareEntries(a, b Entry) int {
+	if c := cmp.Compare(a.Source, b.Source); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.SliceStart, b.SliceStart); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.SliceBits, b.SliceBits)
+}
+
+// Canonical returns a new slice holding entries sorted by (Source,
+// SliceStart, SliceBits), with entries equal in those three fields merged into
+// one carrying their highest Offset. The input is not modified.
+func Canonical(entries []Entry) []Entry {
+	out := slices.Clone(entries)
+	slices.SortFunc(out, func(a, b Entry) int {
+		if c := compareEntries(a, b); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Offset, a.Offset) // highest Offset first survives
+	})
+	return slices.CompactFunc(out, func(a, b Entry) bool { return compareEntries(a, b) == 0 })
+}
+
+// Encode returns the canonical, authenticated text form of c. It does not
+// enforce the limits Decode checks; use Validate first when the entries may
+// exceed them.
+func Encode(key []byte, c Cursor) string {
+	entries := Canonical(c.Entries)
+	buf := make([]byte, 0, rawLen(c.TopicID, entries))
+	buf = append(buf, Version)
+	buf = binary.AppendUvarint(buf, c.TopicID)
+	buf = binary.AppendUvarint(buf, uint64(len(entries)))
+	for _, e := range entries {
+		buf = binary.AppendUvarint(buf, e.Source)
+		buf = append(buf, e.SliceBits)
+		buf = binary.AppendUvarint(buf, e.SliceStart)
+		buf = binary.AppendUvarint(buf, e.Offset)
+	}
+	buf = append(buf, mac(key, buf)...)
+	return b64.EncodeToString(buf)
+}
+
+// Validate reports, wrapping ErrInvalid, whether the canonical encoding of c
+// would be accepted by Decode: entry count, encoded length and every entry's
+// slice.
+func (c Cursor) Validate() error {
+	entries := Canonical(c.Entries)
+	if len(entries) > MaxEntries {
+		return invalid("%d entries, limit %d", len(entries), MaxEntries)
+	}
+	for _, e := range entries {
+		if err := checkSlice(e); err != nil {
+			return err
+		}
+	}
+	if n := b64.EncodedLen(rawLen(c.TopicID, entries)); n > MaxEncodedLen {
+		return invalid("encoded length %d, limit %d", n, MaxEncodedLen)
+	}
+	return nil
+}
+
+// Decode authenticates and parses s, which must be a cursor for topicID made
+// with key. Every failure wraps ErrInvalid.
+func Decode(key []byte, topicID uint64, s string) (Cursor, error) {
+	if len(s) > MaxEncodedLen {
+		return Cursor{}, invalid("length %d, limit %d", len(s), MaxEncodedLen)
+	}
+	// The base64 decoder skips line breaks; a cursor never has any.
+	if strings.ContainsAny(s, "\r\n") {
+		return Cursor{}, invalid("line break")
+	}
+	raw, err := b64.DecodeString(s)
+	if err != nil {
+		return Cursor{}, invalid("base64: %v", err)
+	}
+	if len(raw) < minRawLen {
+		return Cursor{}, invalid("%d bytes, too short", len(raw))
+	}
+	body, tag := raw[:len(raw)-MACLen], raw[len(raw)-MACLen:]
+	if !hmac.Equal(tag, mac(key, body)) {
+		return Cursor{}, invalid("authentication failed")
+	}
+	c, err := parse(body)
+	if err != nil {
+		return Cursor{}, err
+	}
+	if c.TopicID != topicID {
+		return Cursor{}, invalid("cursor of topic %d, not %d", c.TopicID, topicID)
+	}
+	return c, nil
+}
+
+// parse decodes an authenticated body (everything but the MAC).
+func parse(body []byte) (Cursor, error) {
+	r := reader{b: body}
+	if v := r.u8(); r.err == nil && v != Version {
+		return Cursor{}, invalid("version %d", v)
+	}
+	c := Cursor{TopicID: r.uvarint()}
+	n := r.uvarint()
+	if r.err != nil {
+		return Cursor{}, r.err
+	}
+	if n > MaxEntries {
+		return Cursor{}, invalid("%d entries, limit %d", n, MaxEntries)
+	}
+	if n > uint64(len(r.b)/minEntryLen) {
+		return Cursor{}, invalid("%d entries in %d bytes", n, len(r.b))
+	}
+	if n > 0 {
+		c.Entries = make([]Entry, 0, n)
+	}
+	for range n {
+		e := Entry{Source: r.uvarint(), SliceBits: r.u8(), SliceStart: r.uvarint(), Offset: r.uvarint()}
+		if r.err != nil {
+			return Cursor{}, r.err
+		}
+		if err := checkSlice(e); err != nil {
+			return Cursor{}, err
+		}
+		if k := len(c.Entries); k > 0 && compareEntries(c.Entries[k-1], e) >= 0 {
+			return Cursor{}, invalid("entries duplicated or out of order")
+		}
+		c.Entries = append(c.Entries, e)
+	}
+	if len(r.b) != 0 {
+		return Cursor{}, invalid("%d trailing bytes", len(r.b))
+	}
+	return c, nil
+}
+
+// checkSlice rejects slices that cannot be buddy blocks of any keyspace.
+func checkSlice(e Entry) error {
+	if e.SliceBits > MaxSliceBits {
+		return invalid("slice bits %d", e.SliceBits)
+	}
+	size := uint64(1) << e.SliceBits
+	if e.SliceStart&(size-1) != 0 {
+		return invalid("slice start %d not aligned to 2^%d", e.SliceStart, e.SliceBits)
+	}
+	if e.SliceStart > (1<<MaxSliceBits)-size {
+		return invalid("slice start %d past the keyspace", e.SliceStart)
+	}
+	return nil
+}
+
+func mac(key, body []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write(body)
+	return h.Sum(nil)[:MACLen]
+}
+
+// rawLen is the length of the binary form of a cursor with these entries.
+func rawLen(topicID uint64, entries []Entry) int {
+	n := 1 + uvarintLen(topicID) + uvarintLen(uint64(len(entries))) + MACLen
+	for _, e := range entries {
+		n += uvarintLen(e.Source) + 1 + uvarintLen(e.SliceStart) + uvarintLen(e.Offset)
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// reader consumes a byte slice; the first error sticks and later reads
+// return zero.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) u8() uint8 {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.err = invalid("truncated")
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+// uvarint reads a varint in its shortest form: any other form is a second
+// encoding of the same value and is refused.
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	switch {
+	case n == 0:
+		r.err = invalid("truncated")
+		return 0
+	case n < 0:
+		r.err = invalid("varint overflow")
+		return 0
+	case n != uvarintLen(v):
+		r.err = invalid("non-minimal varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}

@@ -1,0 +1,100 @@
+package metadata
+
+// Version is the command format this state machine understands. A command
+// with another V is refused with ErrUnknownCommand, so an old replica never
+// half-understands a newer command and diverges.
+const Version = 1
+
+// Command kinds (Command.Kind).
+const (
+	KindCreateTopic   = "create_topic"
+	KindDeleteTopic   = "delete_topic"
+	KindOpenSegment   = "open_segment"
+	KindSealSegment   = "seal_segment"
+	KindDeleteSegment = "delete_segment"
+	KindSplitRange    = "split_range"
+	KindMergeRanges   = "merge_ranges"
+	KindCommitOffsets = "commit_offsets"
+	KindCreateUser    = "create_user"
+	KindDeleteUser    = "delete_user"
+	KindSetPassword   = "set_password"
+	KindGrantACL      = "grant_acl"
+	KindRevokeACL     = "revoke_acl"
+	KindInitCluster   = "init_cluster"
+)
+
+// Limits checked by Apply.
+const (
+	DefaultBits      = 16   // keyspace bits when a create_topic leaves Bits at 0
+	MaxBits          = 32   // largest keyspace: [0, 2^32)
+	MaxInitialRanges = 1024 // most ranges a create_topic may ask for
+	MaxTopicNameLen  = 249  // bytes
+	MaxNameLen       = 255  // bytes of a user, group, replica or cluster id
+	MaxGroupEntries  = 4096 // stored entries per (group, topic); equals cursor.MaxEntries
+	MaxReplicas      = 16   // replicas per segment
+	MinSecretLen     = 16   // bytes of a cluster secret
+	MaxSecretLen     = 1024
+)
+
+// Permissions a user may hold, and ACL operations.
+const (
+	PermAdmin   = "admin"
+	PermProduce = "produce"
+	PermConsume = "consume"
+
+	OpProduce = "produce"
+	OpConsume = "consume"
+)
+
+// Command is one input of the state machine. It is a flat, versioned,
+// JSON-serialisable struct: each Kind reads the fields it needs and ignores
+// the rest. It is what the command log and Raft entries carry, so the JSON
+// tags are frozen. Time comes in as Now (unix ms) because Apply never reads a
+// clock.
+type Command struct {
+	V    int    `json:"v"`   // format version, currently 1
+	Kind string `json:"k"`   // one of the Kind* constants
+	Now  int64  `json:"now"` // unix ms, stamped by the proposer
+
+	Topic  string `json:"topic,omitempty"`   // topic name: create/delete_topic, commit_offsets
+	Bits   uint8  `json:"bits,omitempty"`    // create_topic: keyspace bits, 0 = DefaultBits
+	Ranges int    `json:"ranges,omitempty"`  // create_topic: initial range count, 0 = 1
+	Range  uint64 `json:"range,omitempty"`   // open_segment, split_range, merge_ranges
+	RangeB uint64 `json:"range_b,omitempty"` // merge_ranges: the other buddy
+
+	Segment     uint64   `json:"segment,omitempty"`      // seal_segment, delete_segment
+	Base        uint64   `json:"base,omitempty"`         // open_segment: first offset
+	End         uint64   `json:"end,omitempty"`          // seal_segment: offset after the last record
+	Records     uint64   `json:"records,omitempty"`      // seal_segment
+	Bytes       int64    `json:"bytes,omitempty"`        // seal_segment
+	MaxExpiry   int64    `json:"max_expiry,omitempty"`   // seal_segment: unix ms, 0 = none
+	ContentHash uint64   `json:"content_hash,omitempty"` // seal_segment: footer hash
+	Generation  uint32   `json:"generation,omitempty"`   // seal_segment: compaction generation
+	Replicas    []string `json:"replicas,omitempty"`     // open_segment: primary first
+
+	Group   string       `json:"group,omitempty"`   // commit_offsets
+	Entries []GroupEntry `json:"entries,omitempty"` // commit_offsets
+
+	User         string   `json:"user,omitempty"`          // user and ACL commands
+	PasswordHash string   `json:"password_hash,omitempty"` // create_user, set_password (opaque)
+	Perms        []string `json:"perms,omitempty"`         // create_user
+	Operation    string   `json:"operation,omitempty"`     // grant_acl, revoke_acl
+	Pattern      string   `json:"pattern,omitempty"`       // grant_acl, revoke_acl
+
+	ClusterID     string `json:"cluster_id,omitempty"`     // init_cluster (optional)
+	ClusterSecret []byte `json:"cluster_secret,omitempty"` // init_cluster
+}
+
+// Result is the output of Apply. Err is nil when the command took effect;
+// otherwise it is an Error and the state is unchanged. Only the fields that
+// the command's kind documents are set.
+type Result struct {
+	Err       error
+	TopicID   uint64   // create_topic, delete_topic
+	RangeIDs  []uint64 // create_topic: initial ranges by Start; split: [lo, hi]; merge: [child]
+	SegmentID uint64   // open_segment, seal_segment, delete_segment
+	Sealed    *Segment // seal_segment; also with ErrAlreadySealed: the existing seal
+	Deleted   []uint64 // segment ids freed: delete_topic (ascending), delete_segment
+}
+
+func failed(err Error) Result { return Result{Err: err} }

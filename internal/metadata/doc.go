@@ -1,0 +1,77 @@
+// Package metadata is the control plane's deterministic state machine:
+// topics, the ranges that tile each topic's keyspace, the segments that hold
+// each range's offsets, consumer-group positions, users, ACLs and the
+// cluster secret.
+//
+// It is pure: no I/O, no goroutines, no clock, no locks, no randomness.
+// Commands go in, results come out, and equal states fed equal commands end
+// equal, byte for byte (Snapshot). That is what lets the same commands be
+// logged on one node (internal/metastore) or replicated by Raft, and what
+// lets tests and simulators replay them. Time comes inside each command as
+// Command.Now (unix ms).
+//
+// # Commands
+//
+// A Command is a flat, versioned struct (V = Version, Kind, and the fields
+// the kind reads). An unknown V or Kind answers ErrUnknownCommand, so an old
+// replica refuses a newer command instead of half-applying it; malformed
+// fields answer ErrInvalidCommand. A refused command changes nothing, and
+// Apply never panics on any input.
+//
+//	create_topic   Topic, Bits, Ranges  -> TopicID, RangeIDs
+//	    name 1..249 bytes of [A-Za-z0-9._-], not "." or ".." (invalid_topic_name);
+//	    Bits 1..32, 0 = 16 (invalid_keyspace_bits); Ranges a power of two
+//	    <= min(2^Bits, 1024), 0 = 1 (invalid_range_count); already_exists.
+//	delete_topic   Topic -> TopicID, Deleted (every freed segment, ascending)
+//	open_segment   Range, Base, Replicas -> SegmentID
+//	    no_such_range; sealed (range sealed); active_segment_exists;
+//	    segment_overlap (Base < the range's NextOffset).
+//	seal_segment   Segment, End, Records, Bytes, MaxExpiry, ContentHash, Generation -> Sealed
+//	    no_such_segment; already_sealed (with the existing seal in Sealed, so
+//	    racing sealers converge); End >= Base and Records <= End-Base.
+//	delete_segment Segment -> Deleted   no_such_segment; segment_active.
+//	split_range    Range -> RangeIDs [lo, hi]
+//	    no_such_range; sealed; cannot_split (size 1); active_segment_exists
+//	    (seal first: the caller fences and seals the head before splitting).
+//	merge_ranges   Range, RangeB -> RangeIDs [child]
+//	    no_such_range; different_topic; sealed; not_buddies (equal size and
+//	    startA XOR size == startB); active_segment_exists.
+//	commit_offsets Group, Topic, Entries -> TopicID
+//	    no_such_topic; per entry, stored entries of the same Source whose
+//	    slice lies inside the new one are replaced (last commit wins); at most
+//	    MaxGroupEntries per group and topic.
+//	create_user    User, PasswordHash, Perms   user_exists; invalid_permissions
+//	delete_user    User (and its ACLs)         user_not_found
+//	set_password   User, PasswordHash          user_not_found
+//	grant_acl      User, Operation, Pattern    user_not_found; invalid_operation;
+//	    invalid_topic_name for a pattern that is not a topic name, "prefix*" or "*".
+//	revoke_acl     User, Operation, Pattern    idempotent
+//	init_cluster   ClusterSecret, ClusterID    once; then already_exists
+//
+// # Ranges and lineage
+//
+// A topic's keyspace [0, 2^bits) is tiled by its active ranges, each a buddy
+// block (size a power of two, Start a multiple of it). A split seals a range
+// and creates its two halves; a merge seals two buddies and creates their
+// union. No data moves: a sealed range keeps its segments, and readers of a
+// child first read its ancestors, filtered to the child's slice. That order
+// is Range.Lineage: every ancestor, each listed after all of its own
+// ancestors (a linear extension of the ancestor relation).
+//
+// # Offsets
+//
+// Offsets belong to a range and only grow. A range's segments are opened in
+// offset order, never overlap, and at most one (the last) is active.
+// Range.NextOffset, the largest End ever sealed, is the floor for the next
+// segment's Base; deleting segments does not lower it, so an offset is
+// never reused.
+//
+// # Ids, snapshots, reads
+//
+// Topic, range and segment ids are counters inside the state, never reused.
+// Snapshot encodes the state deterministically; Restore rebuilds the
+// indexes (topic by name, active ranges by Start, segments by range) and
+// refuses a state that breaks an invariant (CheckInvariants). Accessors
+// return copies; lookups by name or id are O(1), ActiveRangeFor is a binary
+// search over the active ranges.
+package metadata

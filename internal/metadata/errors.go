@@ -1,0 +1,42 @@
+package metadata
+
+// Error is the reason a command was refused. Its text is the reason string
+// sent on the wire, so the values below are part of the protocol: never
+// rename one. Compare with errors.Is or ==.
+type Error string
+
+func (e Error) Error() string { return string(e) }
+
+// Reasons a command can be refused. A refused command changes nothing.
+const (
+	ErrNoSuchTopic         Error = "no_such_topic"
+	ErrAlreadyExists       Error = "already_exists"
+	ErrInvalidTopicName    Error = "invalid_topic_name"
+	ErrInvalidKeyspaceBits Error = "invalid_keyspace_bits"
+	ErrInvalidRangeCount   Error = "invalid_range_count"
+	ErrNoSuchRange         Error = "no_such_range"
+	ErrSealed              Error = "sealed"
+	ErrCannotSplit         Error = "cannot_split"
+	ErrDifferentTopic      Error = "different_topic"
+	ErrNotBuddies          Error = "not_buddies"
+	ErrActiveSegmentExists Error = "active_segment_exists"
+	ErrSegmentOverlap      Error = "segment_overlap"
+	ErrNoSuchSegment       Error = "no_such_segment"
+	ErrSegmentActive       Error = "segment_active"
+	ErrAlreadySealed       Error = "already_sealed"
+	ErrUserExists          Error = "user_exists"
+	ErrUserNotFound        Error = "user_not_found"
+	ErrInvalidPermissions  Error = "invalid_permissions"
+	ErrInvalidOperation    Error = "invalid_operation"
+	ErrUnknownCommand      Error = "unknown_command"
+	ErrInvalidCommand      Error = "invalid_command"
+)
+
+// Errors lists every reason Apply can answer, for tables of wire reasons.
+var Errors = []Error{
+	ErrNoSuchTopic, ErrAlreadyExists, ErrInvalidTopicName, ErrInvalidKeyspaceBits,
+	ErrInvalidRangeCount, ErrNoSuchRange, ErrSealed, ErrCannotSplit, ErrDifferentTopic,
+	ErrNotBuddies, ErrActiveSegmentExists, ErrSegmentOverlap, ErrNoSuchSegment,
+	ErrSegmentActive, ErrAlreadySealed, ErrUserExists, ErrUserNotFound,
+	ErrInvalidPermissions, ErrInvalidOperation, ErrUnknownCommand, ErrInvalidCommand,
+}

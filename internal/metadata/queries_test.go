@@ -1,0 +1,119 @@
+package metadata
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+type query func(t *testing.T, st *State, f map[string]string) string
+
+// queries are the read-only script directives, one per accessor.
+var queries = map[string]query{
+	"topics":   queryTopics,
+	"ranges":   queryRanges,
+	"active":   queryActive,
+	"segments": querySegments,
+	"group":    queryGroup,
+	"route":    queryRoute,
+	"ancestor": queryAncestor,
+	"users":    queryUsers,
+	"acls":     queryACLs,
+	"cluster":  queryCluster,
+}
+
+func lines(ls []string) string {
+	if len(ls) == 0 {
+		return "<none>"
+	}
+	return strings.Join(ls, "\n")
+}
+
+func topicID(t *testing.T, st *State, name string) uint64 {
+	tp, ok := st.Topic(name)
+	if !ok {
+		return 0
+	}
+	if byID, ok := st.TopicByID(tp.ID); !ok || byID.Name != name {
+		t.Fatalf("TopicByID(%d) disagrees with Topic(%q)", tp.ID, name)
+	}
+	return tp.ID
+}
+
+func queryTopics(_ *testing.T, st *State, _ map[string]string) string {
+	var out []string
+	for _, tp := range st.Topics() {
+		out = append(out, fmt.Sprintf("topic %d %s bits=%d created=%d ranges=%v",
+			tp.ID, tp.Name, tp.Bits, tp.CreatedAt, tp.Ranges))
+	}
+	return lines(out)
+}
+
+func queryRanges(t *testing.T, st *State, f map[string]string) string {
+	var out []string
+	for _, r := range st.TopicRanges(topicID(t, st, f["topic"])) {
+		out = append(out, formatRange(r))
+	}
+	return lines(out)
+}
+
+func queryActive(t *testing.T, st *State, f map[string]string) string {
+	var out []string
+	for _, r := range st.ActiveRanges(topicID(t, st, f["topic"])) {
+		out = append(out, fmt.Sprintf("%d:[%d,%d)", r.ID, r.Start, r.End))
+	}
+	return lines([]string{strings.Join(out, " ")})
+}
+
+func querySegments(t *testing.T, st *State, f map[string]string) string {
+	id := num(t, f["range"])
+	var out []string
+	for _, s := range st.RangeSegments(id) {
+		out = append(out, formatSegment(s))
+	}
+	if head, ok := st.ActiveSegment(id); ok {
+		out = append(out, fmt.Sprintf("head %d", head.ID))
+	}
+	return lines(out)
+}
+
+func queryGroup(t *testing.T, st *State, f map[string]string) string {
+	id := topicID(t, st, f["topic"])
+	out := []string{fmt.Sprintf("groups %v", st.Groups(id))}
+	for _, e := range st.GroupEntries(f["group"], id) {
+		out = append(out, fmt.Sprintf("%d/%d/%d/%d", e.Source, e.SliceStart, e.SliceBits, e.Offset))
+	}
+	return lines(out)
+}
+
+func queryRoute(t *testing.T, st *State, f map[string]string) string {
+	r, ok := st.ActiveRangeFor(topicID(t, st, f["topic"]), num(t, f["pos"]))
+	if !ok {
+		return "none"
+	}
+	return fmt.Sprintf("range %d", r.ID)
+}
+
+func queryAncestor(t *testing.T, st *State, f map[string]string) string {
+	return fmt.Sprint(st.IsAncestor(num(t, f["anc"]), num(t, f["desc"])))
+}
+
+func queryUsers(_ *testing.T, st *State, _ map[string]string) string {
+	var out []string
+	for _, u := range st.Users() {
+		out = append(out, fmt.Sprintf("user %s hash=%s perms=%v", u.Name, u.PasswordHash, u.Perms))
+	}
+	return lines(out)
+}
+
+func queryACLs(_ *testing.T, st *State, f map[string]string) string {
+	var out []string
+	for _, a := range st.ACLs(f["user"]) {
+		out = append(out, fmt.Sprintf("%s %s %s", a.User, a.Operation, a.Pattern))
+	}
+	return lines(out)
+}
+
+func queryCluster(_ *testing.T, st *State, _ map[string]string) string {
+	return fmt.Sprintf("id=%q secret=%q", st.ClusterID(), st.ClusterSecret())
+}

@@ -1,0 +1,145 @@
+package metadata
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Topic is a named log whose keyspace is [0, 2^Bits).
+type Topic struct {
+	ID        uint64   `json:"id"`
+	Name      string   `json:"name"`
+	Bits      uint8    `json:"bits"`
+	CreatedAt int64    `json:"created_at"`
+	Ranges    []uint64 `json:"ranges"` // every range ever created, in creation order
+}
+
+// Range is a buddy block [Start, End) of a topic's keyspace. An active range
+// takes writes; a sealed one was split or merged away and is kept for its
+// data and lineage.
+type Range struct {
+	ID     uint64 `json:"id"`
+	Topic  uint64 `json:"topic"`
+	Start  uint64 `json:"start"`
+	End    uint64 `json:"end"`
+	Active bool   `json:"active"`
+	// Parents are the immediate parents: one after a split, two (lower,
+	// upper) after a merge, none for an initial range.
+	Parents []uint64 `json:"parents,omitempty"`
+	// Lineage is every ancestor, each before its own descendants (a linear
+	// extension of the ancestor relation), so readers can drain it in order.
+	Lineage []uint64 `json:"lineage,omitempty"`
+	// NextOffset is the lowest base a new segment may open at: the largest
+	// End ever sealed in this range. Deleting segments never lowers it, so
+	// offsets only grow.
+	NextOffset uint64 `json:"next_offset,omitempty"`
+	CreatedAt  int64  `json:"created_at"`
+	SealedAt   int64  `json:"sealed_at,omitempty"`
+}
+
+// Size is End - Start.
+func (r Range) Size() uint64 { return r.End - r.Start }
+
+// Contains reports whether pos lies in [Start, End).
+func (r Range) Contains(pos uint64) bool { return pos >= r.Start && pos < r.End }
+
+// Segment is a run of a range's offsets [Base, End) on one replica set. An
+// active segment has End == Base in metadata: its real end lives on the
+// primary until the seal records it.
+type Segment struct {
+	ID          uint64   `json:"id"`
+	Range       uint64   `json:"range"`
+	Replicas    []string `json:"replicas,omitempty"` // the first is the primary
+	Active      bool     `json:"active"`
+	Base        uint64   `json:"base"`
+	End         uint64   `json:"end"`
+	Records     uint64   `json:"records,omitempty"`
+	Bytes       int64    `json:"bytes,omitempty"`
+	MaxExpiry   int64    `json:"max_expiry,omitempty"`
+	ContentHash uint64   `json:"content_hash,omitempty"`
+	Generation  uint32   `json:"generation,omitempty"`
+	OpenedAt    int64    `json:"opened_at"`
+	SealedAt    int64    `json:"sealed_at,omitempty"`
+}
+
+// GroupEntry is one part of a group's committed position, with the shape of
+// cursor.Entry: records of range Source whose key position lies in
+// [SliceStart, SliceStart+2^SliceBits) and whose offset is < Offset have been
+// consumed.
+type GroupEntry struct {
+	Source     uint64 `json:"source"`
+	SliceStart uint64 `json:"slice_start"`
+	SliceBits  uint8  `json:"slice_bits"`
+	Offset     uint64 `json:"offset"`
+}
+
+// sliceEnd is the end of the entry's slice (never overflows: bits <= 32).
+func (e GroupEntry) sliceEnd() uint64 { return e.SliceStart + 1<<e.SliceBits }
+
+// within reports whether e's slice lies inside o's slice.
+func (e GroupEntry) within(o GroupEntry) bool {
+	return e.SliceStart >= o.SliceStart && e.sliceEnd() <= o.sliceEnd()
+}
+
+func compareEntries(a, b GroupEntry) int {
+	switch {
+	case a.Source != b.Source:
+		return cmp.Compare(a.Source, b.Source)
+	case a.SliceStart != b.SliceStart:
+		return cmp.Compare(a.SliceStart, b.SliceStart)
+	default:
+		return int(a.SliceBits) - int(b.SliceBits)
+	}
+}
+
+
+// User is an account. PasswordHash is opaque here (auth owns its format).
+type User struct {
+	Name         string   `json:"name"`
+	PasswordHash string   `json:"password_hash"`
+	Perms        []string `json:"perms"` // sorted, no duplicates
+}
+
+// ACL allows User to perform Operation (produce|consume) on topics matching
+// Pattern: a literal topic name, "prefix*" (any name starting with prefix),
+// or "*" (every topic).
+type ACL struct {
+	User      string `json:"user"`
+	Operation string `json:"operation"`
+	Pattern   string `json:"pattern"`
+}
+
+func compareACLs(a, b ACL) int {
+	switch {
+	case a.User != b.User:
+		return cmp.Compare(a.User, b.User)
+	case a.Operation != b.Operation:
+		return cmp.Compare(a.Operation, b.Operation)
+	default:
+		return cmp.Compare(a.Pattern, b.Pattern)
+	}
+}
+
+
+// The clone helpers keep accessors from handing out the state's own slices.
+
+func (t Topic) clone() Topic {
+	t.Ranges = slices.Clone(t.Ranges)
+	return t
+}
+
+func (r Range) clone() Range {
+	r.Parents = slices.Clone(r.Parents)
+	r.Lineage = slices.Clone(r.Lineage)
+	return r
+}
+
+func (s Segment) clone() Segment {
+	s.Replicas = slices.Clone(s.Replicas)
+	return s
+}
+
+func (u User) clone() User {
+	u.Perms = slices.Clone(u.Perms)
+	return u
+}

@@ -1,0 +1,323 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/malachi-log/malachi/internal/storage/segment"
+)
+
+// request is one queued append, or a barrier (batch == nil) whose done
+// fires once everything queued before it has been handled.
+type request struct {
+	sg    *seg
+	log   *segment.Segment
+	batch []byte
+	size  int64
+	done  func(error)
+}
+
+// AppendAsync validates one encoded batch and queues it for segment id.
+// Batches queued for a segment reach its file in queue order.
+//
+// It returns an error synchronously — and then never calls done — for an
+// unknown segment (ErrNotFound), a sealed or fenced one (ErrSealed), a
+// base offset below the segment's end including queued batches
+// (ErrOffsetRegression), bytes that are not exactly one batch with a good
+// CRC (ErrBadBatch), a damaged segment (ErrCorrupt), a failed store
+// (ErrFailed) or a closed one (ErrClosed), or ctx ending while it waits.
+//
+// Otherwise done is called exactly once, from the commit goroutine: with
+// nil after the fdatasync covering the batch, or with the write or sync
+// error (wrapping ErrFailed). done must not block. It blocks, respecting
+// ctx, while MaxPendingBytes are queued. The store keeps batch until done
+// is called: the caller must not modify it before then.
+func (s *Store) AppendAsync(ctx context.Context, id SegmentID, batch []byte, done func(error)) error {
+	h, err := checkBatch(batch)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if done == nil {
+		done = func(error) {}
+	}
+	s.mu.Lock()
+	for {
+		sg, err := s.admitLocked(id, h)
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		size := int64(len(batch))
+		if s.pending == 0 || s.pending+size <= s.cfg.MaxPendingBytes {
+			s.queue = append(s.queue, request{sg: sg, log: sg.h.log, batch: batch, size: size, done: done})
+			s.pending += size
+			sg.queuedEnd = h.LastOffset() + 1
+			s.mu.Unlock()
+			s.kick()
+			return nil
+		}
+		// Wait for room, then check everything again: the segment may
+		// have been sealed or another append may have moved its end.
+		space := s.space
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-space:
+		}
+		s.mu.Lock()
+	}
+}
+
+func checkBatch(batch []byte) (segment.BatchHeader, error) {
+	h, err := segment.ParseHeader(batch)
+	if err == nil && h.Length != len(batch) {
+		err = fmt.Errorf("%d bytes given for a batch of %d", len(batch), h.Length)
+	}
+	if err == nil {
+		err = segment.Verify(batch)
+	}
+	if err != nil {
+		return h, fmt.Errorf("%w: %v", ErrBadBatch, err)
+	}
+	return h, nil
+}
+
+// admitLocked checks that segment id takes a batch with header h now.
+func (s *Store) admitLocked(id SegmentID, h segment.BatchHeader) (*seg, error) {
+	sg, err := s.lookupLocked(id)
+	switch {
+	case err != nil:
+		return nil, err
+	case s.failed != nil:
+		return nil, s.failed
+	case sg.damage != nil:
+		return nil, sg.damage
+	case sg.fenced:
+		return nil, fmt.Errorf("%w: %d", ErrSealed, id)
+	case h.BaseOffset < sg.queuedEnd:
+		return nil, fmt.Errorf("%w: batch base %d below segment %d end %d", ErrOffsetRegression, h.BaseOffset, id, sg.queuedEnd)
+	}
+	return sg, nil
+}
+
+// Append is AppendAsync followed by waiting for done. If ctx ends while
+// waiting, Append returns ctx.Err() but the batch may still become durable.
+func (s *Store) Append(ctx context.Context, id SegmentID, batch []byte) error {
+	ch := make(chan error, 1)
+	if err := s.AppendAsync(ctx, id, batch, func(err error) { ch <- err }); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// barrierLocked queues a barrier for sg and returns a channel closed when
+// everything queued before it is durable or failed. Barriers are not
+// counted against MaxPendingBytes.
+func (s *Store) barrierLocked(sg *seg) (<-chan struct{}, error) {
+	if s.closing {
+		return nil, ErrClosed
+	}
+	ch := make(chan struct{})
+	s.queue = append(s.queue, request{sg: sg, done: func(error) { close(ch) }})
+	return ch, nil
+}
+
+func (s *Store) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// signalSpaceLocked wakes every AppendAsync waiting for room.
+func (s *Store) signalSpaceLocked() {
+	close(s.space)
+	s.space = make(chan struct{})
+}
+
+// commitLoop is the store's one commit goroutine: it takes everything
+// queued, writes it, syncs each touched file once, fires the callbacks,
+// and repeats until Close has been called and the queue is empty.
+func (s *Store) commitLoop() {
+	defer close(s.exited)
+	for {
+		round, ok := s.nextRound()
+		if !ok {
+			return
+		}
+		s.commit(round)
+		clear(round) // drop references to batches and callbacks
+		s.mu.Lock()
+		s.spare = round[:0]
+		s.mu.Unlock()
+	}
+}
+
+func (s *Store) nextRound() ([]request, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) == 0 {
+		if s.closing {
+			return nil, false
+		}
+		s.mu.Unlock()
+		<-s.wake
+		s.mu.Lock()
+	}
+	round := s.queue
+	s.queue, s.spare = s.spare, nil
+	return round, true
+}
+
+// group is one segment's share of a round.
+type group struct {
+	log     *segment.Segment
+	batches [][]byte
+	err     error
+}
+
+// commit writes, syncs and acknowledges one round. Segments are written
+// in order of first appearance; after a write error nothing more is
+// written, but files already written are still synced so the batches whose
+// fsync succeeds are acknowledged — they are durable.
+func (s *Store) commit(round []request) {
+	groups, of := groupRound(round)
+	if err := s.failure(); err != nil {
+		for _, g := range groups {
+			g.err = err
+		}
+	} else {
+		s.writeAll(groups)
+		s.syncAll(groups)
+	}
+	var failure error
+	for _, g := range groups {
+		if g.err != nil && failure == nil {
+			failure = g.err
+		}
+	}
+	if failure != nil {
+		s.fail(failure)
+	}
+	s.finish(round, groups, of)
+}
+
+// groupRound groups a round's appends by segment file; of[i] is the group
+// of round[i].
+func groupRound(round []request) ([]*group, []int) {
+	var groups []*group
+	idx := map[*segment.Segment]int{}
+	of := make([]int, len(round))
+	for i, r := range round {
+		if r.batch == nil {
+			of[i] = -1
+			continue
+		}
+		gi, ok := idx[r.log]
+		if !ok {
+			gi = len(groups)
+			idx[r.log] = gi
+			groups = append(groups, &group{log: r.log})
+		}
+		groups[gi].batches = append(groups[gi].batches, r.batch)
+		of[i] = gi
+	}
+	return groups, of
+}
+
+func (s *Store) writeAll(groups []*group) {
+	var werr error
+	for _, g := range groups {
+		if werr != nil {
+			g.err = fmt.Errorf("not written after an earlier write error: %w", werr)
+			continue
+		}
+		if err := g.log.Append(g.batches...); err != nil {
+			g.err, werr = err, err
+		}
+	}
+}
+
+// syncAll fdatasyncs every written file; several files sync in parallel so
+// the filesystem can fold them into one journal commit.
+func (s *Store) syncAll(groups []*group) {
+	var wg sync.WaitGroup
+	var first *group
+	for _, g := range groups {
+		if g.err != nil {
+			continue
+		}
+		s.stats.syncs.Add(1)
+		if first == nil {
+			first = g
+			continue
+		}
+		wg.Add(1)
+		go func(g *group) {
+			defer wg.Done()
+			g.err = g.log.Sync()
+		}(g)
+	}
+	if first != nil {
+		first.err = first.log.Sync()
+	}
+	wg.Wait()
+}
+
+// fail makes the store fail-stop: every later append is refused.
+func (s *Store) fail(err error) {
+	s.mu.Lock()
+	if s.failed == nil {
+		s.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	s.mu.Unlock()
+}
+
+func (s *Store) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// finish fires callbacks in queue order and releases the queued bytes.
+func (s *Store) finish(round []request, groups []*group, of []int) {
+	var freed int64
+	var batches, bytes uint64
+	for i, r := range round {
+		freed += r.size
+		if of[i] < 0 {
+			r.done(nil) // barrier: the waiter checks the store's state itself
+			continue
+		}
+		if err := groups[of[i]].err; err != nil {
+			if !errors.Is(err, ErrFailed) {
+				err = fmt.Errorf("%w: %w", ErrFailed, err)
+			}
+			r.done(err)
+			continue
+		}
+		batches++
+		bytes += uint64(r.size)
+		r.done(nil)
+	}
+	if len(groups) > 0 {
+		s.stats.rounds.Add(1)
+	}
+	s.stats.batches.Add(batches)
+	s.stats.bytes.Add(bytes)
+	s.mu.Lock()
+	s.pending -= freed
+	s.signalSpaceLocked()
+	s.mu.Unlock()
+}

@@ -1,0 +1,62 @@
+// Package storage is a node's directory of segments: it opens and
+// recovers them, appends with group commit, reads, seals, verifies and
+// deletes. The bytes of one segment — batch format, sparse index, footer —
+// belong to package segment.
+//
+// # Files
+//
+// Each segment id has, in Config.Dir, <id:020d>.log (file header and
+// batches), and once sealed <id>.seal (the footer, with its own CRC) and
+// <id>.idx (the sparse index, a cache rebuilt when missing). Sidecars are
+// written as <name>.tmp, fsynced and renamed; the directory is fsynced
+// after every create, seal and delete. docs/storage-format.md has the bytes.
+//
+// # Durability contract
+//
+//   - An append is acknowledged (done(nil)) only after the fdatasync that
+//     covers it has returned. No path acknowledges without it.
+//   - Batches of one segment reach the file, and are acknowledged, in the
+//     order AppendAsync accepted them.
+//   - Read never returns a byte that is not yet durable: it is bounded by
+//     the durable end of the last successful sync. After Open everything
+//     recovered has been fsynced, so it counts as durable.
+//   - Create, Seal and Delete return after the directory entry change is
+//     durable.
+//   - A torn tail of an active segment — what a crash leaves of appends
+//     never acknowledged — is truncated at Open. Everything acknowledged is
+//     before it. Appends queued but not acknowledged when the process died
+//     may or may not survive, always whole and in order.
+//   - Sealed segments are never modified. Damage is reported (ErrCorrupt,
+//     IsCorrupt) by Open (Info.Damage), Read and Verify, and the bytes are
+//     kept for repair from a healthy replica.
+//
+// # Group commit
+//
+// One commit goroutine per Store, started by Open and ended by Close,
+// takes everything queued, writes each segment's share with one write
+// call, fdatasyncs each touched file once (files in parallel, so the
+// filesystem can share a journal commit), then fires the callbacks in queue
+// order. While one round syncs, the next accumulates: the more concurrent
+// appenders, the more batches share an fsync. Queued-but-unacknowledged
+// bytes are bounded by MaxPendingBytes; AppendAsync blocks (respecting its
+// context) beyond it.
+//
+// # Failures: fail-stop per store
+//
+// A failed write or fdatasync fails the callbacks of the batches not known
+// durable in that round and puts the whole Store into a failed state:
+// every later AppendAsync, Create and Seal returns an error wrapping
+// ErrFailed; reads of durable data still work. After a failed fsync the
+// kernel may have dropped the dirty pages, so the file's tail is unknown
+// until it is reread, and a failing disk rarely fails one file: the node
+// should close the store and reopen it, which runs recovery and trusts
+// only what is on disk. Batches of other files in the same round whose
+// fsync succeeded are acknowledged normally — they are durable.
+//
+// # Fencing
+//
+// Seal first fences the segment (later appends get ErrSealed), queues a
+// barrier behind the segment's appends and waits for it, then writes the
+// index and the footer. The footer records the segment's end explicitly,
+// optionally an end beyond the last batch (SealWith), never base + count.
+package storage

@@ -1,0 +1,213 @@
+package storage
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// File names: <id as 20 digits><ext>, so a directory listing sorts by id.
+const (
+	logExt  = ".log"
+	sealExt = ".seal"
+	idxExt  = ".idx"
+)
+
+// segFiles records which of a segment's files exist.
+type segFiles struct{ log, seal, idx bool }
+
+// parseName splits a segment file name; ok is false for foreign files,
+// which Open leaves alone.
+func parseName(name string) (SegmentID, string, bool) {
+	ext := filepath.Ext(name)
+	if ext != logExt && ext != sealExt && ext != idxExt {
+		return 0, "", false
+	}
+	stem := strings.TrimSuffix(name, ext)
+	id, err := strconv.ParseUint(stem, 10, 64)
+	if err != nil || fmt.Sprintf("%020d", id) != stem {
+		return 0, "", false
+	}
+	return SegmentID(id), ext, true
+}
+
+// Open opens the store in cfg.Dir, creating the directory if needed, and
+// recovers every segment in it:
+//
+//   - an active segment (a .log without .seal) has every batch verified; a
+//     torn tail is truncated, and what remains is fsynced. An invalid batch
+//     followed by valid ones is damage: reported in Info.Damage, kept.
+//   - a sealed segment (.log and .seal) is trusted: its footer is read and
+//     the file length checked, nothing more until it is read. Damage is
+//     reported (ErrCorrupt), never truncated.
+//   - leftovers of interrupted operations are removed: temporary files,
+//     and .seal/.idx files whose .log is gone (an interrupted Delete).
+//
+// Open fails only when the disk cannot be read; damaged segments are
+// listed with their damage so the node can start and repair them.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:    cfg,
+		fs:     cfg.FS,
+		opts:   segment.Options{IndexIntervalBytes: cfg.IndexIntervalBytes},
+		segs:   map[SegmentID]*seg{},
+		space:  make(chan struct{}),
+		lru:    list.New(),
+		wake:   make(chan struct{}, 1),
+		exited: make(chan struct{}),
+	}
+	if err := s.prepareDir(); err != nil {
+		return nil, err
+	}
+	if err := s.recoverAll(); err != nil {
+		for _, sg := range s.segs {
+			if sg.h != nil {
+				_ = sg.h.log.Close()
+			}
+		}
+		return nil, err
+	}
+	go s.commitLoop()
+	return s, nil
+}
+
+// prepareDir creates the directory and makes its entry durable.
+func (s *Store) prepareDir() error {
+	if err := s.fs.MkdirAll(s.cfg.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(filepath.Dir(filepath.Clean(s.cfg.Dir))); err != nil {
+		return err
+	}
+	return s.fs.SyncDir(s.cfg.Dir)
+}
+
+func (s *Store) recoverAll() error {
+	names, err := s.fs.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	files := map[SegmentID]*segFiles{}
+	changed := false
+	for _, name := range names {
+		if strings.HasSuffix(name, segment.TempSuffix) {
+			if err := s.fs.Remove(filepath.Join(s.cfg.Dir, name)); err != nil {
+				return err
+			}
+			changed = true
+			continue
+		}
+		id, ext, ok := parseName(name)
+		if !ok {
+			continue
+		}
+		if files[id] == nil {
+			files[id] = &segFiles{}
+		}
+		switch ext {
+		case logExt:
+			files[id].log = true
+		case sealExt:
+			files[id].seal = true
+		case idxExt:
+			files[id].idx = true
+		}
+	}
+	ids := make([]SegmentID, 0, len(files))
+	for id := range files {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		removed, err := s.recoverSegment(id, files[id])
+		if err != nil {
+			return err
+		}
+		changed = changed || removed
+	}
+	if changed {
+		return s.fs.SyncDir(s.cfg.Dir)
+	}
+	return nil
+}
+
+// recoverSegment recovers one segment; removed reports files it deleted.
+func (s *Store) recoverSegment(id SegmentID, f *segFiles) (removed bool, err error) {
+	switch {
+	case !f.log:
+		return true, s.removeSidecars(id)
+	case f.seal:
+		return false, s.recoverSealed(id)
+	default:
+		return s.recoverActive(id)
+	}
+}
+
+func (s *Store) removeSidecars(id SegmentID) error {
+	for _, ext := range []string{idxExt, sealExt} {
+		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) recoverActive(id SegmentID) (removed bool, err error) {
+	path := s.path(id, logExt)
+	log, rec, err := segment.Recover(s.fs, path, s.opts)
+	switch {
+	case errors.Is(err, segment.ErrTornCreate):
+		// Create never returned: the file holds no batch.
+		return true, s.fs.Remove(path)
+	case IsCorrupt(err):
+		s.segs[id] = &seg{id: id, ready: true, fenced: true, damage: err}
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	written, _ := log.Stats()
+	sg := &seg{id: id, base: log.Base(), ready: true, queuedEnd: written.End,
+		damage: rec.Damage, h: &handle{log: log, refs: 1}}
+	if log.ID() != uint64(id) {
+		sg.damage = fmt.Errorf("%w: %s holds segment %d", ErrCorrupt, path, log.ID())
+	}
+	s.stats.truncated.Add(uint64(rec.TruncatedBytes))
+	s.segs[id] = sg
+	return false, nil
+}
+
+func (s *Store) recoverSealed(id SegmentID) error {
+	sg := &seg{id: id, ready: true, fenced: true, sealed: true}
+	s.segs[id] = sg
+	fid, ft, err := segment.ReadFooter(s.fs, s.path(id, sealExt))
+	switch {
+	case IsCorrupt(err):
+		sg.damage = err
+		return nil
+	case err != nil:
+		return err
+	case fid != uint64(id):
+		sg.damage = fmt.Errorf("%w: seal file of segment %d names segment %d", ErrCorrupt, id, fid)
+		return nil
+	}
+	sg.base, sg.queuedEnd, sg.footer = ft.Base, ft.End, &ft
+	st, err := s.fs.Stat(s.path(id, logExt))
+	if err != nil {
+		return err
+	}
+	if st.Size != segment.FileHeaderSize+ft.Bytes {
+		sg.damage = fmt.Errorf("%w: segment %d is %d bytes, footer says %d",
+			ErrCorrupt, id, st.Size, segment.FileHeaderSize+ft.Bytes)
+	}
+	return nil
+}

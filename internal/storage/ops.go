@@ -1,0 +1,289 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// Read returns whole stored batches (verbatim bytes) starting with the
+// batch containing from (or the first batch after it, if from falls in a
+// hole), total <= maxBytes except that the first batch is always returned
+// whole even if larger, never a batch with LastOffset >= upTo (pass
+// math.MaxUint64 for no bound), and never bytes not yet fsynced. next is
+// the offset after the last returned batch (or from if none). Returned
+// batches have passed their CRC; damage is an error wrapping ErrCorrupt.
+func (s *Store) Read(id SegmentID, from uint64, maxBytes int, upTo uint64) (batches []byte, next uint64, err error) {
+	_, h, err := s.acquire(id)
+	if err != nil {
+		return nil, from, err
+	}
+	defer s.release(h)
+	return h.log.Read(from, maxBytes, upTo)
+}
+
+// Verify rereads segment id in full: every batch's framing and CRC and,
+// for a sealed segment, the footer's counts and content hash. Damage is
+// reported wrapping ErrCorrupt; nothing is modified.
+func (s *Store) Verify(id SegmentID) error {
+	sg, h, err := s.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer s.release(h)
+	s.mu.Lock()
+	ft, damage := sg.footer, sg.damage
+	s.mu.Unlock()
+	if damage != nil {
+		return damage
+	}
+	return h.log.Verify(ft)
+}
+
+// Seal is SealWith with no options: it records the durable end.
+func (s *Store) Seal(ctx context.Context, id SegmentID) (Footer, error) {
+	return s.SealWith(ctx, id, SealOptions{})
+}
+
+// SealWith fences the segment (later appends get ErrSealed), waits for its
+// queued appends to be durable, writes the index and the footer durably,
+// and returns the footer. Sealing a sealed segment returns its footer; it
+// is an error only when o asks for a different end or generation. If ctx
+// ends while waiting, the segment stays fenced and Seal may be retried.
+func (s *Store) SealWith(ctx context.Context, id SegmentID, o SealOptions) (Footer, error) {
+	sg, err := s.lookup(id)
+	if err != nil {
+		return Footer{}, err
+	}
+	sg.sealMu.Lock()
+	defer sg.sealMu.Unlock()
+	s.mu.Lock()
+	if sg.sealed {
+		ft := *sg.footer
+		s.mu.Unlock()
+		return ft, sealedCompatible(ft, o)
+	}
+	wait, err := s.fenceLocked(sg)
+	var log *segment.Segment
+	if err == nil {
+		log = sg.h.log // an active segment's handle stays open until it is sealed
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return Footer{}, err
+	}
+	select {
+	case <-wait:
+	case <-ctx.Done():
+		return Footer{}, ctx.Err()
+	}
+	if err := s.failure(); err != nil {
+		return Footer{}, err
+	}
+	ft, err := s.writeSeal(sg.id, log, o)
+	if err != nil {
+		return Footer{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sg.sealed, sg.footer, sg.queuedEnd = true, &ft, ft.End
+	if !sg.gone && !s.closed {
+		sg.h.refs-- // the store's own reference: the handle is now a cache entry
+		sg.h.elem = s.lru.PushFront(sg)
+		s.evictLocked()
+	}
+	return ft, nil
+}
+
+func sealedCompatible(ft Footer, o SealOptions) error {
+	if (o.End != 0 && o.End != ft.End) || (o.Generation != 0 && o.Generation != ft.Generation) {
+		return fmt.Errorf("%w: already sealed at end %d generation %d", ErrSealed, ft.End, ft.Generation)
+	}
+	return nil
+}
+
+// fenceLocked stops appends to sg and queues a barrier behind its appends.
+func (s *Store) fenceLocked(sg *seg) (<-chan struct{}, error) {
+	switch {
+	case sg.gone:
+		return nil, fmt.Errorf("%w: %d", ErrNotFound, sg.id)
+	case sg.damage != nil:
+		return nil, sg.damage
+	case s.failed != nil:
+		return nil, s.failed
+	}
+	sg.fenced = true
+	return s.barrierLocked(sg)
+}
+
+// writeSeal writes the .idx and then the .seal file and syncs the
+// directory. The segment is sealed once the .seal rename is durable; the
+// index is only a cache, written first so a sealed segment normally has one.
+func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Footer, error) {
+	_, d := log.Stats()
+	end := d.End
+	if o.End != 0 {
+		end = o.End
+	}
+	ft, err := log.Footer(end, o.Generation)
+	if err != nil {
+		return Footer{}, err
+	}
+	if err := log.WriteIndex(s.fs, s.path(id, idxExt)); err != nil {
+		return Footer{}, err
+	}
+	if err := segment.WriteFooter(s.fs, s.path(id, sealExt), uint64(id), ft); err != nil {
+		return Footer{}, err
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		return Footer{}, err
+	}
+	log.MarkSealed(end)
+	return ft, nil
+}
+
+// Delete fences segment id, waits for its queued appends to finish, and
+// removes its files: the .log first, so a crash part-way leaves only
+// sidecars, which Open discards.
+func (s *Store) Delete(id SegmentID) error {
+	sg, err := s.lookup(id)
+	if err != nil {
+		return err
+	}
+	sg.sealMu.Lock()
+	defer sg.sealMu.Unlock()
+	s.mu.Lock()
+	if sg.gone {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	sg.gone, sg.fenced = true, true
+	delete(s.segs, id)
+	var wait <-chan struct{}
+	if !sg.sealed && sg.h != nil {
+		var err error
+		if wait, err = s.barrierLocked(sg); err != nil {
+			wait = s.exited // closing: the commit goroutine drains the queue first
+		}
+	}
+	s.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+	s.mu.Lock()
+	if !sg.sealed && sg.h != nil {
+		sg.h.refs--
+	}
+	s.retireLocked(sg)
+	s.mu.Unlock()
+	for _, ext := range []string{logExt, idxExt, sealExt} {
+		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
+			return err
+		}
+	}
+	return s.fs.SyncDir(s.cfg.Dir)
+}
+
+// acquire returns segment id with an open handle and a reference on it,
+// opening a sealed segment's file into the cache if needed.
+func (s *Store) acquire(id SegmentID) (*seg, *handle, error) {
+	s.mu.Lock()
+	sg, err := s.lookupLocked(id)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, nil, err
+	}
+	if h := s.refLocked(sg); h != nil {
+		s.mu.Unlock()
+		return sg, h, nil
+	}
+	s.mu.Unlock()
+	return s.openSealed(sg)
+}
+
+// refLocked takes a reference on sg's open handle, if it has one.
+func (s *Store) refLocked(sg *seg) *handle {
+	h := sg.h
+	if h == nil {
+		return nil
+	}
+	h.refs++
+	if h.elem != nil {
+		s.lru.MoveToFront(h.elem)
+	}
+	return h
+}
+
+func (s *Store) openSealed(sg *seg) (*seg, *handle, error) {
+	sg.openMu.Lock()
+	defer sg.openMu.Unlock()
+	s.mu.Lock()
+	if h := s.refLocked(sg); h != nil {
+		s.mu.Unlock()
+		return sg, h, nil
+	}
+	if sg.damage != nil || sg.footer == nil {
+		err := sg.damage
+		s.mu.Unlock()
+		return nil, nil, err
+	}
+	ft := *sg.footer
+	s.mu.Unlock()
+
+	log, err := segment.OpenSealed(s.fs, s.path(sg.id, logExt), s.path(sg.id, idxExt), ft, s.opts)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if IsCorrupt(err) {
+			sg.damage = err // structure is trusted; once it fails, it stays failed
+		}
+		return nil, nil, err
+	}
+	if sg.gone || s.closed {
+		_ = log.Close()
+		return nil, nil, fmt.Errorf("%w: %d", ErrNotFound, sg.id)
+	}
+	h := &handle{log: log, refs: 1}
+	h.elem = s.lru.PushFront(sg)
+	sg.h = h
+	s.evictLocked()
+	return sg, h, nil
+}
+
+func (s *Store) release(h *handle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.refs--
+	if h.refs == 0 && h.retired {
+		_ = h.log.Close()
+	}
+}
+
+// retireLocked detaches sg's handle; the file closes now or when its last
+// reader releases it.
+func (s *Store) retireLocked(sg *seg) {
+	h := sg.h
+	if h == nil {
+		return
+	}
+	sg.h = nil
+	if h.elem != nil {
+		s.lru.Remove(h.elem)
+		h.elem = nil
+	}
+	h.retired = true
+	if h.refs == 0 {
+		_ = h.log.Close()
+	}
+}
+
+// evictLocked retires the least recently used sealed handles beyond
+// MaxOpenFiles. A handle in use closes when its reader is done, so the
+// number of open files can exceed the limit by the reads in flight.
+func (s *Store) evictLocked() {
+	for s.lru.Len() > s.cfg.MaxOpenFiles {
+		s.retireLocked(s.lru.Back().Value.(*seg))
+	}
+}

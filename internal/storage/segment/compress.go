@@ -1,0 +1,97 @@
+package segment
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+)
+
+// The zstd encoder and decoder are safe for concurrent EncodeAll/DecodeAll
+// and expensive to build, so one of each serves the process.
+var (
+	zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+		return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault))
+	})
+	// DecodeAll given no buffer sizes its first allocation by the input
+	// and grows only as output is produced, up to MaxBatchSize; a hostile
+	// length claim therefore costs nothing up front.
+	zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+		return zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(0),
+			zstd.WithDecoderMaxMemory(MaxBatchSize))
+	})
+)
+
+var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
+
+func getScratch() []byte { return (*scratchPool.Get().(*[]byte))[:0] }
+
+func putScratch(b []byte) {
+	if cap(b) > 4<<20 {
+		return // do not pin large buffers
+	}
+	scratchPool.Put(&b)
+}
+
+// compress appends raw compressed with codec to dst.
+func compress(dst, raw []byte, codec Codec) ([]byte, error) {
+	switch codec {
+	case CodecZstd:
+		enc, err := zstdEncoder()
+		if err != nil {
+			return dst, err
+		}
+		return enc.EncodeAll(raw, dst), nil
+	case CodecS2:
+		n := s2.MaxEncodedLen(len(raw))
+		if n < 0 {
+			return dst, fmt.Errorf("%w: records section too large for s2", ErrInvalid)
+		}
+		start := len(dst)
+		dst = append(dst, make([]byte, n)...)
+		out := s2.Encode(dst[start:], raw)
+		return dst[:start+len(out)], nil
+	}
+	return dst, fmt.Errorf("%w: codec %d", ErrInvalid, codec)
+}
+
+// decompress returns the records section of a batch whose header is h. A
+// codec stream that claims or produces any length other than the header's
+// RawLength (bounded by MaxBatchSize) is corrupt. s2 allocates the length
+// its block header claims once that matches RawLength; zstd allocates as it
+// produces output.
+func decompress(body []byte, h BatchHeader) ([]byte, error) {
+	switch h.Codec() {
+	case CodecNone:
+		if len(body) != h.RawLength {
+			return nil, corruptf("records section is %d bytes, header says %d", len(body), h.RawLength)
+		}
+		return body, nil
+	case CodecZstd:
+		dec, err := zstdDecoder()
+		if err != nil {
+			return nil, err
+		}
+		out, err := dec.DecodeAll(body, nil)
+		if err != nil {
+			return nil, corruptf("zstd: %v", err)
+		}
+		if len(out) != h.RawLength {
+			return nil, corruptf("zstd produced %d bytes, header says %d", len(out), h.RawLength)
+		}
+		return out, nil
+	case CodecS2:
+		n, err := s2.DecodedLen(body)
+		if err != nil || n != h.RawLength {
+			return nil, corruptf("s2 length %d (%v), header says %d", n, err, h.RawLength)
+		}
+		out, err := s2.Decode(make([]byte, n), body)
+		if err != nil {
+			return nil, corruptf("s2: %v", err)
+		}
+		return out, nil
+	}
+	return nil, corruptf("codec %d", h.Codec())
+}

@@ -1,0 +1,111 @@
+package segment
+
+import (
+	"fmt"
+	"io"
+)
+
+// Read returns whole stored batches, verbatim, starting with the batch
+// that holds offset from (or the first batch after it, when from falls in
+// a hole). The total is at most maxBytes, except that the first batch is
+// always returned whole; no returned batch has LastOffset >= upTo; only
+// durable bytes are read. next is the offset after the last returned batch,
+// or from when none is returned. Every returned batch has passed its CRC;
+// damage is reported wrapping ErrCorrupt.
+func (s *Segment) Read(from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
+	s.mu.RLock()
+	d := s.durable
+	pos, ok := s.idx.Lookup(from)
+	s.mu.RUnlock()
+	if !ok {
+		pos = FileHeaderSize
+	}
+	limit := FileHeaderSize + d.Bytes
+	if from >= d.End || from >= upTo || pos >= limit {
+		return nil, from, nil
+	}
+	w := &window{f: s.f, size: limit, chunk: s.interval + 2*HeaderSize}
+	first, h, err := s.seek(w, pos, from)
+	if err != nil || first < 0 || h.LastOffset() >= upTo {
+		return nil, from, err
+	}
+	span := min(int64(max(h.Length, maxBytes)), limit-first)
+	out := make([]byte, span)
+	if n, err := s.f.ReadAt(out, first); int64(n) != span {
+		return nil, from, fmt.Errorf("segment %d: read at %d: %w", s.id, first, readErr(err))
+	}
+	cut, next, err := s.cut(out, first, limit, upTo)
+	if err != nil {
+		return nil, from, err
+	}
+	if cut == 0 {
+		return nil, from, nil
+	}
+	return out[:cut:cut], next, nil
+}
+
+func readErr(err error) error {
+	if err == nil || err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// seek walks batch headers from pos to the first batch whose last offset
+// is >= from. It returns -1 when there is none before the window's end.
+func (s *Segment) seek(w *window, pos int64, from uint64) (int64, BatchHeader, error) {
+	for pos < w.size {
+		hb, err := w.at(pos, HeaderSize)
+		if err != nil {
+			return -1, BatchHeader{}, s.corrupt(pos, shortOr(err))
+		}
+		h, err := ParseHeader(hb)
+		if err != nil {
+			return -1, h, s.corrupt(pos, err)
+		}
+		if pos+int64(h.Length) > w.size {
+			return -1, h, s.corrupt(pos, ErrShortBatch)
+		}
+		if h.LastOffset() >= from {
+			return pos, h, nil
+		}
+		pos += int64(h.Length)
+	}
+	return -1, BatchHeader{}, nil
+}
+
+// cut returns how many leading bytes of out (read from file position
+// first) are whole, CRC-checked batches below upTo, and the offset after
+// the last of them. A batch that would run past the end of out is left for
+// the next read, unless it would also run past limit (the durable end):
+// durable data always ends on a batch boundary, so that is damage.
+func (s *Segment) cut(out []byte, first, limit int64, upTo uint64) (int, uint64, error) {
+	cut, next := 0, uint64(0)
+	for len(out)-cut >= HeaderSize {
+		h, err := ParseHeader(out[cut:])
+		if err != nil {
+			return 0, 0, s.corrupt(first+int64(cut), err)
+		}
+		if h.LastOffset() >= upTo {
+			break
+		}
+		if cut+h.Length > len(out) {
+			if first+int64(cut+h.Length) > limit {
+				return 0, 0, s.corrupt(first+int64(cut), ErrShortBatch)
+			}
+			break
+		}
+		if err := Verify(out[cut : cut+h.Length]); err != nil {
+			return 0, 0, s.corrupt(first+int64(cut), err)
+		}
+		cut += h.Length
+		next = h.LastOffset() + 1
+	}
+	return cut, next, nil
+}
+
+// corrupt wraps a problem found in stored bytes as ErrCorrupt, keeping the
+// original reason in the message.
+func (s *Segment) corrupt(pos int64, err error) error {
+	return fmt.Errorf("%w: segment %d at byte %d: %v", ErrCorrupt, s.id, pos, err)
+}

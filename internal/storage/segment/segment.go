@@ -1,0 +1,306 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// Errors of segment operations.
+var (
+	// ErrOffsetRegression: a batch's base offset is below the segment's end.
+	ErrOffsetRegression = errors.New("offset regression")
+	// ErrSealed: the segment is sealed and takes no more appends.
+	ErrSealed = errors.New("segment sealed")
+	// ErrTornCreate: the .log file is too short to hold its file header,
+	// which happens only when a crash interrupted Create; it holds no data.
+	ErrTornCreate = errors.New("segment file header missing (interrupted create)")
+)
+
+// Log file header, little-endian, 32 bytes:
+//
+//	0  4  magic "MLOG"     16  8  base offset
+//	4  2  version (1)      24  4  reserved (0)
+//	6  2  reserved (0)     28  4  CRC32C of bytes 0..27
+//	8  8  segment id
+const (
+	// FileHeaderSize is the size of the .log file header; batches follow it.
+	FileHeaderSize = 32
+	fileMagic      = "MLOG"
+	fileVersion    = 1
+)
+
+func marshalFileHeader(id, base uint64) []byte {
+	b := make([]byte, 0, FileHeaderSize)
+	b = append(b, fileMagic...)
+	b = binary.LittleEndian.AppendUint16(b, fileVersion)
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, id)
+	b = binary.LittleEndian.AppendUint64(b, base)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func parseFileHeader(b []byte) (id, base uint64, err error) {
+	le := binary.LittleEndian
+	if len(b) < FileHeaderSize || string(b[:4]) != fileMagic || le.Uint16(b[4:]) != fileVersion ||
+		crc32.Checksum(b[:28], castagnoli) != le.Uint32(b[28:]) {
+		return 0, 0, corruptf("bad segment file header")
+	}
+	return le.Uint64(b[8:]), le.Uint64(b[16:]), nil
+}
+
+// Options tune a Segment.
+type Options struct {
+	// IndexIntervalBytes is the sparse index spacing; default 4096.
+	IndexIntervalBytes int
+}
+
+func (o Options) interval() int {
+	if o.IndexIntervalBytes <= 0 {
+		return 4096
+	}
+	return o.IndexIntervalBytes
+}
+
+// Stats summarise the batches of a segment.
+type Stats struct {
+	Base uint64
+	// End is the offset after the last batch (Base when empty), or the
+	// explicit end recorded at seal.
+	End          uint64
+	Bytes        int64 // batch bytes: the .log size minus FileHeaderSize
+	Records      uint64
+	MaxExpiry    int64 // 0 when empty or when some record never expires
+	MaxTimestamp int64 // 0 when empty
+}
+
+// add accounts one more batch.
+func (s *Stats) add(h BatchHeader) {
+	if s.Records == 0 {
+		s.MaxExpiry, s.MaxTimestamp = h.MaxExpiry, h.MaxTimestamp
+	} else {
+		if s.MaxExpiry != 0 && h.MaxExpiry != 0 {
+			s.MaxExpiry = max(s.MaxExpiry, h.MaxExpiry)
+		} else {
+			s.MaxExpiry = 0
+		}
+		s.MaxTimestamp = max(s.MaxTimestamp, h.MaxTimestamp)
+	}
+	s.Records += uint64(h.RecordCount)
+	s.Bytes += int64(h.Length)
+	s.End = h.LastOffset() + 1
+}
+
+// Segment is one segment's .log file and its sparse index.
+//
+// One goroutine at a time may write (Append, Sync); any number may Read
+// concurrently with it. Reads see only what the last successful Sync
+// covered, so they never return bytes a crash could take back.
+type Segment struct {
+	f        vfs.File
+	id, base uint64
+	interval int
+
+	mu      sync.RWMutex // guards the fields below
+	idx     Index
+	written Stats // everything written, durable or not
+	durable Stats // what the last successful Sync covered
+	sealed  bool
+	err     error // sticky: after a failed write or sync nothing more is written
+
+	// Owned by the writer.
+	hash *xxhash.Digest
+	buf  []byte
+}
+
+func newSegment(f vfs.File, id, base uint64, o Options) *Segment {
+	st := Stats{Base: base, End: base}
+	return &Segment{f: f, id: id, base: base, interval: o.interval(),
+		idx: NewIndex(o.interval()), written: st, durable: st, hash: xxhash.New()}
+}
+
+// Create creates an empty segment file at path (which must not exist) and
+// makes its header durable. The caller must SyncDir the directory before
+// relying on the file's existence.
+func Create(fs vfs.FS, path string, id, base uint64, o Options) (*Segment, error) {
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if _, err = f.WriteAt(marshalFileHeader(id, base), 0); err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = fs.Remove(path)
+		return nil, err
+	}
+	return newSegment(f, id, base, o), nil
+}
+
+// ID is the segment id from the file header.
+func (s *Segment) ID() uint64 { return s.id }
+
+// Base is the segment's base offset.
+func (s *Segment) Base() uint64 { return s.base }
+
+// Stats returns what has been written and what of it is durable.
+func (s *Segment) Stats() (written, durable Stats) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.written, s.durable
+}
+
+// Err returns the sticky write or sync error, if any.
+func (s *Segment) Err() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.err
+}
+
+// Append writes batches, in order, at the end of the file, without
+// syncing. Each must be exactly one batch whose CRC the caller has
+// verified; their base offsets must not go below the end
+// (ErrOffsetRegression), so offsets only grow, with holes allowed. After a
+// failed write the segment refuses all further writes: the file's tail is
+// then unknown until recovery rereads it.
+func (s *Segment) Append(batches ...[]byte) error {
+	s.mu.RLock()
+	end, pos, sealed, err := s.written.End, FileHeaderSize+s.written.Bytes, s.sealed, s.err
+	s.mu.RUnlock()
+	switch {
+	case err != nil:
+		return err
+	case sealed:
+		return ErrSealed
+	}
+	hdrs := make([]BatchHeader, len(batches))
+	for i, b := range batches {
+		h, err := ParseHeader(b)
+		if err != nil {
+			return err
+		}
+		if h.Length != len(b) {
+			return fmt.Errorf("%w: %d bytes given for a batch of %d", ErrInvalid, len(b), h.Length)
+		}
+		if h.BaseOffset < end {
+			return fmt.Errorf("%w: batch base %d below end %d", ErrOffsetRegression, h.BaseOffset, end)
+		}
+		end, hdrs[i] = h.LastOffset()+1, h
+	}
+	data := s.gather(batches)
+	if _, err := s.f.WriteAt(data, pos); err != nil {
+		s.fail(err)
+		return err
+	}
+	_, _ = s.hash.Write(data)
+	s.mu.Lock()
+	for _, h := range hdrs {
+		s.idx.Add(h.BaseOffset, pos)
+		s.written.add(h)
+		pos += int64(h.Length)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// gather returns the batches as one buffer, so one write call covers them.
+func (s *Segment) gather(batches [][]byte) []byte {
+	if len(batches) == 1 {
+		return batches[0]
+	}
+	buf := s.buf[:0]
+	for _, b := range batches {
+		buf = append(buf, b...)
+	}
+	if cap(buf) <= 16<<20 {
+		s.buf = buf // reuse, but do not pin huge buffers
+	}
+	return buf
+}
+
+func (s *Segment) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+}
+
+// Sync makes everything written durable (fdatasync) and only then lets
+// readers see it.
+func (s *Segment) Sync() error {
+	s.mu.RLock()
+	w, d, err := s.written, s.durable, s.err
+	s.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	if w == d {
+		return nil
+	}
+	if err := s.f.Sync(); err != nil {
+		// After a failed fsync the kernel may have dropped the dirty
+		// pages; nothing written since the last good sync can be trusted.
+		s.fail(err)
+		return err
+	}
+	s.mu.Lock()
+	s.durable = w
+	s.mu.Unlock()
+	return nil
+}
+
+// Footer computes the seal footer with end offset end, which must be at
+// least the durable end. Everything written must be durable.
+func (s *Segment) Footer(end uint64, gen uint32) (Footer, error) {
+	s.mu.RLock()
+	w, d, err := s.written, s.durable, s.err
+	s.mu.RUnlock()
+	switch {
+	case err != nil:
+		return Footer{}, err
+	case w != d:
+		return Footer{}, fmt.Errorf("segment %d: unsynced data at seal", s.id)
+	case end < d.End:
+		return Footer{}, fmt.Errorf("%w: seal end %d below segment end %d", ErrOffsetRegression, end, d.End)
+	}
+	return Footer{Base: s.base, End: end, Records: d.Records, Bytes: d.Bytes,
+		ContentHash: s.hash.Sum64(), MaxExpiry: d.MaxExpiry, MaxTimestamp: d.MaxTimestamp,
+		Generation: gen}, nil
+}
+
+// MarkSealed refuses further appends and records end as the segment's
+// end. The caller has written the footer.
+func (s *Segment) MarkSealed(end uint64) {
+	s.mu.Lock()
+	s.sealed = true
+	s.written.End, s.durable.End = end, end
+	s.mu.Unlock()
+}
+
+// WriteIndex persists the sparse index at path atomically; the caller must
+// SyncDir. A missing or bad index file only costs a rebuild at open.
+func (s *Segment) WriteIndex(fs vfs.FS, path string) error {
+	s.mu.RLock()
+	b, _ := s.idx.MarshalBinary()
+	s.mu.RUnlock()
+	return WriteFileAtomic(fs, path, b)
+}
+
+// IndexEntries returns a copy of the sparse index.
+func (s *Segment) IndexEntries() []IndexEntry {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]IndexEntry(nil), s.idx.entries...)
+}
+
+// Close closes the file.
+func (s *Segment) Close() error { return s.f.Close() }

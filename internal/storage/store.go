@@ -1,0 +1,335 @@
+package storage
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// SegmentID names a segment; the control plane allocates them.
+type SegmentID uint64
+
+// Config configures a Store. Zero values take the defaults.
+type Config struct {
+	Dir string
+	FS  vfs.FS // default vfs.OS()
+	// MaxOpenFiles bounds the cache of open sealed-segment handles
+	// (default 256). Active segments stay open and are not counted.
+	MaxOpenFiles int
+	// MaxPendingBytes bounds the bytes queued but not yet acknowledged;
+	// AppendAsync blocks beyond it (default 64 MiB). A single batch larger
+	// than the bound is admitted when nothing else is pending.
+	MaxPendingBytes int64
+	// IndexIntervalBytes is the sparse index spacing (default 4096).
+	IndexIntervalBytes int
+}
+
+// Defaults for Config.
+const (
+	DefaultMaxOpenFiles       = 256
+	DefaultMaxPendingBytes    = 64 << 20
+	DefaultIndexIntervalBytes = 4096
+)
+
+func (c *Config) setDefaults() error {
+	if c.Dir == "" {
+		return errors.New("storage: Config.Dir is required")
+	}
+	if c.MaxOpenFiles < 0 || c.MaxPendingBytes < 0 || c.IndexIntervalBytes < 0 {
+		return errors.New("storage: negative limit in Config")
+	}
+	if c.FS == nil {
+		c.FS = vfs.OS()
+	}
+	if c.MaxOpenFiles == 0 {
+		c.MaxOpenFiles = DefaultMaxOpenFiles
+	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = DefaultMaxPendingBytes
+	}
+	if c.IndexIntervalBytes == 0 {
+		c.IndexIntervalBytes = DefaultIndexIntervalBytes
+	}
+	return nil
+}
+
+// Errors. ErrSealed, ErrOffsetRegression and ErrCorrupt are the segment
+// package's values, so errors.Is works across both packages.
+var (
+	ErrNotFound         = errors.New("segment not found")
+	ErrExists           = errors.New("segment exists")
+	ErrSealed           = segment.ErrSealed
+	ErrOffsetRegression = segment.ErrOffsetRegression
+	ErrCorrupt          = segment.ErrCorrupt
+	ErrClosed           = errors.New("store closed")
+	// ErrFailed: a write or fsync failed; the store takes no more writes
+	// (fail-stop) until it is closed and reopened, which rereads the disk.
+	ErrFailed = errors.New("store failed")
+	// ErrBadBatch: AppendAsync was given bytes that are not one valid batch.
+	ErrBadBatch = errors.New("bad batch")
+)
+
+// IsCorrupt reports whether err reports damaged stored data.
+func IsCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
+
+// Footer describes a sealed segment.
+type Footer = segment.Footer
+
+// Info describes a segment.
+type Info struct {
+	ID   SegmentID
+	Base uint64
+	// End is the offset after the last accepted batch, queued or durable:
+	// the lowest base offset the next append may use.
+	End uint64
+	// DurableEnd is the offset after the last durable batch; reads stop there.
+	DurableEnd uint64
+	// Bytes, Records, MaxExpiry and MaxTimestamp describe the durable batches.
+	Bytes        int64
+	Records      uint64
+	MaxExpiry    int64 // 0 when some record never expires (or none exist)
+	MaxTimestamp int64
+	Sealed       bool
+	Footer       *Footer
+	// Damage is non-nil (IsCorrupt) when Open, or opening a sealed file,
+	// found the segment's structure damaged; such a segment takes no
+	// appends and no seal. Damage that only a CRC check finds is reported
+	// by Read and Verify, not recorded here.
+	Damage error
+}
+
+// SealOptions refine Seal.
+type SealOptions struct {
+	// End, when non-zero, is the explicit end offset to record; it must be
+	// at least the segment's durable end. Zero records the durable end.
+	End uint64
+	// Generation is recorded in the footer.
+	Generation uint32
+}
+
+// Stats are cumulative counters of a Store.
+type Stats struct {
+	Rounds  uint64 // group-commit rounds that wrote or synced something
+	Syncs   uint64 // fdatasync calls on segment files
+	Batches uint64 // batches acknowledged durable
+	Bytes   uint64 // bytes acknowledged durable
+	// TruncatedBytes is the size of torn tails removed at Open.
+	TruncatedBytes uint64
+}
+
+type counters struct {
+	rounds, syncs, batches, bytes, truncated atomic.Uint64
+}
+
+// handle is an open segment file shared by readers and, while the segment
+// is active, the commit goroutine. It is closed when the last reference is
+// dropped after the handle was retired (evicted, deleted, store closed).
+type handle struct {
+	log     *segment.Segment
+	refs    int
+	retired bool
+	elem    *list.Element // position in Store.lru while cached
+}
+
+// seg is a Store's record of one segment. Fields are guarded by Store.mu
+// unless noted.
+type seg struct {
+	id        SegmentID
+	base      uint64
+	ready     bool   // Create finished
+	queuedEnd uint64 // end including queued appends
+	fenced    bool   // Seal or Delete began: no more appends
+	sealed    bool
+	gone      bool // deleted
+	footer    *Footer
+	damage    error
+	h         *handle // nil for a sealed segment not in the cache
+
+	sealMu sync.Mutex // serialises Seal and Delete (not guarded by Store.mu)
+	openMu sync.Mutex // serialises opening a sealed handle
+}
+
+// Store is a node's directory of segments. See the package doc.
+type Store struct {
+	cfg  Config
+	fs   vfs.FS
+	opts segment.Options
+
+	mu      sync.Mutex
+	segs    map[SegmentID]*seg
+	queue   []request
+	spare   []request
+	pending int64         // bytes queued and not yet acknowledged
+	space   chan struct{} // closed when pending shrinks or the store stops
+	closing bool          // Close began: no new work
+	closed  bool          // Close finished: handles closed
+	failed  error         // sticky, wraps ErrFailed
+	lru     *list.List    // *seg with a cached sealed handle, most recent first
+
+	wake   chan struct{} // cap 1: work was queued
+	exited chan struct{} // closed when the commit goroutine returns
+	stats  counters
+}
+
+func (s *Store) path(id SegmentID, ext string) string {
+	return filepath.Join(s.cfg.Dir, fmt.Sprintf("%020d%s", uint64(id), ext))
+}
+
+// Close stops taking appends, lets the commit goroutine write and sync
+// everything already queued and fire its callbacks, then closes all files.
+// It returns the store's failure, if it failed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		s.signalSpaceLocked()
+	}
+	s.mu.Unlock()
+	s.kick()
+	<-s.exited
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		for _, sg := range s.segs {
+			if sg.h != nil && !sg.sealed {
+				sg.h.refs-- // the store's own reference to an active handle
+			}
+			s.retireLocked(sg)
+		}
+	}
+	return s.failed
+}
+
+// lookup returns a ready segment.
+func (s *Store) lookup(id SegmentID) (*seg, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lookupLocked(id)
+}
+
+func (s *Store) lookupLocked(id SegmentID) (*seg, error) {
+	if s.closing {
+		return nil, ErrClosed
+	}
+	sg := s.segs[id]
+	if sg == nil || !sg.ready {
+		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	return sg, nil
+}
+
+// Info describes segment id.
+func (s *Store) Info(id SegmentID) (Info, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sg := s.segs[id]
+	if sg == nil || !sg.ready {
+		return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	return s.infoLocked(sg), nil
+}
+
+func (s *Store) infoLocked(sg *seg) Info {
+	in := Info{ID: sg.id, Base: sg.base, End: sg.queuedEnd, Sealed: sg.sealed, Damage: sg.damage}
+	switch {
+	case sg.footer != nil:
+		ft := *sg.footer
+		in.Footer = &ft
+		in.DurableEnd, in.Bytes, in.Records = ft.End, ft.Bytes, ft.Records
+		in.MaxExpiry, in.MaxTimestamp = ft.MaxExpiry, ft.MaxTimestamp
+	case sg.h != nil:
+		_, d := sg.h.log.Stats()
+		in.DurableEnd, in.Bytes, in.Records = d.End, d.Bytes, d.Records
+		in.MaxExpiry, in.MaxTimestamp = d.MaxExpiry, d.MaxTimestamp
+	}
+	return in
+}
+
+// List describes every segment, sorted by ID.
+func (s *Store) List() []Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Info, 0, len(s.segs))
+	for _, sg := range s.segs {
+		if sg.ready {
+			out = append(out, s.infoLocked(sg))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Rounds: s.stats.rounds.Load(), Syncs: s.stats.syncs.Load(),
+		Batches: s.stats.batches.Load(), Bytes: s.stats.bytes.Load(),
+		TruncatedBytes: s.stats.truncated.Load(),
+	}
+}
+
+// Create creates an empty active segment with base offset base and makes
+// its existence durable before returning.
+func (s *Store) Create(id SegmentID, base uint64) error {
+	s.mu.Lock()
+	switch {
+	case s.closing:
+		s.mu.Unlock()
+		return ErrClosed
+	case s.failed != nil:
+		s.mu.Unlock()
+		return s.failed
+	case s.segs[id] != nil:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrExists, id)
+	}
+	sg := &seg{id: id, base: base, queuedEnd: base}
+	s.segs[id] = sg // reserved: not ready, so invisible to everything else
+	s.mu.Unlock()
+
+	log, err := s.createFiles(id, base)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && s.closing {
+		_ = log.Close()
+		err = ErrClosed
+	}
+	if err != nil {
+		delete(s.segs, id)
+		return err
+	}
+	sg.h = &handle{log: log, refs: 1}
+	sg.ready = true
+	return nil
+}
+
+func (s *Store) createFiles(id SegmentID, base uint64) (*segment.Segment, error) {
+	// A .seal or .idx left by an interrupted Delete must not attach to the
+	// new segment.
+	for _, ext := range []string{sealExt, idxExt} {
+		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
+			return nil, err
+		}
+	}
+	log, err := segment.Create(s.fs, s.path(id, logExt), uint64(id), base, s.opts)
+	if errors.Is(err, vfs.ErrExist) {
+		return nil, fmt.Errorf("%w: %d (file present)", ErrExists, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		_ = log.Close()
+		_ = s.fs.Remove(s.path(id, logExt))
+		return nil, err
+	}
+	return log, nil
+}

@@ -1,0 +1,88 @@
+// Shared fixtures: one hand-written example of every request and response
+// type, chosen to exercise absent and empty strs, empty and non-empty
+// lists, and large integers. The bad-input and fuzz tests start from them.
+package wire
+
+import "math"
+
+// responseDecoder is what the tests need from a response type.
+type responseDecoder interface {
+	Response
+	Decode(payload []byte) error
+}
+
+// allKeys lists every api key the package knows.
+var allKeys = []uint16{
+	KeyAuth, KeyCreateTopic, KeyProduce, KeyFetch, KeyCommit, KeySubscribe, KeyStreamAck,
+	KeyLeaveGroup, KeyCreateUser, KeyDeleteUser, KeyChangePassword, KeyListUsers, KeyMTLSAuth,
+	KeyTokenAuth, KeyGrantACL, KeyRevokeACL, KeyListACLs,
+	KeyListTopics, KeyDescribeTopic, KeyDeleteTopic, KeyCreateTopicEx, KeySplitRange,
+	KeyMergeRanges, KeyDescribeGroup, KeyListGroups, KeyStatus,
+}
+
+func sampleRecords() []Record {
+	return []Record{
+		{Key: []byte("user-42"), Value: []byte("hello"), Timestamp: 1700000000123,
+			Headers: []Header{{Key: []byte("source"), Value: []byte("api")}, {Key: []byte{}, Value: nil}}},
+		{Key: nil, Value: []byte{}, Timestamp: math.MaxUint64},
+		{Key: []byte{}, Value: []byte{0, 1, 2}, Timestamp: 0, Headers: []Header{{Key: nil, Value: []byte{}}}},
+	}
+}
+
+// sampleRequests returns one example per api key, in allKeys order.
+func sampleRequests() []Request {
+	return []Request{
+		&AuthRequest{User: new("admin"), Password: new("")},
+		&CreateTopicRequest{Topic: new("orders"), Bits: 16},
+		&ProduceRequest{Topic: new("orders"), Records: sampleRecords()},
+		&FetchRequest{Topic: new("orders"), Cursor: nil, Group: new("g"), Member: new(""), Max: 500, WaitMs: 30000},
+		&CommitRequest{Topic: new("orders"), Group: new("g"), Cursor: new("Q1VSU09S")},
+		&SubscribeRequest{Topic: new("orders"), Group: new("g"), Member: nil, Window: 100, Max: 50},
+		&StreamAckRequest{Topic: new("orders"), Group: new("g"), Member: new("m1"), Cursor: nil, Count: 0},
+		&LeaveGroupRequest{Topic: new("orders"), Group: new("g"), Member: new("m1")},
+		&CreateUserRequest{User: new("alice"), Password: new("pw"), Perms: []*string{new("produce"), nil, new("")}},
+		&DeleteUserRequest{User: new("alice")},
+		&ChangePasswordRequest{User: new("alice"), NewPassword: new("pw2")},
+		&ListUsersRequest{},
+		&MTLSAuthRequest{},
+		&TokenAuthRequest{JWT: new("eyJ.x.y")},
+		&GrantACLRequest{User: new("alice"), Operation: new("consume"), Pattern: new("orders.*")},
+		&RevokeACLRequest{User: new("alice"), Operation: nil, Pattern: new("")},
+		&ListACLsRequest{User: nil},
+		&ListTopicsRequest{},
+		&DescribeTopicRequest{Topic: new("orders")},
+		&DeleteTopicRequest{Topic: new("")},
+		&CreateTopicExRequest{Topic: new("orders"), Bits: 20, Ranges: 8},
+		&SplitRangeRequest{Topic: new("orders"), Range: 0},
+		&MergeRangesRequest{Topic: new("orders"), A: 7, B: math.MaxUint64},
+		&DescribeGroupRequest{Topic: new("orders"), Group: nil},
+		&ListGroupsRequest{Topic: new("orders")},
+		&StatusRequest{},
+	}
+}
+
+// sampleResponses returns one example of every response type.
+func sampleResponses() []responseDecoder {
+	return []responseDecoder{
+		&EmptyResponse{},
+		&TokenResponse{Token: "c2Vzc2lvbi10b2tlbg"},
+		&CountResponse{Count: 3},
+		&FetchResponse{Records: sampleRecords(), NextCursor: new("Q1VSU09S")},
+		&ListUsersResponse{Users: []UserEntry{{User: "alice", Perms: []string{"produce", ""}}, {User: "", Perms: nil}}},
+		&ListACLsResponse{ACLs: []ACLEntry{{Operation: "consume", Resource: "orders.*"}}},
+		&ListTopicsResponse{Topics: []TopicSummary{{Name: "orders", Bits: 16, ActiveRanges: 2, Ranges: 3, Segments: 4, Records: 5, Bytes: 6}}},
+		&DescribeTopicResponse{ID: 1, Name: "orders", Bits: 16, CreatedAt: 1700000000000,
+			Ranges: []RangeInfo{
+				{ID: 1, Start: 0, End: 1 << 16, Active: false, CreatedAt: 1, SealedAt: 2,
+					Segments: []SegmentInfo{{ID: 9, Active: false, Base: 0, End: 10, Records: 10, Bytes: 999,
+						Replicas: []string{"n1", "n2", "n3"}, OpenedAt: 1, SealedAt: 2, MaxExpiry: 0}}},
+				{ID: 2, Start: 0, End: 1 << 15, Active: true, Parents: []uint64{1}, CreatedAt: 2},
+			},
+			Groups: []string{"g", ""}},
+		&SplitRangeResponse{Children: []uint64{2, 3}},
+		&MergeRangesResponse{Child: 4},
+		&DescribeGroupResponse{Group: "g", Cursor: nil, Lag: 12, Ranges: []RangeLag{{Range: 2, Lag: 5}, {Range: 3, Lag: 7}}},
+		&ListGroupsResponse{Groups: []string{"a", "b"}},
+		&StatusResponse{NodeID: "n1", Version: "0.1.0", DataDir: "/var/lib/malachi", UptimeMs: 1234, Topics: 2, Records: 3, Bytes: 4},
+	}
+}

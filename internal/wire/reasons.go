@@ -1,0 +1,154 @@
+package wire
+
+// Reason strings: the payload of an error response. They are part of the
+// protocol; clients match on them, so a shipped reason never changes
+// meaning. Reasons holds the retriable flag and a description of each.
+const (
+	// Framing and protocol.
+	ReasonFrameTooLarge    = "frame_too_large"
+	ReasonMalformedRequest = "malformed_request"
+	ReasonUnknownAPIKey    = "unknown_api_key"
+	ReasonAuthRequired     = "auth_required"
+	ReasonUnexpectedFrame  = "unexpected_frame"
+
+	// Authentication, authorisation and admission.
+	ReasonInvalidCredentials      = "invalid_credentials"
+	ReasonAccountLocked           = "account_locked"
+	ReasonRateLimitExceeded       = "rate_limit_exceeded"
+	ReasonConnectionLimitExceeded = "connection_limit_exceeded"
+	ReasonGlobalLimitExceeded     = "global_limit_exceeded"
+	ReasonTooManyRequests         = "too_many_requests"
+	ReasonPermissionDenied        = "permission_denied"
+	ReasonMTLSAuthDisabled        = "mtls_auth_disabled"
+	ReasonMTLSAuthUnavailable     = "mtls_auth_unavailable"
+	ReasonNoPeerCertificate       = "no_peer_certificate"
+	ReasonOIDCAuthDisabled        = "oidc_auth_disabled"
+	ReasonOIDCMisconfigured       = "oidc_misconfigured"
+	ReasonNotEnabled              = "not_enabled"
+
+	// Transient conditions of the cluster.
+	ReasonRetry               = "retry"
+	ReasonTimeout             = "timeout"
+	ReasonShuttingDown        = "shutting_down"
+	ReasonMigrating           = "migrating"
+	ReasonNotOwner            = "not_owner"
+	ReasonNoQuorum            = "no_quorum"
+	ReasonMetadataUnavailable = "metadata_unavailable"
+	ReasonUnreachable         = "unreachable"
+	ReasonNotPrimary          = "not_primary"
+	ReasonOffsetMismatch      = "offset_mismatch"
+	ReasonSegmentExists       = "segment_exists"
+	ReasonSealed              = "sealed"
+	ReasonSegmentOverlap      = "segment_overlap"
+	ReasonActiveSegmentExists = "active_segment_exists"
+	ReasonUnknownMember       = "unknown_member"
+	ReasonPersistFailed       = "persist_failed"
+
+	// Requests the server refuses as they stand.
+	ReasonNoSuchTopic         = "no_such_topic"
+	ReasonNoSuchRange         = "no_such_range"
+	ReasonNoSuchSegment       = "no_such_segment"
+	ReasonNotFound            = "not_found"
+	ReasonAlreadyExists       = "already_exists"
+	ReasonInvalidTopicName    = "invalid_topic_name"
+	ReasonInvalidKeyspaceBits = "invalid_keyspace_bits"
+	ReasonInvalidRangeCount   = "invalid_range_count"
+	ReasonInvalidCursor       = "invalid_cursor"
+	ReasonInvalidRecord       = "invalid_record"
+	ReasonCannotSplit         = "cannot_split"
+	ReasonDifferentTopic      = "different_topic"
+	ReasonNotBuddies          = "not_buddies"
+	ReasonSegmentActive       = "segment_active"
+	ReasonAlreadySealed       = "already_sealed"
+	ReasonUserExists          = "user_exists"
+	ReasonUserNotFound        = "user_not_found"
+	ReasonInvalidPermissions  = "invalid_permissions"
+	ReasonInvalidOperation    = "invalid_operation"
+	ReasonUnknownCommand      = "unknown_command"
+	ReasonInvalidCommand      = "invalid_command"
+	ReasonUnroutable          = "unroutable"
+	ReasonInsufficientDomains = "insufficient_domains"
+	ReasonInternalError       = "internal_error"
+)
+
+// ReasonInfo describes one reason.
+type ReasonInfo struct {
+	// Retriable means the same request, sent again after a short back-off,
+	// may succeed with no change by the client or an operator, and that
+	// retrying is safe: at worst it duplicates records, which at-least-once
+	// delivery allows.
+	Retriable bool
+	// Description says when the server sends the reason, for client
+	// authors and operators.
+	Description string
+}
+
+// Reasons is the one table of every reason the server sends. docs/wire.md
+// renders the same table for client authors; a test keeps them in step.
+var Reasons = map[string]ReasonInfo{
+	ReasonFrameTooLarge:    {false, "The frame's length prefix exceeded the server's limit (16 MiB by default). Sent with correlation id 0; the connection is closed."},
+	ReasonMalformedRequest: {false, "The request did not decode exactly (short, trailing bytes, bad tag). A body shorter than the request header is answered on correlation id 0. The connection keeps serving."},
+	ReasonUnknownAPIKey:    {false, "The server does not know the request's api key."},
+	ReasonAuthRequired:     {false, "The first frame of a connection was not auth, mtls_auth or token_auth, or did not arrive in time. The connection is closed."},
+	ReasonUnexpectedFrame:  {false, "A frame other than stream_ack arrived on a connection in stream mode. The stream continues."},
+
+	ReasonInvalidCredentials:      {false, "Unknown user or wrong password (the same answer for both), or a token that did not verify."},
+	ReasonAccountLocked:           {false, "Too many failed logins: the account is locked for a while; wait, or ask an administrator."},
+	ReasonRateLimitExceeded:       {true, "Too many authentication attempts from this address; back off."},
+	ReasonConnectionLimitExceeded: {true, "Too many connections from this address. Sent with correlation id 0, then the connection is closed; reconnect after a back-off."},
+	ReasonGlobalLimitExceeded:     {true, "The server is at its connection limit. Sent with correlation id 0, then the connection is closed; reconnect after a back-off."},
+	ReasonTooManyRequests:         {true, "A per-connection or per-user request limit was hit; back off."},
+	ReasonPermissionDenied:        {false, "The identity lacks the role or ACL the operation needs."},
+	ReasonMTLSAuthDisabled:        {false, "mtls_auth is not enabled on this server."},
+	ReasonMTLSAuthUnavailable:     {false, "mtls_auth needs a TLS listener that verifies client certificates; this one does not."},
+	ReasonNoPeerCertificate:       {false, "mtls_auth on a connection that presented no client certificate."},
+	ReasonOIDCAuthDisabled:        {false, "token_auth is not enabled on this server."},
+	ReasonOIDCMisconfigured:       {false, "token_auth is enabled but its issuer or keys are misconfigured."},
+	ReasonNotEnabled:              {false, "The operation depends on a feature this server has disabled."},
+
+	ReasonRetry:               {true, "A transient condition; retry after a short back-off."},
+	ReasonTimeout:             {true, "The server gave up waiting on an internal step (quorum, metadata); the request may or may not have taken effect. Retrying is safe under at-least-once delivery."},
+	ReasonShuttingDown:        {true, "The node is draining for shutdown; retry, possibly on another node."},
+	ReasonMigrating:           {true, "The topic's metadata is moving between shards; retry after a short back-off."},
+	ReasonNotOwner:            {true, "The request reached a node that no longer owns the topic's coordinator; retry (after about 200 ms)."},
+	ReasonNoQuorum:            {true, "Fewer than a quorum of replicas made the write durable in time; no record of the request is visible. Retry."},
+	ReasonMetadataUnavailable: {true, "The metadata shard has no leader or is recovering; retry."},
+	ReasonUnreachable:         {true, "The node that must serve the request is unreachable; retry after failover."},
+	ReasonNotPrimary:          {true, "The request reached a replica that is not the segment's primary (stale view); retry."},
+	ReasonOffsetMismatch:      {true, "A replica's offsets disagreed with the primary's (stale view); retry after the heal."},
+	ReasonSegmentExists:       {true, "A segment roll raced with another; retry."},
+	ReasonSealed:              {true, "The range or segment was sealed under the request (a fence overtook it); retry to reach its successor."},
+	ReasonSegmentOverlap:      {true, "A segment roll raced with another; retry."},
+	ReasonActiveSegmentExists: {true, "A segment roll raced with another; retry."},
+	ReasonUnknownMember:       {true, "The group member was evicted (session timeout or rebalance); retry, which rejoins."},
+	ReasonPersistFailed:       {true, "The server could not make the change durable; nothing changed. Retry."},
+
+	ReasonNoSuchTopic:         {false, "The topic does not exist."},
+	ReasonNoSuchRange:         {false, "The range does not exist in the topic."},
+	ReasonNoSuchSegment:       {false, "The segment does not exist."},
+	ReasonNotFound:            {false, "The named object does not exist."},
+	ReasonAlreadyExists:       {false, "A topic with that name already exists."},
+	ReasonInvalidTopicName:    {false, "Topic names match [A-Za-z0-9._-]+ and are not \".\" or \"..\"."},
+	ReasonInvalidKeyspaceBits: {false, "Keyspace bits must be between 1 and 32."},
+	ReasonInvalidRangeCount:   {false, "The initial range count must be a power of two no larger than the keyspace."},
+	ReasonInvalidCursor:       {false, "The cursor is forged, truncated, from another topic or too large. Nothing changed; restart from the group or the start."},
+	ReasonInvalidRecord:       {false, "A record is not acceptable (for example, too large)."},
+	ReasonCannotSplit:         {false, "The range cannot be split (it is a single keyspace position, or not active)."},
+	ReasonDifferentTopic:      {false, "The ranges to merge belong to different topics."},
+	ReasonNotBuddies:          {false, "The ranges to merge are not two active halves of one block."},
+	ReasonSegmentActive:       {false, "The segment is still active."},
+	ReasonAlreadySealed:       {false, "The segment is already sealed."},
+	ReasonUserExists:          {false, "A user with that name already exists."},
+	ReasonUserNotFound:        {false, "The user does not exist."},
+	ReasonInvalidPermissions:  {false, "Permissions are \"admin\", \"produce\" or \"consume\"."},
+	ReasonInvalidOperation:    {false, "ACL operations are \"produce\" or \"consume\"."},
+	ReasonUnknownCommand:      {false, "The control plane does not know the command (a node older than the cluster)."},
+	ReasonInvalidCommand:      {false, "The control plane rejected the command's fields."},
+	ReasonUnroutable:          {false, "No active range covers the record's key. A server bug; report it."},
+	ReasonInsufficientDomains: {false, "Placement cannot satisfy the topic's failure-domain constraints; an operator must add capacity or relax them."},
+	ReasonInternalError:       {false, "An unexpected server error; the request may or may not have taken effect."},
+}
+
+// IsRetriable reports whether a client should retry a request that failed
+// with reason. Unknown reasons are not retriable.
+func IsRetriable(reason string) bool { return Reasons[reason].Retriable }

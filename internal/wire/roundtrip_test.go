@@ -1,0 +1,346 @@
+// Round-trip properties: for random values of every request and response
+// type, decode(encode(x)) == x, with nil and empty strings, byte slices
+// and lists drawn separately so the nil/empty distinction is exercised.
+// Requests also go through a whole frame: AppendRequestFrame, ReadFrame
+// and ParseRequestHeader. Generators never draw a nil record Value (the
+// wire cannot carry one); TestNilValueEncodesEmpty covers that case.
+package wire
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+var (
+	genNStr   = rapid.Ptr(rapid.String(), true)
+	genString = rapid.String()
+	genU8     = rapid.Uint8()
+	genU32    = rapid.Uint32()
+	genU64    = rapid.Uint64()
+	genBool   = rapid.Bool()
+)
+
+// genBytes draws a nullable byte string: nil, empty or not.
+var genBytes = rapid.Custom(func(t *rapid.T) []byte {
+	if rapid.Bool().Draw(t, "absent") {
+		return nil
+	}
+	return nonNil(rapid.SliceOfN(rapid.Byte(), 0, 16).Draw(t, "bytes"))
+})
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// listOf draws up to max items; an empty list is nil, as decoders return.
+func listOf[E any](t *rapid.T, label string, gen *rapid.Generator[E]) []E {
+	list := rapid.SliceOfN(gen, 0, 4).Draw(t, label)
+	if len(list) == 0 {
+		return nil
+	}
+	return list
+}
+
+var genRecord = rapid.Custom(func(t *rapid.T) Record {
+	return Record{
+		Key:       genBytes.Draw(t, "key"),
+		Value:     nonNil(rapid.SliceOfN(rapid.Byte(), 0, 32).Draw(t, "value")),
+		Timestamp: genU64.Draw(t, "timestamp"),
+		Headers: listOf(t, "headers", rapid.Custom(func(t *rapid.T) Header {
+			return Header{Key: genBytes.Draw(t, "hkey"), Value: genBytes.Draw(t, "hvalue")}
+		})),
+	}
+})
+
+// requestGens has a generator for every api key.
+var requestGens = map[uint16]*rapid.Generator[Request]{
+	KeyAuth: req(func(t *rapid.T) Request {
+		return &AuthRequest{User: genNStr.Draw(t, "user"), Password: genNStr.Draw(t, "password")}
+	}),
+	KeyCreateTopic: req(func(t *rapid.T) Request {
+		return &CreateTopicRequest{Topic: genNStr.Draw(t, "topic"), Bits: genU8.Draw(t, "bits")}
+	}),
+	KeyProduce: req(func(t *rapid.T) Request {
+		return &ProduceRequest{Topic: genNStr.Draw(t, "topic"), Records: listOf(t, "records", genRecord)}
+	}),
+	KeyFetch: req(func(t *rapid.T) Request {
+		return &FetchRequest{
+			Topic: genNStr.Draw(t, "topic"), Cursor: genNStr.Draw(t, "cursor"),
+			Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member"),
+			Max: genU32.Draw(t, "max"), WaitMs: genU32.Draw(t, "wait"),
+		}
+	}),
+	KeyCommit: req(func(t *rapid.T) Request {
+		return &CommitRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Cursor: genNStr.Draw(t, "cursor")}
+	}),
+	KeySubscribe: req(func(t *rapid.T) Request {
+		return &SubscribeRequest{
+			Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member"),
+			Window: genU32.Draw(t, "window"), Max: genU32.Draw(t, "max"),
+		}
+	}),
+	KeyStreamAck: req(func(t *rapid.T) Request {
+		return &StreamAckRequest{
+			Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member"),
+			Cursor: genNStr.Draw(t, "cursor"), Count: genU32.Draw(t, "count"),
+		}
+	}),
+	KeyLeaveGroup: req(func(t *rapid.T) Request {
+		return &LeaveGroupRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member")}
+	}),
+	KeyCreateUser: req(func(t *rapid.T) Request {
+		return &CreateUserRequest{User: genNStr.Draw(t, "user"), Password: genNStr.Draw(t, "password"), Perms: listOf(t, "perms", genNStr)}
+	}),
+	KeyDeleteUser: req(func(t *rapid.T) Request { return &DeleteUserRequest{User: genNStr.Draw(t, "user")} }),
+	KeyChangePassword: req(func(t *rapid.T) Request {
+		return &ChangePasswordRequest{User: genNStr.Draw(t, "user"), NewPassword: genNStr.Draw(t, "password")}
+	}),
+	KeyListUsers:  rapid.Just[Request](&ListUsersRequest{}),
+	KeyMTLSAuth:   rapid.Just[Request](&MTLSAuthRequest{}),
+	KeyTokenAuth:  req(func(t *rapid.T) Request { return &TokenAuthRequest{JWT: genNStr.Draw(t, "jwt")} }),
+	KeyGrantACL:   req(func(t *rapid.T) Request { g := genACL(t); return (*GrantACLRequest)(&g) }),
+	KeyRevokeACL:  req(func(t *rapid.T) Request { g := genACL(t); return (*RevokeACLRequest)(&g) }),
+	KeyListACLs:   req(func(t *rapid.T) Request { return &ListACLsRequest{User: genNStr.Draw(t, "user")} }),
+	KeyListTopics: rapid.Just[Request](&ListTopicsRequest{}),
+	KeyDescribeTopic: req(func(t *rapid.T) Request {
+		return &DescribeTopicRequest{Topic: genNStr.Draw(t, "topic")}
+	}),
+	KeyDeleteTopic: req(func(t *rapid.T) Request { return &DeleteTopicRequest{Topic: genNStr.Draw(t, "topic")} }),
+	KeyCreateTopicEx: req(func(t *rapid.T) Request {
+		return &CreateTopicExRequest{Topic: genNStr.Draw(t, "topic"), Bits: genU8.Draw(t, "bits"), Ranges: genU32.Draw(t, "ranges")}
+	}),
+	KeySplitRange: req(func(t *rapid.T) Request {
+		return &SplitRangeRequest{Topic: genNStr.Draw(t, "topic"), Range: genU64.Draw(t, "range")}
+	}),
+	KeyMergeRanges: req(func(t *rapid.T) Request {
+		return &MergeRangesRequest{Topic: genNStr.Draw(t, "topic"), A: genU64.Draw(t, "a"), B: genU64.Draw(t, "b")}
+	}),
+	KeyDescribeGroup: req(func(t *rapid.T) Request {
+		return &DescribeGroupRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group")}
+	}),
+	KeyListGroups: req(func(t *rapid.T) Request { return &ListGroupsRequest{Topic: genNStr.Draw(t, "topic")} }),
+	KeyStatus:     rapid.Just[Request](&StatusRequest{}),
+}
+
+func req(fn func(*rapid.T) Request) *rapid.Generator[Request] { return rapid.Custom(fn) }
+
+func genACL(t *rapid.T) GrantACLRequest {
+	return GrantACLRequest{User: genNStr.Draw(t, "user"), Operation: genNStr.Draw(t, "op"), Pattern: genNStr.Draw(t, "pattern")}
+}
+
+func resp(fn func(*rapid.T) responseDecoder) *rapid.Generator[responseDecoder] {
+	return rapid.Custom(fn)
+}
+
+var genSegmentInfo = rapid.Custom(func(t *rapid.T) SegmentInfo {
+	return SegmentInfo{
+		ID: genU64.Draw(t, "id"), Active: genBool.Draw(t, "active"),
+		Base: genU64.Draw(t, "base"), End: genU64.Draw(t, "end"),
+		Records: genU64.Draw(t, "records"), Bytes: genU64.Draw(t, "bytes"),
+		Replicas: listOf(t, "replicas", genString),
+		OpenedAt: genU64.Draw(t, "opened"), SealedAt: genU64.Draw(t, "sealed"), MaxExpiry: genU64.Draw(t, "expiry"),
+	}
+})
+
+var genRangeInfo = rapid.Custom(func(t *rapid.T) RangeInfo {
+	return RangeInfo{
+		ID: genU64.Draw(t, "id"), Start: genU64.Draw(t, "start"), End: genU64.Draw(t, "end"),
+		Active: genBool.Draw(t, "active"), Parents: listOf(t, "parents", genU64),
+		CreatedAt: genU64.Draw(t, "created"), SealedAt: genU64.Draw(t, "sealed"),
+		Segments: listOf(t, "segments", genSegmentInfo),
+	}
+})
+
+// responseGens has a generator for every response type.
+var responseGens = []*rapid.Generator[responseDecoder]{
+	rapid.Just[responseDecoder](&EmptyResponse{}),
+	resp(func(t *rapid.T) responseDecoder { return &TokenResponse{Token: genString.Draw(t, "token")} }),
+	resp(func(t *rapid.T) responseDecoder { return &CountResponse{Count: genU32.Draw(t, "count")} }),
+	resp(func(t *rapid.T) responseDecoder {
+		return &FetchResponse{Records: listOf(t, "records", genRecord), NextCursor: genNStr.Draw(t, "cursor")}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &ListUsersResponse{Users: listOf(t, "users", rapid.Custom(func(t *rapid.T) UserEntry {
+			return UserEntry{User: genString.Draw(t, "user"), Perms: listOf(t, "perms", genString)}
+		}))}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &ListACLsResponse{ACLs: listOf(t, "acls", rapid.Custom(func(t *rapid.T) ACLEntry {
+			return ACLEntry{Operation: genString.Draw(t, "op"), Resource: genString.Draw(t, "resource")}
+		}))}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &ListTopicsResponse{Topics: listOf(t, "topics", rapid.Custom(func(t *rapid.T) TopicSummary {
+			return TopicSummary{
+				Name: genString.Draw(t, "name"), Bits: genU8.Draw(t, "bits"),
+				ActiveRanges: genU32.Draw(t, "active"), Ranges: genU32.Draw(t, "ranges"), Segments: genU32.Draw(t, "segments"),
+				Records: genU64.Draw(t, "records"), Bytes: genU64.Draw(t, "bytes"),
+			}
+		}))}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &DescribeTopicResponse{
+			ID: genU64.Draw(t, "id"), Name: genString.Draw(t, "name"), Bits: genU8.Draw(t, "bits"),
+			CreatedAt: genU64.Draw(t, "created"), Ranges: listOf(t, "ranges", genRangeInfo),
+			Groups: listOf(t, "groups", genString),
+		}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &SplitRangeResponse{Children: listOf(t, "children", genU64)}
+	}),
+	resp(func(t *rapid.T) responseDecoder { return &MergeRangesResponse{Child: genU64.Draw(t, "child")} }),
+	resp(func(t *rapid.T) responseDecoder {
+		return &DescribeGroupResponse{
+			Group: genString.Draw(t, "group"), Cursor: genNStr.Draw(t, "cursor"), Lag: genU64.Draw(t, "lag"),
+			Ranges: listOf(t, "ranges", rapid.Custom(func(t *rapid.T) RangeLag {
+				return RangeLag{Range: genU64.Draw(t, "range"), Lag: genU64.Draw(t, "lag")}
+			})),
+		}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &ListGroupsResponse{Groups: listOf(t, "groups", genString)}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &StatusResponse{
+			NodeID: genString.Draw(t, "node"), Version: genString.Draw(t, "version"), DataDir: genString.Draw(t, "dir"),
+			UptimeMs: genU64.Draw(t, "uptime"), Topics: genU32.Draw(t, "topics"),
+			Records: genU64.Draw(t, "records"), Bytes: genU64.Draw(t, "bytes"),
+		}
+	}),
+}
+
+func TestRequestRoundTrip(t *testing.T) {
+	for _, key := range allKeys {
+		gen, ok := requestGens[key]
+		if !ok {
+			t.Fatalf("no generator for key %d", key)
+		}
+		t.Run(KeyName(key), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				want := gen.Draw(t, "request")
+				if want.APIKey() != key {
+					t.Fatalf("generator for key %d made key %d", key, want.APIKey())
+				}
+				corr := genU32.Draw(t, "corr")
+				frame := AppendRequestFrame(nil, corr, want)
+				body, err := ReadFrame(bytes.NewReader(frame), uint32(len(frame)), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gotKey, gotCorr, payload, err := ParseRequestHeader(body)
+				if err != nil || gotKey != key || gotCorr != corr {
+					t.Fatalf("header: key %d corr %d err %v", gotKey, gotCorr, err)
+				}
+				got, err := DecodeRequest(key, payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("decoded %#v, want %#v", got, want)
+				}
+			})
+		})
+	}
+	if len(requestGens) != len(allKeys) {
+		t.Fatalf("%d generators for %d keys", len(requestGens), len(allKeys))
+	}
+}
+
+func TestResponseRoundTrip(t *testing.T) {
+	covered := map[reflect.Type]bool{}
+	for _, gen := range responseGens {
+		typ := reflect.TypeOf(gen.Example(0))
+		covered[typ] = true
+		t.Run(typ.Elem().Name(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				want := gen.Draw(t, "response")
+				corr := genU32.Draw(t, "corr")
+				frame := AppendOKFrame(nil, corr, want)
+				body, err := ReadFrame(bytes.NewReader(frame), uint32(len(frame)), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gotCorr, code, payload, err := ParseResponse(body)
+				if err != nil || gotCorr != corr || code != CodeOK {
+					t.Fatalf("header: corr %d code %d err %v", gotCorr, code, err)
+				}
+				got := reflect.New(typ.Elem()).Interface().(responseDecoder)
+				if err := got.Decode(payload); err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("decoded %#v, want %#v", got, want)
+				}
+			})
+		})
+	}
+	for _, r := range sampleResponses() {
+		if !covered[reflect.TypeOf(r)] {
+			t.Errorf("no generator for %T", r)
+		}
+	}
+}
+
+func TestErrorFrameRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		reason := genString.Draw(t, "reason")
+		corr := genU32.Draw(t, "corr")
+		body, err := ReadFrame(bytes.NewReader(AppendErrorFrame(nil, corr, reason)), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotCorr, code, payload, err := ParseResponse(body)
+		if err != nil || gotCorr != corr || code != CodeError {
+			t.Fatalf("header: corr %d code %d err %v", gotCorr, code, err)
+		}
+		got, err := DecodeError(payload)
+		if err != nil || got != reason {
+			t.Fatalf("DecodeError = %q, %v; want %q", got, err, reason)
+		}
+	})
+}
+
+// A nil Value has no wire form of its own: it is sent as an empty value and
+// comes back as a non-nil empty slice.
+func TestNilValueEncodesEmpty(t *testing.T) {
+	nilValue := AppendRecord(nil, Record{Key: []byte("k"), Value: nil})
+	emptyValue := AppendRecord(nil, Record{Key: []byte("k"), Value: []byte{}})
+	if !bytes.Equal(nilValue, emptyValue) {
+		t.Fatalf("nil value %x, empty value %x", nilValue, emptyValue)
+	}
+	var p ProduceRequest
+	if err := p.Decode(ProduceRequest{Records: []Record{{}}}.AppendPayload(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if v := p.Records[0].Value; v == nil || len(v) != 0 {
+		t.Fatalf("decoded value %#v, want non-nil empty", v)
+	}
+}
+
+// Record.Size must match what AppendRecord appends.
+func TestRecordSize(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rec := genRecord.Draw(t, "record")
+		if got, want := rec.Size(), len(AppendRecord(nil, rec)); got != want {
+			t.Fatalf("Size = %d, encoded %d bytes", got, want)
+		}
+	})
+}
+
+// Both a request value and a pointer to it satisfy Request and encode the
+// same bytes; DecodeRequest returns the pointer form.
+func TestValueAndPointerEncodeAlike(t *testing.T) {
+	v := FetchRequest{Topic: new("t"), Max: 1}
+	if !bytes.Equal(AppendRequestFrame(nil, 1, v), AppendRequestFrame(nil, 1, &v)) {
+		t.Fatal("value and pointer encode differently")
+	}
+	if !bytes.Equal(AppendOKFrame(nil, 1, CountResponse{Count: 2}), AppendOKFrame(nil, 1, &CountResponse{Count: 2})) {
+		t.Fatal("value and pointer responses encode differently")
+	}
+}

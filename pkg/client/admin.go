@@ -1,0 +1,271 @@
+package client
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// TopicOption configures CreateTopic.
+type TopicOption func(*topicConfig)
+
+type topicConfig struct {
+	bits   uint8
+	ranges int
+}
+
+// WithKeyspaceBits sets the size of the topic's keyspace, 2^bits key
+// positions, 1 to 32 (default: the broker's, 16). It bounds how finely the
+// topic can ever be split.
+func WithKeyspaceBits(bits uint8) TopicOption {
+	return func(c *topicConfig) { c.bits = bits }
+}
+
+// WithRanges sets the number of ranges the topic starts with, a power of
+// two (default 1). Ranges split and merge later, online, so this is only
+// a head start for topics known to be busy.
+func WithRanges(n int) TopicOption {
+	return func(c *topicConfig) { c.ranges = n }
+}
+
+// TopicSummary is one topic in ListTopics.
+type TopicSummary struct {
+	Name         string
+	KeyspaceBits uint8
+	ActiveRanges int
+	Ranges       int // active and sealed
+	Segments     int // active and sealed
+	Records      uint64
+	Bytes        uint64
+}
+
+// TopicDescription is DescribeTopic's answer: the topic's ranges (sealed
+// ones too, in creation order) with their segments, and its groups.
+type TopicDescription struct {
+	ID           uint64
+	Name         string
+	KeyspaceBits uint8
+	CreatedAt    time.Time
+	Ranges       []RangeInfo
+	Groups       []string
+}
+
+// ActiveRanges returns the ranges that take writes, in creation order.
+func (d *TopicDescription) ActiveRanges() []RangeInfo {
+	var out []RangeInfo
+	for _, r := range d.Ranges {
+		if r.Active {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// RangeInfo is one range: the slice [Start, End) of the topic's keyspace
+// it owns, its lineage and its segments.
+type RangeInfo struct {
+	ID         uint64
+	Start, End uint64
+	// Active is false once the range was split or merged away; its records
+	// stay readable through its children.
+	Active    bool
+	Parents   []uint64
+	CreatedAt time.Time
+	SealedAt  time.Time // zero while active
+	Segments  []SegmentInfo
+}
+
+// Records returns the number of records stored in the range's segments.
+func (r *RangeInfo) Records() uint64 {
+	var n uint64
+	for _, s := range r.Segments {
+		n += s.Records
+	}
+	return n
+}
+
+// SegmentInfo is one segment (file) of a range. Base and End are storage
+// positions, useful to operators; clients never address records by them.
+type SegmentInfo struct {
+	ID        uint64
+	Active    bool
+	Base, End uint64
+	Records   uint64
+	Bytes     uint64
+	Replicas  []string // the first is the primary
+	OpenedAt  time.Time
+	SealedAt  time.Time // zero while active
+	MaxExpiry time.Time // zero when no record expires
+}
+
+// GroupStatus is DescribeGroup's answer.
+type GroupStatus struct {
+	Group string
+	// Cursor is the committed position, "" when the group has committed
+	// nothing.
+	Cursor string
+	// Lag is the number of records after the committed position, summed
+	// over Ranges.
+	Lag    uint64
+	Ranges []RangeLag
+}
+
+// RangeLag is one active range's lag in records.
+type RangeLag struct {
+	Range uint64
+	Lag   uint64
+}
+
+// Status is a node's summary.
+type Status struct {
+	NodeID  string
+	Version string
+	DataDir string
+	Uptime  time.Duration
+	Topics  int
+	Records uint64
+	Bytes   uint64
+}
+
+// CreateTopic creates a topic. It fails with ErrAlreadyExists if the name
+// is taken and ErrInvalidTopicName, ErrInvalidKeyspaceBits or
+// ErrInvalidRangeCount for bad arguments. It needs the produce permission
+// on the topic.
+func (c *Client) CreateTopic(ctx context.Context, name string, opts ...TopicOption) error {
+	var tc topicConfig
+	for _, o := range opts {
+		o(&tc)
+	}
+	if tc.ranges < 0 || uint64(tc.ranges) > math.MaxUint32 {
+		return ErrInvalidRangeCount
+	}
+	var req wire.Request = wire.CreateTopicRequest{Topic: str(name), Bits: tc.bits}
+	if tc.ranges > 1 {
+		// Only the extended key carries a range count; keep v1 otherwise
+		// so the request is one any v1 broker understands.
+		req = wire.CreateTopicExRequest{Topic: str(name), Bits: tc.bits, Ranges: uint32(tc.ranges)}
+	}
+	return c.do(ctx, request{req: req})
+}
+
+// ListTopics summarises every topic, sorted by name.
+func (c *Client) ListTopics(ctx context.Context) ([]TopicSummary, error) {
+	var resp wire.ListTopicsResponse
+	if err := c.do(ctx, request{req: wire.ListTopicsRequest{}, resp: &resp, resend: true}); err != nil {
+		return nil, err
+	}
+	out := make([]TopicSummary, len(resp.Topics))
+	for i, t := range resp.Topics {
+		out[i] = TopicSummary{
+			Name: t.Name, KeyspaceBits: t.Bits,
+			ActiveRanges: int(t.ActiveRanges), Ranges: int(t.Ranges), Segments: int(t.Segments),
+			Records: t.Records, Bytes: t.Bytes,
+		}
+	}
+	return out, nil
+}
+
+// DescribeTopic returns a topic's ranges, segments and groups, or
+// ErrNoSuchTopic.
+func (c *Client) DescribeTopic(ctx context.Context, name string) (TopicDescription, error) {
+	var resp wire.DescribeTopicResponse
+	if err := c.do(ctx, request{req: wire.DescribeTopicRequest{Topic: str(name)}, resp: &resp, resend: true}); err != nil {
+		return TopicDescription{}, err
+	}
+	d := TopicDescription{
+		ID: resp.ID, Name: resp.Name, KeyspaceBits: resp.Bits,
+		CreatedAt: msTime(resp.CreatedAt), Groups: resp.Groups,
+		Ranges: make([]RangeInfo, len(resp.Ranges)),
+	}
+	for i := range resp.Ranges {
+		d.Ranges[i] = toRangeInfo(&resp.Ranges[i])
+	}
+	return d, nil
+}
+
+func toRangeInfo(w *wire.RangeInfo) RangeInfo {
+	r := RangeInfo{
+		ID: w.ID, Start: w.Start, End: w.End, Active: w.Active, Parents: w.Parents,
+		CreatedAt: msTime(w.CreatedAt), SealedAt: msTime(w.SealedAt),
+		Segments: make([]SegmentInfo, len(w.Segments)),
+	}
+	for i, s := range w.Segments {
+		r.Segments[i] = SegmentInfo{
+			ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records, Bytes: s.Bytes,
+			Replicas: s.Replicas, OpenedAt: msTime(s.OpenedAt), SealedAt: msTime(s.SealedAt),
+			MaxExpiry: msTime(s.MaxExpiry),
+		}
+	}
+	return r
+}
+
+// DeleteTopic deletes a topic, its records and its groups' positions.
+// Admin only.
+func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+	return c.do(ctx, request{req: wire.DeleteTopicRequest{Topic: str(name)}})
+}
+
+// SplitRange splits an active range of topic in two halves, online, and
+// returns the two new ranges, lower half first. rangeID 0 picks the active
+// range holding the most bytes. Admin only.
+func (c *Client) SplitRange(ctx context.Context, topic string, rangeID uint64) ([]uint64, error) {
+	var resp wire.SplitRangeResponse
+	err := c.do(ctx, request{req: wire.SplitRangeRequest{Topic: str(topic), Range: rangeID}, resp: &resp})
+	return resp.Children, err
+}
+
+// MergeRanges merges two active buddy ranges (the halves of one block) of
+// topic into one, online, and returns the new range. Admin only.
+func (c *Client) MergeRanges(ctx context.Context, topic string, a, b uint64) (uint64, error) {
+	var resp wire.MergeRangesResponse
+	err := c.do(ctx, request{req: wire.MergeRangesRequest{Topic: str(topic), A: a, B: b}, resp: &resp})
+	return resp.Child, err
+}
+
+// DescribeGroup returns group's committed position in topic and its lag.
+func (c *Client) DescribeGroup(ctx context.Context, topic, group string) (GroupStatus, error) {
+	var resp wire.DescribeGroupResponse
+	req := wire.DescribeGroupRequest{Topic: str(topic), Group: str(group)}
+	if err := c.do(ctx, request{req: req, resp: &resp, resend: true}); err != nil {
+		return GroupStatus{}, err
+	}
+	g := GroupStatus{Group: resp.Group, Lag: resp.Lag, Ranges: make([]RangeLag, len(resp.Ranges))}
+	if resp.Cursor != nil {
+		g.Cursor = *resp.Cursor
+	}
+	for i, rl := range resp.Ranges {
+		g.Ranges[i] = RangeLag{Range: rl.Range, Lag: rl.Lag}
+	}
+	return g, nil
+}
+
+// ListGroups names the groups of topic, sorted.
+func (c *Client) ListGroups(ctx context.Context, topic string) ([]string, error) {
+	var resp wire.ListGroupsResponse
+	err := c.do(ctx, request{req: wire.ListGroupsRequest{Topic: str(topic)}, resp: &resp, resend: true})
+	return resp.Groups, err
+}
+
+// Status returns the node's summary.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var resp wire.StatusResponse
+	if err := c.do(ctx, request{req: wire.StatusRequest{}, resp: &resp, resend: true}); err != nil {
+		return Status{}, err
+	}
+	return Status{
+		NodeID: resp.NodeID, Version: resp.Version, DataDir: resp.DataDir,
+		Uptime: time.Duration(resp.UptimeMs) * time.Millisecond, Topics: int(resp.Topics),
+		Records: resp.Records, Bytes: resp.Bytes,
+	}, nil
+}
+
+// msTime converts wire milliseconds; 0 means unset and gives the zero
+// time.
+func msTime(ms uint64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(ms))
+}

@@ -1,0 +1,298 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// conn is one authenticated TCP connection, multiplexed by correlation id.
+//
+// Any number of goroutines send requests; each registers a handler under a
+// fresh correlation id, then writes its frame under wmu. The reader
+// goroutine routes every answer to the handler of its correlation id. A
+// writer flushes only when no other writer is queued behind it, so a burst
+// of pipelined requests shares one syscall while a lone request is never
+// left sitting in the buffer.
+type conn struct {
+	nc           net.Conn
+	maxFrame     uint32
+	writeTimeout time.Duration
+
+	queued atomic.Int32 // writers waiting for wmu
+
+	wmu sync.Mutex // guards the following
+	bw  *bufio.Writer
+
+	mu sync.Mutex // guards the following
+	// corr is the last correlation id handed out. Zero is never used: the
+	// broker answers connection-level errors on correlation id 0.
+	corr    uint32
+	pending map[uint32]handler
+	err     error // why the connection ended; nil while it is usable
+
+	done chan struct{} // closed when the reader goroutine exits
+}
+
+// handler receives the answers of one correlation id. Both methods are
+// called from the reader goroutine (or from fail) and must not block.
+type handler interface {
+	// deliver gets one answer; the payload is the handler's to keep.
+	deliver(code uint16, payload []byte)
+	// fail ends the handler: the connection is gone.
+	fail(err error)
+	// stream reports whether more answers follow on the same correlation
+	// id (a subscription), so the handler stays registered.
+	stream() bool
+}
+
+// reply is one answer, or the error that replaced it.
+type reply struct {
+	code    uint16
+	payload []byte
+	err     error
+}
+
+// call is the handler of an ordinary request: exactly one reply.
+type call struct{ ch chan reply }
+
+func newCall() *call                          { return &call{ch: make(chan reply, 1)} }
+func (c *call) deliver(code uint16, p []byte) { c.ch <- reply{code: code, payload: p} }
+func (c *call) fail(err error)                { c.ch <- reply{err: err} }
+func (c *call) stream() bool                  { return false }
+
+// framePool recycles request encoding buffers.
+var framePool = sync.Pool{New: func() any { return new([]byte) }}
+
+func putFrame(bp *[]byte) {
+	if cap(*bp) > 4<<20 {
+		return // let an unusually large buffer go
+	}
+	framePool.Put(bp)
+}
+
+// dialConn connects to addr, authenticates and starts the reader.
+func dialConn(ctx context.Context, addr string, cfg *config) (*conn, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.dialTimeout, ErrRequestTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return nil, cause
+		}
+		return nil, fmt.Errorf("%w: %w", ErrDisconnected, err)
+	}
+	c := newConn(nc, cfg)
+	user, pass := cfg.user, cfg.password
+	_, err = c.roundTrip(ctx, wire.AuthRequest{User: &user, Password: &pass})
+	if err != nil {
+		c.close(ErrClosed)
+		return nil, err
+	}
+	return c, nil
+}
+
+func newConn(nc net.Conn, cfg *config) *conn {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	c := &conn{
+		nc:           nc,
+		maxFrame:     cfg.maxFrame,
+		writeTimeout: cfg.requestTimeout,
+		bw:           bufio.NewWriterSize(nc, 64<<10),
+		pending:      make(map[uint32]handler),
+		done:         make(chan struct{}),
+	}
+	go c.readLoop()
+	return c
+}
+
+// usable reports whether the connection can still carry requests.
+func (c *conn) usable() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err == nil
+}
+
+// send registers h (nil for a request with no answer) and writes req.
+// It returns the correlation id used.
+func (c *conn) send(req wire.Request, h handler) (uint32, error) {
+	bp := framePool.Get().(*[]byte)
+	defer putFrame(bp)
+
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return 0, err
+	}
+	c.corr++
+	if c.corr == 0 {
+		c.corr = 1
+	}
+	corr := c.corr
+	c.mu.Unlock()
+
+	frame := wire.AppendRequestFrame((*bp)[:0], corr, req)
+	*bp = frame[:0]
+	if len(frame)-wire.LenPrefixSize > int(c.maxFrame) {
+		return 0, fmt.Errorf("%w: %d bytes > limit %d", ErrRequestTooLarge, len(frame)-wire.LenPrefixSize, c.maxFrame)
+	}
+	if h != nil {
+		c.mu.Lock()
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return 0, err
+		}
+		c.pending[corr] = h
+		c.mu.Unlock()
+	}
+	if err := c.write(frame); err != nil {
+		c.fail(fmt.Errorf("%w: %w", ErrDisconnected, err))
+		return 0, c.failure()
+	}
+	return corr, nil
+}
+
+// write writes one frame and flushes unless another writer is queued to
+// write next (it will flush).
+func (c *conn) write(frame []byte) error {
+	c.queued.Add(1)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.queued.Add(-1)
+	c.nc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	if _, err := c.bw.Write(frame); err != nil {
+		return err
+	}
+	if c.queued.Load() > 0 {
+		return nil
+	}
+	return c.bw.Flush()
+}
+
+// forget drops the handler of a request whose caller gave up; its answer,
+// if it comes, is discarded.
+func (c *conn) forget(corr uint32) {
+	c.mu.Lock()
+	delete(c.pending, corr)
+	c.mu.Unlock()
+}
+
+// roundTrip sends req and waits for its answer, for ctx, or for the
+// connection to end. An error answer becomes an *Error.
+func (c *conn) roundTrip(ctx context.Context, req wire.Request) ([]byte, error) {
+	cl := newCall()
+	corr, err := c.send(req, cl)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-cl.ch:
+		return r.result()
+	case <-ctx.Done():
+		c.forget(corr)
+		return nil, context.Cause(ctx)
+	}
+}
+
+// result turns a reply into an ok payload or an error.
+func (r reply) result() ([]byte, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.code == wire.CodeOK {
+		return r.payload, nil
+	}
+	reason, err := wire.DecodeError(r.payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: error answer: %w", ErrProtocol, err)
+	}
+	return nil, errorFor(reason)
+}
+
+// readLoop routes answers to their handlers until the connection ends.
+func (c *conn) readLoop() {
+	defer close(c.done)
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	var buf []byte
+	for {
+		body, err := wire.ReadFrame(br, c.maxFrame, buf)
+		if err != nil {
+			c.fail(fmt.Errorf("%w: %w", ErrDisconnected, err))
+			return
+		}
+		corr, code, payload, err := wire.ParseResponse(body)
+		if err != nil {
+			c.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
+			return
+		}
+		if corr == 0 {
+			// A connection-level refusal (frame_too_large, connection
+			// limits): the broker closes the connection after it.
+			_, err := reply{code: code, payload: payload}.result()
+			c.fail(fmt.Errorf("%w: %w", ErrDisconnected, err))
+			return
+		}
+		c.mu.Lock()
+		h := c.pending[corr]
+		if h != nil && !h.stream() {
+			delete(c.pending, corr)
+		}
+		c.mu.Unlock()
+		if h != nil {
+			h.deliver(code, slices.Clone(payload))
+		}
+		buf = body[:0]
+		if cap(buf) > 1<<20 {
+			buf = nil // do not pin one large frame's buffer forever
+		}
+	}
+}
+
+// fail ends the connection once: it records err, closes the socket and
+// fails every waiting handler.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	c.nc.Close()
+	for _, h := range pending {
+		h.fail(err)
+	}
+}
+
+func (c *conn) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// close ends the connection with err and waits for the reader to exit.
+func (c *conn) close(err error) {
+	c.fail(err)
+	<-c.done
+}
+
+// isConnError reports whether err means the connection failed, as opposed
+// to an answer from the broker.
+func isConnError(err error) bool {
+	return errors.Is(err, ErrDisconnected) || errors.Is(err, ErrProtocol)
+}

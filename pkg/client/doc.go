@@ -1,0 +1,67 @@
+// Package client is the Go client of Malachi, a log broker.
+//
+// Clients see topics, keys and opaque cursors, never partitions or
+// offsets. A producer appends records to a topic; records with the same
+// key are kept in order. A consumer reads pages of records and gets a
+// cursor with each page that says where to continue; a consumer group
+// stores its cursor on the broker (Commit) and resumes from it.
+//
+//	ctx := context.Background()
+//	c, err := client.Dial(ctx, "localhost:4040", client.WithCredentials("app", "app123"))
+//	if err != nil { ... }
+//	defer c.Close()
+//
+//	_, err = c.Produce(ctx, "orders", client.Record{Key: []byte("customer-42"), Value: body})
+//
+//	page, err := c.Fetch(ctx, "orders", client.FetchOptions{Group: "billing", Wait: 10 * time.Second})
+//	for _, r := range page.Records { ... }
+//	err = c.Commit(ctx, "orders", "billing", page.Cursor)
+//
+// # Connections
+//
+// A Client holds one TCP connection and multiplexes every call on it by
+// correlation id: calls from many goroutines are pipelined, a reader
+// goroutine hands each answer to its caller, and writes of a burst of
+// calls share one flush. Long polls do not hold up other calls. If the
+// connection breaks, calls waiting on it fail with ErrDisconnected and the
+// next call dials and authenticates again. A Subscription takes a
+// connection of its own, because stream mode takes a connection over.
+//
+// Every blocking method takes a context first; cancelling it abandons the
+// wait (the broker may still carry out the request). Each request also
+// has a timeout, WithRequestTimeout, plus the wait of a long poll.
+//
+// # Errors
+//
+// The broker's refusals are *Error values carrying the wire reason and
+// whether it is retriable, with one sentinel per reason, so callers write
+// errors.Is(err, client.ErrNoSuchTopic). Request methods retry retriable
+// reasons (migrating, not_owner, no_quorum, metadata_unavailable,
+// shutting_down, retry, ...) with capped exponential back-off
+// (WithRetry). A request whose connection broke after it was sent is
+// retried only when repeating it is harmless or allowed: reads, commits,
+// and produces, which are at-least-once. IsRetriable tells whether an
+// error that reached the caller is worth retrying later.
+//
+// # Producing
+//
+// Client.Produce sends one request and waits for it. A Producer batches
+// records per topic (linger, size limits), pipelines the batches on the
+// Client's connection and reports each record through a promise. One
+// goroutine writes a topic's batches in order and the broker keeps the
+// produces of a connection in order, so per-key order holds; promises run
+// in Produce order per topic. Buffering is bounded: Produce blocks once
+// MaxBufferedRecords are waiting.
+//
+// # Consuming
+//
+// Fetch reads a page from a cursor, a group's committed position, or the
+// start, and can long-poll. Subscribe opens a push stream governed by a
+// credit window: the broker never has more than window records
+// unacknowledged, and Ack returns credit and commits the group's position
+// in one step. Delivery is at-least-once: after a restart or a rebalance,
+// records after the last commit are delivered again.
+//
+// Package clienttest runs a real broker in process for tests and
+// examples.
+package client

@@ -1,0 +1,167 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/malachi-log/malachi/pkg/client"
+	"github.com/malachi-log/malachi/pkg/client/clienttest"
+)
+
+// The examples run against a real broker started in process by
+// clienttest; against a deployment, dial its address instead.
+
+func Example() {
+	node, err := clienttest.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+
+	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	if err := c.CreateTopic(ctx, "orders"); err != nil {
+		log.Fatal(err)
+	}
+	_, err = c.Produce(ctx, "orders",
+		client.Record{Key: []byte("customer-1"), Value: []byte("created")},
+		client.Record{Key: []byte("customer-1"), Value: []byte("paid")},
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Read as group "billing" (from its committed position, here the
+	// start), then commit so the group resumes after these records.
+	page, err := c.Fetch(ctx, "orders", client.FetchOptions{Group: "billing"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range page.Records {
+		fmt.Printf("%s: %s\n", r.Key, r.Value)
+	}
+	if err := c.Commit(ctx, "orders", "billing", page.Cursor); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// customer-1: created
+	// customer-1: paid
+}
+
+func ExampleProducer() {
+	node, err := clienttest.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "clicks", client.WithRanges(4)); err != nil {
+		log.Fatal(err)
+	}
+
+	p := client.NewProducer(c, client.ProducerOptions{Linger: 10 * time.Millisecond})
+	failed := 0
+	for i := range 1000 {
+		rec := client.Record{Key: fmt.Appendf(nil, "user-%d", i%10), Value: fmt.Appendf(nil, "click %d", i)}
+		p.Produce(ctx, "clicks", rec, func(r client.Record, err error) {
+			// Promises run on the producer's goroutine: keep them short.
+			if err != nil {
+				failed++
+			}
+		})
+	}
+	// Close flushes: every promise has run when it returns.
+	if err := p.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("failed:", failed)
+	// Output:
+	// failed: 0
+}
+
+func ExampleClient_Subscribe() {
+	node, err := clienttest.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "events"); err != nil {
+		log.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := c.Produce(ctx, "events", client.Record{Value: fmt.Appendf(nil, "event %d", i)}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	sub, err := c.Subscribe(ctx, "events", "audit", "", 100, 10)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Close()
+	for seen := 0; seen < 3; {
+		page, err := sub.Next(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, r := range page.Records {
+			fmt.Println(string(r.Value))
+		}
+		seen += len(page.Records)
+		// Return the credit and commit the group's position.
+		if err := sub.Ack(ctx, page.Cursor, len(page.Records)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// event 0
+	// event 1
+	// event 2
+}
+
+func ExampleError() {
+	node, err := clienttest.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	_, err = c.Produce(ctx, "no-such-topic", client.Record{Value: []byte("x")})
+	var e *client.Error
+	if errors.As(err, &e) {
+		fmt.Println(e.Reason, e.Retriable)
+	}
+	fmt.Println(errors.Is(err, client.ErrNoSuchTopic))
+
+	_, err = client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "wrong"))
+	fmt.Println(errors.Is(err, client.ErrInvalidCredentials))
+	// Output:
+	// no_such_topic false
+	// true
+	// true
+}

@@ -1,0 +1,24 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// Sync is a test hook: it returns once every page the broker pushed
+// before it handled a probe frame is queued for Next, and reports how many
+// pages are queued. The broker answers a non-ack frame in stream mode with
+// unexpected_frame, on the same connection and after the pushes it had
+// already queued, and the reader queues frames in arrival order.
+func (s *Subscription) Sync(ctx context.Context) (queued int, err error) {
+	_, err = s.cn.roundTrip(ctx, wire.StatusRequest{})
+	if !errors.Is(err, ErrUnexpectedFrame) {
+		return 0, fmt.Errorf("probe in stream mode: got %v, want unexpected_frame", err)
+	}
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	return len(s.st.q), nil
+}

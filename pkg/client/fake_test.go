@@ -1,0 +1,345 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// fakeBroker is a scripted wire server for tests of the client's own
+// machinery (multiplexing, retries, cancellation) that a real broker
+// cannot be made to exercise on demand. Auth always succeeds; every other
+// request goes to handle, which answers through fc.reply whenever it likes
+// (or never).
+type fakeBroker struct {
+	ln     net.Listener
+	handle func(fc *fakeConn, corr uint32, req wire.Request)
+
+	mu    sync.Mutex
+	auths int
+	conns []*fakeConn
+}
+
+type fakeConn struct {
+	nc net.Conn
+	mu sync.Mutex
+}
+
+// reply writes one whole frame.
+func (fc *fakeConn) reply(frame []byte) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.nc.Write(frame)
+}
+
+func (fc *fakeConn) ok(corr uint32, resp wire.Response) {
+	fc.reply(wire.AppendOKFrame(nil, corr, resp))
+}
+
+func (fc *fakeConn) refuse(corr uint32, reason string) {
+	fc.reply(wire.AppendErrorFrame(nil, corr, reason))
+}
+
+func startFake(t *testing.T, handle func(fc *fakeConn, corr uint32, req wire.Request)) *fakeBroker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeBroker{ln: ln, handle: handle}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fc := &fakeConn{nc: nc}
+			f.mu.Lock()
+			f.conns = append(f.conns, fc)
+			f.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f.serve(fc)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		for _, fc := range f.conns {
+			fc.nc.Close()
+		}
+		f.mu.Unlock()
+		wg.Wait()
+	})
+	return f
+}
+
+func (f *fakeBroker) serve(fc *fakeConn) {
+	br := bufio.NewReader(fc.nc)
+	for {
+		body, err := wire.ReadFrame(br, 0, nil)
+		if err != nil {
+			return
+		}
+		key, corr, payload, err := wire.ParseRequestHeader(body)
+		if err != nil {
+			return
+		}
+		req, err := wire.DecodeRequest(key, payload)
+		if err != nil {
+			fc.refuse(corr, wire.ReasonMalformedRequest)
+			continue
+		}
+		if _, ok := req.(*wire.AuthRequest); ok {
+			f.mu.Lock()
+			f.auths++
+			f.mu.Unlock()
+			fc.ok(corr, wire.TokenResponse{Token: "t"})
+			continue
+		}
+		f.handle(fc, corr, req)
+	}
+}
+
+func (f *fakeBroker) authCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.auths
+}
+
+// dropAll closes every server-side connection.
+func (f *fakeBroker) dropAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, fc := range f.conns {
+		fc.nc.Close()
+	}
+}
+
+func dialFake(t *testing.T, f *fakeBroker, opts ...Option) *Client {
+	t.Helper()
+	opts = append([]Option{WithCredentials("u", "p")}, opts...)
+	c, err := Dial(t.Context(), f.ln.Addr().String(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// ignore never answers.
+func ignore(*fakeConn, uint32, wire.Request) {}
+
+func TestDialNeedsCredentials(t *testing.T) {
+	f := startFake(t, ignore)
+	if _, err := Dial(t.Context(), f.ln.Addr().String()); err == nil {
+		t.Fatal("Dial without credentials succeeded")
+	}
+}
+
+// TestPipelinedAnswersOutOfOrder holds 64 concurrent requests until all
+// arrived, answers them in reverse, and checks each caller got its own
+// answer: routing is by correlation id, not by arrival order.
+func TestPipelinedAnswersOutOfOrder(t *testing.T) {
+	const n = 64
+	var (
+		mu   sync.Mutex
+		held []func()
+	)
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		topic := *req.(*wire.ListGroupsRequest).Topic
+		mu.Lock()
+		defer mu.Unlock()
+		held = append(held, func() { fc.ok(corr, wire.ListGroupsResponse{Groups: []string{topic}}) })
+		if len(held) == n {
+			for i := len(held) - 1; i >= 0; i-- {
+				held[i]()
+			}
+		}
+	})
+	c := dialFake(t, f)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			topic := string(rune('A' + i))
+			groups, err := c.ListGroups(t.Context(), topic)
+			if err == nil && (len(groups) != 1 || groups[0] != topic) {
+				err = errors.New("got " + groups[0] + " for " + topic)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCloseFailsWaitingCalls(t *testing.T) {
+	arrived := make(chan struct{})
+	f := startFake(t, func(*fakeConn, uint32, wire.Request) { close(arrived) })
+	c := dialFake(t, f)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Status(t.Context())
+		errc <- err
+	}()
+	<-arrived
+	c.Close()
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("waiting call: got %v, want ErrClosed", err)
+	}
+	if _, err := c.Status(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after Close: got %v, want ErrClosed", err)
+	}
+}
+
+// TestCancelLeavesConnectionUsable cancels a call the broker never
+// answers; the late answer must not confuse the next call.
+func TestCancelLeavesConnectionUsable(t *testing.T) {
+	var first sync.Once
+	arrived := make(chan struct{})
+	release := make(chan func())
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		answer := func() { fc.ok(corr, wire.StatusResponse{NodeID: "n"}) }
+		held := false
+		first.Do(func() {
+			held = true
+			close(arrived)
+			go func() { release <- answer }()
+		})
+		if !held {
+			answer()
+		}
+	})
+	c := dialFake(t, f)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Status(ctx)
+		errc <- err
+	}()
+	<-arrived
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: got %v", err)
+	}
+	(<-release)() // the late answer arrives for a call nobody waits for
+	st, err := c.Status(t.Context())
+	if err != nil || st.NodeID != "n" {
+		t.Fatalf("next call: %+v, %v", st, err)
+	}
+}
+
+func TestRetriesRetriableReasons(t *testing.T) {
+	tests := []struct {
+		name     string
+		reasons  []string // answers before success
+		attempts int
+		want     error
+		calls    int
+	}{
+		{"retriable then ok", []string{"migrating", "not_owner"}, 5, nil, 3},
+		{"retries run out", []string{"no_quorum", "no_quorum", "no_quorum"}, 3, ErrNoQuorum, 3},
+		{"not retriable", []string{"no_such_topic"}, 5, ErrNoSuchTopic, 1},
+		{"retry disabled", []string{"retry"}, 1, ErrRetry, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu    sync.Mutex
+				calls int
+			)
+			f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+				mu.Lock()
+				i := calls
+				calls++
+				mu.Unlock()
+				if i < len(tc.reasons) {
+					fc.refuse(corr, tc.reasons[i])
+					return
+				}
+				fc.ok(corr, nil)
+			})
+			c := dialFake(t, f, WithRetry(tc.attempts, 1))
+			err := c.Commit(t.Context(), "t", "g", "cursor")
+			if !errors.Is(err, tc.want) && !(tc.want == nil && err == nil) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if tc.want != nil && IsRetriable(err) != wire.IsRetriable(tc.want.(*Error).Reason) {
+				t.Fatalf("IsRetriable(%v) = %v", err, IsRetriable(err))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if calls != tc.calls {
+				t.Fatalf("broker saw %d attempts, want %d", calls, tc.calls)
+			}
+		})
+	}
+}
+
+func TestRequestTimeout(t *testing.T) {
+	f := startFake(t, ignore)
+	c := dialFake(t, f, WithRequestTimeout(20*time.Millisecond), WithRetry(1, 0))
+	if _, err := c.Status(t.Context()); !errors.Is(err, ErrRequestTimeout) {
+		t.Fatalf("got %v, want ErrRequestTimeout", err)
+	}
+}
+
+// TestRedialsAfterConnectionLoss drops the connection under the client;
+// the next call dials and authenticates again.
+func TestRedialsAfterConnectionLoss(t *testing.T) {
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		fc.ok(corr, wire.StatusResponse{NodeID: "n"})
+	})
+	c := dialFake(t, f)
+	if _, err := c.Status(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.dropAll()
+	if _, err := c.Status(t.Context()); err != nil {
+		t.Fatalf("call after the connection dropped: %v", err)
+	}
+	if got := f.authCount(); got != 2 {
+		t.Fatalf("authenticated %d times, want 2", got)
+	}
+}
+
+// TestConnectionLevelRefusal: an error on correlation id 0 ends the
+// connection and fails the calls waiting on it.
+func TestConnectionLevelRefusal(t *testing.T) {
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		fc.refuse(0, wire.ReasonFrameTooLarge)
+	})
+	c := dialFake(t, f, WithRetry(1, 0))
+	_, err := c.Status(t.Context())
+	if !errors.Is(err, ErrDisconnected) || !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("got %v, want ErrDisconnected wrapping ErrFrameTooLarge", err)
+	}
+}
+
+func TestRequestTooLargeIsNotSent(t *testing.T) {
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		fc.ok(corr, wire.CountResponse{Count: 1})
+	})
+	c := dialFake(t, f, WithMaxFrame(1024))
+	_, err := c.Produce(t.Context(), "t", Record{Value: make([]byte, 2048)})
+	if !errors.Is(err, ErrRequestTooLarge) {
+		t.Fatalf("got %v, want ErrRequestTooLarge", err)
+	}
+	if n, err := c.Produce(t.Context(), "t", Record{Value: []byte("small")}); err != nil || n != 1 {
+		t.Fatalf("connection unusable after a refused request: %d, %v", n, err)
+	}
+}

@@ -1,0 +1,92 @@
+package client
+
+import (
+	"time"
+
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// Defaults of the Client options.
+const (
+	DefaultDialTimeout    = 10 * time.Second
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultRetryAttempts  = 5
+	DefaultRetryBase      = 50 * time.Millisecond
+	// maxRetryDelay caps the exponential back-off between two attempts.
+	maxRetryDelay = 2 * time.Second
+)
+
+// Option configures a Client; see Dial.
+type Option func(*config)
+
+// config holds every Client option. Keep it in step with the With*
+// functions below.
+type config struct {
+	user, password string
+	hasCredentials bool
+	dialTimeout    time.Duration
+	requestTimeout time.Duration
+	maxFrame       uint32
+	retryAttempts  int
+	retryBase      time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		dialTimeout:    DefaultDialTimeout,
+		requestTimeout: DefaultRequestTimeout,
+		maxFrame:       wire.DefaultMaxFrame,
+		retryAttempts:  DefaultRetryAttempts,
+		retryBase:      DefaultRetryBase,
+	}
+}
+
+// WithCredentials sets the user and password the connection authenticates
+// with. It is required: the broker accepts nothing before authentication.
+func WithCredentials(user, password string) Option {
+	return func(c *config) { c.user, c.password, c.hasCredentials = user, password, true }
+}
+
+// WithDialTimeout bounds connecting and authenticating (default 10 s).
+func WithDialTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.dialTimeout = d
+		}
+	}
+}
+
+// WithRequestTimeout bounds how long a request waits for its answer once
+// sent (default 30 s). A long poll (Fetch with Wait) gets its wait on top.
+// The context passed to each call can only shorten it.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.requestTimeout = d
+		}
+	}
+}
+
+// WithMaxFrame sets the largest frame the client sends or accepts
+// (default 16 MiB, the broker's default). Larger requests fail with
+// ErrRequestTooLarge before anything is sent.
+func WithMaxFrame(n uint32) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxFrame = n
+		}
+	}
+}
+
+// WithRetry sets how request methods retry retriable errors: at most
+// attempts tries in all (1 disables retrying), sleeping base, 2*base,
+// 4*base ... (capped at 2 s, with jitter) between them. The default is 5
+// attempts from 50 ms.
+func WithRetry(attempts int, base time.Duration) Option {
+	return func(c *config) {
+		c.retryAttempts = max(attempts, 1)
+		if base > 0 {
+			c.retryBase = base
+		}
+	}
+}

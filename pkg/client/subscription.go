@@ -1,0 +1,238 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// Subscription is a stream of pages the broker pushes under a credit
+// window: at most window records are unacknowledged at any time. Each
+// page must eventually be acknowledged with Ack, which returns its
+// credits (and, with a group, commits the position).
+//
+// A Subscription owns its own connection, because stream mode takes a
+// connection over. Next is meant for one goroutine; Ack, Heartbeat and
+// Close may be called from any.
+type Subscription struct {
+	c                    *Client
+	topic, group, member string
+	cn                   *conn
+	st                   *stream
+	closeOnce            sync.Once
+}
+
+// Subscribe opens a subscription to topic. With a group, it starts at the
+// group's committed position and each Ack commits; with a member too, it
+// reads only the ranges the group assigns the member. Without a group it
+// starts at the beginning of the topic and Ack commits nothing. Empty
+// strings mean absent. window bounds the unacknowledged records and pageMax
+// the records of one page (0 = broker defaults, 100 and 100; the broker
+// caps them at 10000 and 1000).
+//
+// Subscribe returns once the broker has accepted the subscription, so a
+// missing topic or a missing permission fails here (ErrNoSuchTopic,
+// ErrPermissionDenied) rather than on the first Next.
+func (c *Client) Subscribe(ctx context.Context, topic, group, member string, window, pageMax int) (*Subscription, error) {
+	var (
+		s   *Subscription
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		s, err = c.subscribeOnce(ctx, topic, group, member, window, pageMax)
+		if err == nil || attempt >= c.cfg.retryAttempts || !shouldRetry(err, true, true) {
+			break
+		}
+		if werr := sleep(ctx, c.backoff(attempt)); werr != nil {
+			return nil, werr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !c.track(s) {
+		s.cn.close(ErrClosed)
+		return nil, ErrClosed
+	}
+	return s, nil
+}
+
+// subscribeOnce dials, subscribes and confirms stream mode.
+//
+// Wire v1 gives a successful subscribe no answer: pushes simply follow,
+// perhaps much later. To tell success from refusal without waiting, a
+// status request is pipelined right behind the subscribe. The broker
+// handles a connection's frames in order: if the subscribe succeeded the
+// connection is in stream mode and the probe is answered unexpected_frame;
+// if it failed, the subscribe's error is answered first and the probe
+// gets an ordinary answer.
+func (c *Client) subscribeOnce(ctx context.Context, topic, group, member string, window, pageMax int) (*Subscription, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	cn, err := dialConn(ctx, c.addr, &c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscription{c: c, topic: topic, group: group, member: member, cn: cn, st: newStream()}
+	req := wire.SubscribeRequest{
+		Topic: str(topic), Group: optStr(group), Member: optStr(member),
+		Window: clampU32(window), Max: clampU32(pageMax),
+	}
+	if _, err := cn.send(req, s.st); err != nil {
+		cn.close(ErrClosed)
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeoutCause(ctx, c.cfg.requestTimeout, ErrRequestTimeout)
+	defer cancel()
+	_, err = cn.roundTrip(pctx, wire.StatusRequest{})
+	switch {
+	case errors.Is(err, ErrUnexpectedFrame):
+		return s, nil // in stream mode
+	case err == nil:
+		// Not in stream mode: the subscribe's refusal arrived first.
+		err = s.st.refusal()
+	}
+	cn.close(ErrClosed)
+	return nil, err
+}
+
+func (c *Client) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func clampU32(n int) uint32 { return uint32(min(max(n, 0), 1<<31)) }
+
+// Next returns the next pushed page, waiting for one, for ctx, or for the
+// subscription to end. After an error the subscription is finished
+// (ErrClosed after Close; ErrDisconnected or the broker's *Error
+// otherwise): open a new one to continue.
+func (s *Subscription) Next(ctx context.Context) (Page, error) {
+	r, err := s.st.next(ctx)
+	if err != nil {
+		return Page{}, err
+	}
+	payload, err := r.result()
+	if err != nil {
+		s.Close() // the broker ends the stream after an error
+		return Page{}, err
+	}
+	var resp wire.FetchResponse
+	if err := resp.Decode(payload); err != nil {
+		s.cn.fail(fmt.Errorf("%w: subscribe push: %w", ErrProtocol, err))
+		return Page{}, ErrProtocol
+	}
+	return toPage(&resp), nil
+}
+
+// Ack acknowledges count records and returns them as credit, so the
+// broker may push that many more. With a group, the broker also commits
+// cursor as the group's position (pass the Cursor of the last page
+// processed; "" commits nothing). Ack is fire and forget: the broker sends
+// no answer, so an error means only that the ack could not be written.
+func (s *Subscription) Ack(ctx context.Context, cursor string, count int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	req := wire.StreamAckRequest{
+		Topic: str(s.topic), Group: optStr(s.group), Member: optStr(s.member),
+		Cursor: optStr(cursor), Count: clampU32(count),
+	}
+	_, err := s.cn.send(req, nil)
+	return err
+}
+
+// Heartbeat tells the broker the subscriber is alive without acking.
+func (s *Subscription) Heartbeat(ctx context.Context) error { return s.Ack(ctx, "", 0) }
+
+// Close ends the subscription and its connection; a member leaves its
+// group. A Next waiting returns ErrClosed.
+func (s *Subscription) Close() error {
+	s.closeOnce.Do(func() {
+		s.cn.close(ErrClosed)
+		s.c.untrack(s)
+	})
+	return nil
+}
+
+// stream is the handler of a subscribe's correlation id: it queues every
+// push for Next. The broker pushes at most window records unacked, so the
+// queue is bounded by the window, not by memory.
+type stream struct {
+	mu     sync.Mutex // guards q and err
+	q      []reply
+	err    error
+	notify chan struct{} // capacity 1: the queue or err changed
+}
+
+func newStream() *stream { return &stream{notify: make(chan struct{}, 1)} }
+
+func (s *stream) stream() bool { return true }
+
+func (s *stream) deliver(code uint16, payload []byte) {
+	s.mu.Lock()
+	s.q = append(s.q, reply{code: code, payload: payload})
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *stream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *stream) poke() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// next pops the oldest push, waiting for one.
+func (s *stream) next(ctx context.Context) (reply, error) {
+	for {
+		s.mu.Lock()
+		if len(s.q) > 0 {
+			r := s.q[0]
+			s.q[0] = reply{}
+			s.q = s.q[1:]
+			s.mu.Unlock()
+			return r, nil
+		}
+		err := s.err
+		s.mu.Unlock()
+		if err != nil {
+			return reply{}, err
+		}
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return reply{}, context.Cause(ctx)
+		}
+	}
+}
+
+// refusal returns the error answer queued for a subscribe the broker
+// refused.
+func (s *stream) refusal() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.q {
+		if _, err := r.result(); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: subscribe neither refused nor streaming", ErrProtocol)
+}
