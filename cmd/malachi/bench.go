@@ -124,6 +124,9 @@ func runBench(cmd *cobra.Command, f *benchFlags, m bench.Mode) error {
 	dial := func(ctx context.Context) (*client.Client, error) {
 		return client.Dial(ctx, f.server, client.WithCredentials(f.user, f.password))
 	}
+	if o := cmd.Flags().Lookup("output"); o != nil && o.Value.String() == "json" {
+		f.json = true // the global -o json means --json too
+	}
 	progress := &bench.Progress{}
 	hide := func() {}
 	if !f.json {

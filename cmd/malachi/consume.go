@@ -124,16 +124,19 @@ func runConsume(ctx context.Context, c *consumer) error {
 		prog = startProgress(c.s.out.errw, c.status)
 	}
 	err := c.loop(sig)
+	// Read before stop, which cancels sig too.
+	interrupted := sig.Err() != nil && ctx.Err() == nil
 	stop() // a second Ctrl-C ends the process at once
 	prog.Stop()
-	interrupted := sig.Err() != nil && ctx.Err() == nil
-	if err != nil && !interrupted {
-		return err
-	}
-	if c.cursor != "" && (c.f.printCursor || interrupted) {
+	// The cursor is printed on failures too: whoever follows a topic wants
+	// to resume where the output stopped, whatever stopped it.
+	if c.cursor != "" && (c.f.printCursor || interrupted || c.f.follow && err != nil) {
 		fmt.Fprintf(c.s.out.errw, "cursor: %s\n", c.cursor)
 	}
-	return nil
+	if interrupted {
+		return nil
+	}
+	return err
 }
 
 func (c *consumer) status() string {

@@ -157,11 +157,12 @@ func state(active bool) string {
 	return "sealed"
 }
 
-// slice renders a range's key positions [start, end) in hex, padded to
-// the keyspace's width so that the column lines up.
+// slice renders a range's key positions [start, end) in hex as the
+// inclusive "first-last", padded to the keyspace's width so that the
+// column lines up.
 func slice(start, end uint64, bits uint8) string {
 	w := (int(bits) + 3) / 4
-	return fmt.Sprintf("[%#0*x, %#0*x)", w+2, start, w+2, end)
+	return fmt.Sprintf("%#0*x-%#0*x", w, start, w, end-1)
 }
 
 // share is the fraction of the keyspace a range owns, as a percentage.

@@ -20,13 +20,18 @@ type errSubject struct {
 }
 
 // explain turns err into the one line main prints, "reason: what to do",
-// with exit code 1. Errors that already carry an exit code pass through.
+// with exit code 1 (130, as shells report SIGINT, when interrupted).
+// Errors that already carry an exit code pass through.
 func explain(err error, sub errSubject) error {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return err
 	}
-	return &exitError{code: 1, err: errors.New(explainText(err, sub))}
+	code := 1
+	if errors.Is(err, errInterrupted) || errors.Is(err, context.Canceled) {
+		code = 130
+	}
+	return &exitError{code: code, err: errors.New(explainText(err, sub))}
 }
 
 func explainText(err error, sub errSubject) string {
@@ -47,7 +52,7 @@ func explainText(err error, sub errSubject) string {
 	case errors.Is(err, client.ErrProtocol):
 		return fmt.Sprintf("%s does not speak the Malachi protocol this client expects: %v", addr, err)
 	case errors.Is(err, client.ErrDisconnected):
-		return fmt.Sprintf("cannot reach %s: %s", addr, netReason(err))
+		return fmt.Sprintf("connection to %s failed: %s", addr, netReason(err))
 	}
 	return strings.TrimPrefix(err.Error(), "malachi: ")
 }
@@ -80,6 +85,8 @@ func reasonHint(e *client.Error, sub errSubject) string {
 		return fmt.Sprintf("user %s may not do this; an admin can grant it with 'malachi acl grant %s produce|consume %s'", sub.set.User, sub.set.User, topic)
 	case "invalid_cursor":
 		return "the cursor is not one this server issued for " + topic + "; start again with --from start or --group"
+	case "sealed":
+		return fmt.Sprintf("that range is no longer active (split or merged already); see the active ranges with 'malachi topic describe %s'", topic)
 	case "no_such_range", "cannot_split", "not_buddies", "different_topic":
 		return fmt.Sprintf("%s; see the ranges with 'malachi topic describe %s'", sentence(e), topic)
 	case "user_not_found":

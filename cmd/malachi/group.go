@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -65,12 +66,12 @@ func toGroupJSON(topic string, g *client.GroupStatus) groupJSON {
 func printGroup(out *printer, topic string, g *client.GroupStatus) error {
 	position := g.Cursor
 	if position == "" {
-		position = "none committed (the group starts at the beginning)"
+		position = "nothing yet (the group starts at the beginning)"
 	}
 	err := out.fields([][2]string{
 		{"Group", g.Group},
 		{"Topic", topic},
-		{"Lag", itoa(g.Lag) + " records"},
+		{"Lag", fmt.Sprintf("%d record%s", g.Lag, plural(int(g.Lag)))},
 		{"Committed", position},
 	})
 	if err != nil || len(g.Ranges) == 0 {

@@ -155,7 +155,7 @@ On a terminal it asks first; --yes skips the question.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if !yes && isTerminal(os.Stdin) && !confirm(cmd, fmt.Sprintf("Delete topic %s and all its records?", name)) {
-				return &exitError{code: 1, err: fmt.Errorf("not deleted")}
+				return &exitError{code: 1, err: fmt.Errorf("not deleted (answer y, or pass --yes)")}
 			}
 			return a.run(cmd, errSubject{topic: name}, func(ctx context.Context, s *session) error {
 				if err := s.c.DeleteTopic(ctx, name); err != nil {

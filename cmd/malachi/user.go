@@ -25,7 +25,10 @@ func newUserAddCmd(a *app) *cobra.Command {
 		Short: "Create a user",
 		Long: `Create a user with a password and permissions: admin, produce, consume.
 produce and consume apply to every topic unless narrowed by ACLs (see
-'malachi acl'). Without --password on a terminal, it asks for one.`,
+'malachi acl'). Without --password on a terminal, it asks for one.
+
+Here --password is the new user's; your own login password comes from
+MALACHI_PASSWORD or the saved context (see 'malachi context').`,
 		Example: `  malachi user add alice --password s3cret --perms produce,consume
   malachi user add ops --perms admin`,
 		Args: exactArgs(1),
@@ -108,8 +111,12 @@ func newUserDeleteCmd(a *app) *cobra.Command {
 func newUserPasswdCmd(a *app) *cobra.Command {
 	var password string
 	cmd := &cobra.Command{
-		Use:     "passwd NAME",
-		Short:   "Set a user's password",
+		Use:   "passwd NAME",
+		Short: "Set a user's password",
+		Long: `Set a user's password. Without --password on a terminal, it asks for one.
+
+Here --password is the new one; your own login password comes from
+MALACHI_PASSWORD or the saved context (see 'malachi context').`,
 		Example: `  malachi user passwd alice --password n3w-s3cret`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

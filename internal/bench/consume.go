@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/malachi-log/malachi/pkg/client"
@@ -18,13 +18,16 @@ var errAborted = errors.New("bench: producers failed")
 
 // consumers is the consuming side of a run: one worker per connection.
 type consumers struct {
-	r      *run
-	cls    []*client.Client
-	t      *tally
-	lats   []*Recorder
-	group  string
-	ctx    context.Context // ends the workers: done, idle, aborted or the caller's
-	cancel context.CancelCauseFunc
+	r     *run
+	cls   []*client.Client
+	t     *tally
+	lats  []*Recorder
+	group string
+	// claimed counts the deliveries the group's members have counted, so
+	// that together they count exactly Records (ViaGroup).
+	claimed atomic.Int64
+	ctx     context.Context // ends the workers: done, idle, aborted or the caller's
+	cancel  context.CancelCauseFunc
 }
 
 func (r *run) newConsumers(ctx context.Context, cls []*client.Client, p *Progress) *consumers {
@@ -120,17 +123,30 @@ func (s *consumers) fetchWorker(w int) error {
 		if cfg.Mode == Consume {
 			lat.Record(now.Sub(sent))
 		}
-		got += s.receive(page.Records, now, cfg.Records-got, lat)
+		got += s.receive(page.Records, now, func(n int64) int64 { return min(n, cfg.Records-got) }, lat)
 	}
 	return nil
 }
 
 // groupWorker is member w of the group: it takes the pages the broker
-// pushes and acks each, until the group has Records records in all.
+// pushes and acks each, until the group has Records records in all. A
+// stream that ends with a retriable error (a dropped connection, a
+// rebalance) is opened again from the group's committed position; the
+// idle watchdog bounds how long that may go on without progress.
 func (s *consumers) groupWorker(w int) error {
+	for {
+		err := s.subscription(w)
+		if err == nil || s.ctx.Err() != nil || !client.IsRetriable(err) {
+			return err
+		}
+	}
+}
+
+// subscription runs one subscription of member w until the group is done
+// (nil) or the stream fails.
+func (s *consumers) subscription(w int) error {
 	c, lat, cfg := s.cls[w], s.lats[w], &s.r.cfg
-	member := "m" + strconv.Itoa(w)
-	sub, err := c.Subscribe(s.ctx, cfg.Topic, s.group, member, cfg.Window, cfg.PageMax)
+	sub, err := c.Subscribe(s.ctx, cfg.Topic, s.group, "m"+strconv.Itoa(w), cfg.Window, cfg.PageMax)
 	if err != nil {
 		return err
 	}
@@ -140,41 +156,68 @@ func (s *consumers) groupWorker(w int) error {
 		if err != nil {
 			return err
 		}
-		s.receive(page.Records, s.r.clk.Now(), math.MaxInt64, lat)
+		s.receive(page.Records, s.r.clk.Now(), s.claim, lat)
 		if err := sub.Ack(s.ctx, page.Cursor, len(page.Records)); err != nil {
 			return err
 		}
-		if s.t.records.Load() >= cfg.Records {
+		if s.claimed.Load() >= cfg.Records {
 			s.cancel(errDone)
 			return nil
 		}
 	}
 }
 
-// receive counts at most limit records of a page received at now and
-// returns how many it counted. In e2e it times each record from the
-// origin stamped in its value and skips records stamped before the run.
-func (s *consumers) receive(recs []client.Record, now time.Time, limit int64, lat *Recorder) int64 {
-	var n, bytes int64
-	for i := range recs {
-		if n == limit {
-			break
+// claim reserves up to n of the group's remaining deliveries and returns
+// how many it got. Members may receive more than Records in all (a
+// rebalance redelivers from the last commit); the surplus is not counted.
+func (s *consumers) claim(n int64) int64 {
+	for {
+		have := s.claimed.Load()
+		got := min(n, s.r.cfg.Records-have)
+		if got <= 0 || s.claimed.CompareAndSwap(have, have+got) {
+			return max(got, 0)
 		}
+	}
+}
+
+// receive counts the records of a page received at now: of the n it may
+// count, take(n) says how many it does. In e2e it times each record from
+// the origin stamped in its value, and records stamped before the run (or
+// not stamped) are not counted.
+func (s *consumers) receive(recs []client.Record, now time.Time, take func(int64) int64, lat *Recorder) int64 {
+	var valid int64
+	for i := range recs {
+		if s.counts(recs[i].Value) {
+			valid++
+		}
+	}
+	n := take(valid)
+	var counted, bytes int64
+	for i := 0; counted < n; i++ {
 		v := recs[i].Value
+		if !s.counts(v) {
+			continue
+		}
 		if s.r.cfg.Mode == E2E {
-			origin, ok := stamped(v)
-			if !ok || origin.Before(s.r.start) {
-				continue
-			}
+			origin, _ := stamped(v)
 			lat.Record(now.Sub(origin))
 		}
-		n++
+		counted++
 		bytes += int64(len(v))
 	}
 	if n > 0 {
 		s.t.add(n, bytes, now)
 	}
 	return n
+}
+
+// counts tells whether a received value counts towards the run.
+func (s *consumers) counts(v []byte) bool {
+	if s.r.cfg.Mode != E2E {
+		return true
+	}
+	origin, ok := stamped(v)
+	return ok && !origin.Before(s.r.start)
 }
 
 func (s *consumers) stats() Stats {

@@ -59,7 +59,9 @@ func progressLine(done, total int64, elapsed time.Duration, width int) string {
 	}
 	text := fmt.Sprintf(" %3.0f%% %s/%s  %s rec/s  eta %s",
 		frac*100, group(done), group(total), group(int64(rate)), eta)
-	barWidth := min(width-len([]rune(text))-3, 40)
+	// The bar keeps one width whatever the text, so that it does not
+	// jitter; the text is cut rather than wrapped on a narrow terminal.
+	barWidth := min(width-progressText, 40)
 	if barWidth < 5 {
 		return truncate(text, width-1)
 	}
@@ -68,8 +70,11 @@ func progressLine(done, total int64, elapsed time.Duration, width int) string {
 	if fill > 0 && fill < barWidth {
 		bar = bar[:fill-1] + ">" + bar[fill:]
 	}
-	return "[" + bar + "]" + text
+	return truncate("["+bar+"]"+text, width-1)
 }
+
+// progressText is the room kept for the text after the bar.
+const progressText = 60
 
 func truncate(s string, n int) string {
 	r := []rune(s)

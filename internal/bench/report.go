@@ -46,19 +46,23 @@ func (r *Result) WriteJSON(w io.Writer) error {
 func (r *Result) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s\n", r.Config.Mode, r.Config.describe())
-	label := "consumed"
-	if r.Config.Mode == Produce {
-		label = "produced"
+	switch r.Config.Mode {
+	case Produce:
+		writeStats(&b, "produced", "latency", &r.Stats)
+	case Consume:
+		writeStats(&b, "consumed", "latency", &r.Stats)
+	default:
+		writeStats(&b, "consumed", "e2e", &r.Stats)
 	}
-	writeStats(&b, label, &r.Stats)
 	if r.Produce != nil {
-		writeStats(&b, "produced", r.Produce)
+		writeStats(&b, "produced", "ack", r.Produce)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-func writeStats(b *strings.Builder, label string, s *Stats) {
+// writeStats writes a side's counts as label and its latency as latLabel.
+func writeStats(b *strings.Builder, label, latLabel string, s *Stats) {
 	fmt.Fprintf(b, "  %-9s %s records, %s MB in %.2f s: %s rec/s, %.2f MB/s",
 		label, group(s.Records), strconv.FormatFloat(float64(s.Bytes)/1e6, 'f', 1, 64),
 		s.ElapsedS, group(int64(s.RecordsPerS+0.5)), s.MBPerS)
@@ -68,7 +72,7 @@ func writeStats(b *strings.Builder, label string, s *Stats) {
 	b.WriteByte('\n')
 	if l := s.Latency; l != nil {
 		fmt.Fprintf(b, "  %-9s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (from %s, n=%s)\n",
-			"latency", us(l.P50Us), us(l.P90Us), us(l.P99Us), us(l.P999Us), us(l.MaxUs), l.From, group(l.Count))
+			latLabel, us(l.P50Us), us(l.P90Us), us(l.P99Us), us(l.P999Us), us(l.MaxUs), l.From, group(l.Count))
 	}
 }
 

@@ -287,6 +287,11 @@ func (b *Broker) readSource(p *plan, src *source, entries []cursor.Entry, lin li
 		}
 		for !bg.spent() {
 			buf, next, err := b.store.Read(storage.SegmentID(seg.ID), start, min(bg.bytes, 1<<20), ^uint64(0))
+			if seg.Active && errors.Is(err, storage.ErrNotFound) {
+				// Registered in the metadata a moment before its file is
+				// created: nothing in it can be durable yet.
+				return start, false, out, nil
+			}
 			if err != nil {
 				return start, false, out, fmt.Errorf("broker: read segment %d: %w", seg.ID, err)
 			}

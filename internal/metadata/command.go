@@ -86,15 +86,23 @@ type Command struct {
 }
 
 // Result is the output of Apply. Err is nil when the command took effect;
-// otherwise it is an Error and the state is unchanged. Only the fields that
-// the command's kind documents are set.
+// otherwise it is an Error and the state is unchanged (already_sealed also
+// fills SegmentID and Sealed). Only the fields a kind produces are set.
 type Result struct {
-	Err       error
-	TopicID   uint64   // create_topic, delete_topic
-	RangeIDs  []uint64 // create_topic: initial ranges by Start; split: [lo, hi]; merge: [child]
-	SegmentID uint64   // open_segment, seal_segment, delete_segment
-	Sealed    *Segment // seal_segment; also with ErrAlreadySealed: the existing seal
-	Deleted   []uint64 // segment ids freed: delete_topic (ascending), delete_segment
+	Err error
+	// TopicID: create_topic, delete_topic, split_range, merge_ranges,
+	// commit_offsets.
+	TopicID uint64
+	// RangeIDs: create_topic, the initial ranges by Start; split_range,
+	// [lo, hi]; merge_ranges, [child].
+	RangeIDs []uint64
+	// SegmentID: open_segment, seal_segment, delete_segment.
+	SegmentID uint64
+	// Sealed: seal_segment, the segment as sealed (a copy).
+	Sealed *Segment
+	// Deleted: segment ids whose files may go: delete_topic (ascending,
+	// active ones included), delete_segment.
+	Deleted []uint64
 }
 
 func failed(err Error) Result { return Result{Err: err} }

@@ -23,7 +23,7 @@ type State struct {
 // topicRec is a topic plus its indexes.
 type topicRec struct {
 	t      Topic
-	active []*rangeRec              // active ranges sorted by Start; they tile the keyspace
+	active []*rangeRec             // active ranges sorted by Start; they tile the keyspace
 	groups map[string][]GroupEntry // committed positions by group, each sorted
 }
 

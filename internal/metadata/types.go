@@ -92,7 +92,6 @@ func compareEntries(a, b GroupEntry) int {
 	}
 }
 
-
 // User is an account. PasswordHash is opaque here (auth owns its format).
 type User struct {
 	Name         string   `json:"name"`
@@ -119,7 +118,6 @@ func compareACLs(a, b ACL) int {
 		return cmp.Compare(a.Pattern, b.Pattern)
 	}
 }
-
 
 // The clone helpers keep accessors from handing out the state's own slices.
 

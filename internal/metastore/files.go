@@ -2,7 +2,9 @@ package metastore
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,7 +79,8 @@ func readFile(fs vfs.FS, name string) ([]byte, error) {
 		return nil, err
 	}
 	data := make([]byte, size)
-	if _, err := f.ReadAt(data, 0); err != nil {
+	n, err := f.ReadAt(data, 0)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(data)) {
 		return nil, err
 	}
 	return data, nil

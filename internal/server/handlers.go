@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/broker"
-	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
@@ -135,6 +134,9 @@ func (c *conn) listTopics() (wire.Response, error) {
 }
 
 func (c *conn) describeTopic(r *wire.DescribeTopicRequest) (wire.Response, error) {
+	if err := c.s.b.Authorize(c.id, broker.OpConsume, deref(r.Topic)); err != nil {
+		return nil, err
+	}
 	d, err := c.s.b.DescribeTopic(deref(r.Topic))
 	if err != nil {
 		return nil, err
@@ -180,6 +182,9 @@ func (c *conn) describeGroup(r *wire.DescribeGroupRequest) (wire.Response, error
 }
 
 func (c *conn) listGroups(r *wire.ListGroupsRequest) (wire.Response, error) {
+	if err := c.s.b.Authorize(c.id, broker.OpConsume, deref(r.Topic)); err != nil {
+		return nil, err
+	}
 	names, err := c.s.b.ListGroups(deref(r.Topic))
 	if err != nil {
 		return nil, err
@@ -195,4 +200,3 @@ func (c *conn) status() (wire.Response, error) {
 	}, nil
 }
 
-var _ = metadata.ErrNoSuchTopic

@@ -130,6 +130,7 @@ func (s *Store) barrierLocked(sg *seg) (<-chan struct{}, error) {
 	}
 	ch := make(chan struct{})
 	s.queue = append(s.queue, request{sg: sg, done: func(error) { close(ch) }})
+	s.kick() // non-blocking, safe under the lock
 	return ch, nil
 }
 

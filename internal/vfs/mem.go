@@ -22,7 +22,7 @@ import (
 //
 // PowerLoss returns a new MemFS holding only durable state, optionally with a
 // torn tail: a random prefix of the unsynced operations of each file applied,
-// the last of them possibly cut short. Clone returns a copy of the live state,
+// the last of them possibly cut short or zero-filled. Clone returns a copy of the live state,
 // which is what a process crash (kill -9) leaves behind: the kernel still has
 // the unsynced data, which is still not durable in the clone either.
 //
@@ -242,7 +242,8 @@ func (m *MemFS) SyncDir(dir string) error {
 // durable directory entries and, for each file reachable through them, its
 // synced content. With rng non-nil each file also keeps a random prefix of
 // its unsynced operations, the last one possibly torn (a prefix of its
-// bytes). The receiver is unchanged.
+// bytes, the rest of its extent either missing or zero-filled). The
+// receiver is unchanged.
 func (m *MemFS) PowerLoss(rng *rand.Rand) *MemFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -285,8 +286,10 @@ func cloneDurable(n *memNode, rng *rand.Rand, seen map[*memNode]*memNode) *memNo
 	return c
 }
 
-// applyTorn applies a random prefix of ops to content, cutting the first
-// op left out to a random prefix of its bytes.
+// applyTorn applies a random prefix of ops to content and tears the first
+// op left out: a random prefix of its bytes lands and, half the time, the
+// rest of its extent reads as zeros — the file size reached the disk but
+// the data blocks did not, as ext4 and XFS can leave after a power loss.
 func applyTorn(content []byte, ops []memOp, rng *rand.Rand) []byte {
 	k := rng.IntN(len(ops) + 1)
 	for _, op := range ops[:k] {
@@ -294,7 +297,12 @@ func applyTorn(content []byte, ops []memOp, rng *rand.Rand) []byte {
 	}
 	if k < len(ops) && !ops[k].trunc {
 		op := ops[k]
-		op.data = op.data[:rng.IntN(len(op.data)+1)]
+		keep := rng.IntN(len(op.data) + 1)
+		if rng.IntN(2) == 0 {
+			op.data = op.data[:keep]
+		} else {
+			op.data = append(append([]byte(nil), op.data[:keep]...), make([]byte, len(op.data)-keep)...)
+		}
 		content = applyOp(content, op)
 	}
 	return content

@@ -18,6 +18,8 @@ const (
 	ReasonConnectionLimitExceeded = "connection_limit_exceeded"
 	ReasonGlobalLimitExceeded     = "global_limit_exceeded"
 	ReasonTooManyRequests         = "too_many_requests"
+	ReasonTooManyRecords          = "too_many_records"
+	ReasonTooManyMembers          = "too_many_members"
 	ReasonPermissionDenied        = "permission_denied"
 	ReasonMTLSAuthDisabled        = "mtls_auth_disabled"
 	ReasonMTLSAuthUnavailable     = "mtls_auth_unavailable"
@@ -98,6 +100,8 @@ var Reasons = map[string]ReasonInfo{
 	ReasonConnectionLimitExceeded: {true, "Too many connections from this address. Sent with correlation id 0, then the connection is closed; reconnect after a back-off."},
 	ReasonGlobalLimitExceeded:     {true, "The server is at its connection limit. Sent with correlation id 0, then the connection is closed; reconnect after a back-off."},
 	ReasonTooManyRequests:         {true, "A per-connection or per-user request limit was hit; back off."},
+	ReasonTooManyRecords:          {false, "A produce request carried more records than one request may; split it."},
+	ReasonTooManyMembers:          {true, "The consumer group (or the node's group table) is full; retry later or use fewer members."},
 	ReasonPermissionDenied:        {false, "The identity lacks the role or ACL the operation needs."},
 	ReasonMTLSAuthDisabled:        {false, "mtls_auth is not enabled on this server."},
 	ReasonMTLSAuthUnavailable:     {false, "mtls_auth needs a TLS listener that verifies client certificates; this one does not."},

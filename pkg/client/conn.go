@@ -86,10 +86,10 @@ func dialConn(ctx context.Context, addr string, cfg *config) (*conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		if cause := context.Cause(ctx); cause != nil {
-			return nil, cause
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, ErrRequestTimeout) {
+			return nil, cause // the caller's context ended
 		}
-		return nil, fmt.Errorf("%w: %w", ErrDisconnected, err)
+		return nil, fmt.Errorf("%w: dial %s: %w", ErrDisconnected, addr, err)
 	}
 	c := newConn(nc, cfg)
 	user, pass := cfg.user, cfg.password

@@ -21,7 +21,8 @@ import (
 func start(t *testing.T, opts ...clienttest.Option) (*clienttest.Node, *client.Client) {
 	t.Helper()
 	n := clienttest.Start(t, opts...)
-	return n, n.Client(t, "admin", "admin123")
+	// A hung request should fail its test well within the suite's budget.
+	return n, n.Client(t, "admin", "admin123", client.WithRequestTimeout(10*time.Second))
 }
 
 func createTopic(t *testing.T, c *client.Client, name string, opts ...client.TopicOption) {
@@ -530,6 +531,7 @@ func TestTypedErrors(t *testing.T) {
 	forged := []byte(page.Cursor)
 	forged[len(forged)/2] ^= 1
 	consumer := n.Client(t, "consumer", "consumer123")
+	producer := n.Client(t, "producer", "producer123")
 	ctx := t.Context()
 
 	tests := []struct {
@@ -562,6 +564,14 @@ func TestTypedErrors(t *testing.T) {
 		}, client.ErrInvalidCursor},
 		{"consumer produces", func() error {
 			_, err := consumer.Produce(ctx, "typed", client.Record{Value: []byte("x")})
+			return err
+		}, client.ErrPermissionDenied},
+		{"producer fetches", func() error {
+			_, err := producer.Fetch(ctx, "typed", client.FetchOptions{})
+			return err
+		}, client.ErrPermissionDenied},
+		{"producer subscribes", func() error {
+			_, err := producer.Subscribe(ctx, "typed", "g", "", 0, 0)
 			return err
 		}, client.ErrPermissionDenied},
 		{"consumer creates a user", func() error {

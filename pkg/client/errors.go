@@ -105,6 +105,8 @@ var (
 	ErrConnectionLimitExceeded = reasonError(wire.ReasonConnectionLimitExceeded)
 	ErrGlobalLimitExceeded     = reasonError(wire.ReasonGlobalLimitExceeded)
 	ErrTooManyRequests         = reasonError(wire.ReasonTooManyRequests)
+	ErrTooManyRecords          = reasonError(wire.ReasonTooManyRecords)
+	ErrTooManyMembers          = reasonError(wire.ReasonTooManyMembers)
 	ErrPermissionDenied        = reasonError(wire.ReasonPermissionDenied)
 	ErrMTLSAuthDisabled        = reasonError(wire.ReasonMTLSAuthDisabled)
 	ErrMTLSAuthUnavailable     = reasonError(wire.ReasonMTLSAuthUnavailable)

@@ -343,3 +343,16 @@ func TestRequestTooLargeIsNotSent(t *testing.T) {
 		t.Fatalf("connection unusable after a refused request: %d, %v", n, err)
 	}
 }
+
+func TestDialUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = Dial(t.Context(), addr, WithCredentials("u", "p"))
+	if !errors.Is(err, ErrDisconnected) || !IsRetriable(err) {
+		t.Fatalf("dial of a closed port: %v, want ErrDisconnected", err)
+	}
+}

@@ -195,6 +195,23 @@ func Verify(b []byte) error {
 	return nil
 }
 
+// Rebase moves the whole batch at the start of b to base offset base in
+// place — record offsets are stored as deltas, so only the header changes
+// — and recomputes the CRC. A primary can so assign offsets to a batch
+// encoded before it knew them. The batch must be valid (Verify).
+func Rebase(b []byte, base uint64) error {
+	if err := Verify(b); err != nil {
+		return err
+	}
+	h, _ := ParseHeader(b)
+	if base >= math.MaxUint64-uint64(h.LastOffsetDelta) {
+		return fmt.Errorf("%w: rebasing to %d overflows offsets", ErrInvalid, base)
+	}
+	binary.LittleEndian.PutUint64(b[offBase:], base)
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[crcStart:h.Length], castagnoli))
+	return nil
+}
+
 // SplitBatches splits concatenated batches (a Read result) into one slice
 // per batch. It checks framing, not CRCs.
 func SplitBatches(buf []byte) ([][]byte, error) {

@@ -252,3 +252,21 @@ func TestDecodeAppendsAndKeepsDstOnError(t *testing.T) {
 		t.Fatalf("error path changed dst: %v %d", err, len(dst))
 	}
 }
+
+func TestRebase(t *testing.T) {
+	b, _ := EncodeBatchAt(nil, withOffsets(sampleRecords()[:2], 10, 14), CodecS2)
+	if err := Rebase(b, 1000); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := DecodeRecords(b, nil)
+	if err != nil || recs[0].Offset != 1000 || recs[1].Offset != 1004 {
+		t.Fatalf("rebased: %v %+v", err, recs)
+	}
+	if err := Rebase(b, math.MaxUint64-4); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("overflow: %v", err)
+	}
+	b[len(b)-1] ^= 1
+	if err := Rebase(b, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("corrupt input: %v", err)
+	}
+}

@@ -1,0 +1,391 @@
+#!/usr/bin/env bash
+# bench/peers/nats.sh: Malachi against NATS JetStream on loopback, with
+# matched workloads run alternately (NATS then Malachi, then Malachi then
+# NATS on the next round, ...), and the peak RSS of each server.
+#
+# Usage: bench/peers/nats.sh            (defaults: 3 rounds of 1,000,000 records)
+#        ROUNDS=1 RECORDS=50000 bench/peers/nats.sh    (a short check)
+#
+# Environment (defaults in brackets):
+#   ROUNDS [3]              rounds of every workload
+#   RECORDS [1000000]       records of the async publish and consume workloads
+#   FSYNC_RECORDS [100000]  records of the async publish against NATS with
+#                           sync_interval: always (about 7k msgs/s there, so
+#                           1M would take minutes per round); capped at RECORDS
+#   SYNC_RECORDS [20000]    records of the one-at-a-time publish (latency)
+#   SIZE [128]              record size in bytes
+#   NATS_BATCH [500]        nats bench --batch (async publishes in flight)
+#   MALACHI_FLAGS []        extra flags for every `malachi bench produce`
+#                           (for example "--batch 500 --linger 1ms")
+#   MALACHI_BENCH_CACHE [~/.cache/malachi-bench]  where nats-server and nats
+#                           are installed (bin/) and results kept (results/)
+#   NATS_PORT [14222] NATS_FSYNC_PORT [14223] MALACHI_PORT [14040]
+#   MALACHI_HTTP_PORT [14041]
+#   KEEP [0]                1 keeps the work folder (data, logs)
+#   CMD_TIMEOUT [600]       seconds before one benchmark command is abandoned
+#
+# Servers: nats-server -js with file storage (default sync_interval, so no
+# fsync per write), a second nats-server with `sync_interval: always` (an
+# fsync per write, which is what Malachi does before every ack), and
+# `malachi serve --dev` on a fresh data folder. Every process this script
+# starts is stopped by PID on exit.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+RECORDS=${RECORDS:-1000000}
+FSYNC_RECORDS=${FSYNC_RECORDS:-100000}
+SYNC_RECORDS=${SYNC_RECORDS:-20000}
+SIZE=${SIZE:-128}
+NATS_BATCH=${NATS_BATCH:-500}
+MALACHI_FLAGS=${MALACHI_FLAGS:-}
+CACHE=${MALACHI_BENCH_CACHE:-$HOME/.cache/malachi-bench}
+NATS_PORT=${NATS_PORT:-14222}
+NATS_FSYNC_PORT=${NATS_FSYNC_PORT:-14223}
+MALACHI_PORT=${MALACHI_PORT:-14040}
+MALACHI_HTTP_PORT=${MALACHI_HTTP_PORT:-14041}
+KEEP=${KEEP:-0}
+CMD_TIMEOUT=${CMD_TIMEOUT:-600}
+
+NATS_SERVER_VERSION=v2.15.2
+NATS_CLI_VERSION=v0.5.0
+FSYNC_RECORDS=$((FSYNC_RECORDS < RECORDS ? FSYNC_RECORDS : RECORDS))
+SYNC_RECORDS=$((SYNC_RECORDS < RECORDS ? SYNC_RECORDS : RECORDS))
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/malachi-vs-nats.XXXXXX")
+RESULTS=$WORK/results.tsv # workload system metric round value rss_kb
+PIDS=()
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+cleanup() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	if [[ $KEEP == 1 ]]; then
+		log "work folder kept: $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+}
+trap cleanup EXIT
+
+# forget PID: drop a reaped process from PIDS, so that cleanup never
+# signals a PID the system may have given to another process since.
+forget() {
+	local keep=() pid
+	for pid in "${PIDS[@]}"; do
+		[[ $pid == "$1" ]] || keep+=("$pid")
+	done
+	PIDS=("${keep[@]}")
+}
+trap 'exit 130' INT TERM
+
+# ---- install and build -------------------------------------------------
+
+# install_tool BIN MODULE VERSION: go install MODULE@VERSION into the
+# cache unless BIN there already reports VERSION.
+install_tool() {
+	local bin=$CACHE/bin/$1 module=$2 version=$3
+	if [[ -x $bin ]] && "$bin" --version 2>&1 | grep -q -- "${version#v}"; then
+		log "using $bin ($version)"
+		return
+	fi
+	log "installing $module@$version into $CACHE/bin"
+	mkdir -p "$CACHE/bin"
+	(cd "$WORK" && GOBIN=$CACHE/bin GOFLAGS= go install "$module@$version") ||
+		die "go install $module@$version failed"
+}
+
+build() {
+	install_tool nats-server github.com/nats-io/nats-server/v2 "$NATS_SERVER_VERSION"
+	install_tool nats github.com/nats-io/natscli/nats "$NATS_CLI_VERSION"
+	log "building malachi"
+	(cd "$REPO" && go build -o "$WORK/malachi" ./cmd/malachi) || die "building malachi failed"
+}
+
+# ---- servers ---------------------------------------------------------
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# wait_ready PID LOG PATTERN: until LOG shows PATTERN (30 s at most).
+wait_ready() {
+	local pid=$1 logf=$2 pattern=$3 i
+	for ((i = 0; i < 300; i++)); do
+		grep -q -- "$pattern" "$logf" 2>/dev/null && return
+		kill -0 "$pid" 2>/dev/null || die "server $pid exited; see its log:$(printf '\n')$(tail -20 "$logf")"
+		sleep 0.1
+	done
+	die "server $pid not ready after 30 s ($logf)"
+}
+
+# start_nats NAME PORT EXTRA_JETSTREAM_CONFIG: sets STARTED to its PID.
+start_nats() {
+	local name=$1 port=$2 extra=$3
+	cat >"$WORK/$name.conf" <<-EOF
+		server_name: $name
+		listen: 127.0.0.1:$port
+		jetstream {
+		  store_dir: "$WORK/$name-data"
+		  $extra
+		}
+	EOF
+	"$CACHE/bin/nats-server" -c "$WORK/$name.conf" >"$WORK/$name.log" 2>&1 &
+	STARTED=$!
+	PIDS+=("$STARTED")
+	wait_ready "$STARTED" "$WORK/$name.log" "Server is ready"
+}
+
+start_servers() {
+	local p
+	for p in "$NATS_PORT" "$NATS_FSYNC_PORT" "$MALACHI_PORT" "$MALACHI_HTTP_PORT"; do
+		port_free "$p" || die "port $p is in use; set NATS_PORT, NATS_FSYNC_PORT, MALACHI_PORT or MALACHI_HTTP_PORT"
+	done
+	start_nats nats "$NATS_PORT" ""
+	NATS_PID=$STARTED
+	start_nats nats-fsync "$NATS_FSYNC_PORT" "sync_interval: always"
+	NATS_FSYNC_PID=$STARTED
+	"$WORK/malachi" serve --dev --data-dir "$WORK/malachi-data" --log-level warn \
+		--listen "127.0.0.1:$MALACHI_PORT" --http "127.0.0.1:$MALACHI_HTTP_PORT" >"$WORK/malachi.log" 2>&1 &
+	MALACHI_PID=$!
+	PIDS+=("$MALACHI_PID")
+	wait_ready "$MALACHI_PID" "$WORK/malachi.log" "^ready"
+	log "servers up: nats $NATS_PID, nats-fsync $NATS_FSYNC_PID, malachi $MALACHI_PID"
+}
+
+# ---- measuring ---------------------------------------------------------
+
+# Peak RSS per workload: reset the server's high-water mark (VmHWM) through
+# /proc/PID/clear_refs before the command and read it after. Where the
+# reset is refused, sample VmRSS in the background instead.
+rss_kb() { awk -v f="$2" '$1 == f":" {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+SAMPLER=
+start_rss() { # PID
+	RSS_RESET=0
+	if echo 5 >"/proc/$1/clear_refs" 2>/dev/null; then
+		RSS_RESET=1
+		return
+	fi
+	: >"$WORK/rss.samples"
+	(while kill -0 "$1" 2>/dev/null; do rss_kb "$1" VmRSS >>"$WORK/rss.samples"; sleep 0.05; done) &
+	SAMPLER=$!
+	PIDS+=("$SAMPLER")
+}
+
+stop_rss() { # PID: sets RSS to the peak in kB
+	if [[ $RSS_RESET == 1 ]]; then
+		RSS=$(rss_kb "$1" VmHWM)
+		return
+	fi
+	kill "$SAMPLER" 2>/dev/null || true
+	wait "$SAMPLER" 2>/dev/null || true
+	forget "$SAMPLER"
+	RSS=$(sort -n "$WORK/rss.samples" | tail -1)
+}
+
+# run_cmd OUT CMD...: run one benchmark command, its output to OUT. It
+# runs in the background and is waited for, so that a signal reaches the
+# script (and its cleanup) at once rather than when the command ends.
+run_cmd() {
+	local out=$1 pid rc=0
+	shift
+	timeout "$CMD_TIMEOUT" "$@" >"$out" 2>&1 &
+	pid=$!
+	PIDS+=("$pid")
+	wait "$pid" || rc=$?
+	forget "$pid"
+	if ((rc != 0)); then
+		log "command failed ($rc): $*"
+		tail -20 "$out" >&2
+		die "see $out (KEEP=1 keeps it)"
+	fi
+}
+
+record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS"; }
+
+# nats_stat FILE FIELD: from "... stats: 97,756 msgs/sec ~ ... ~ P50: 3,912.15us ~ ..."
+# FIELD rate gives msgs/s; P50, P99 give microseconds.
+nats_stat() {
+	local line
+	line=$(grep -m1 ' stats: ' "$1") || die "no stats line in $1"
+	if [[ $2 == rate ]]; then
+		sed -E 's/.* stats: ([0-9,.]+) msgs\/sec.*/\1/' <<<"$line" | tr -d ,
+		return
+	fi
+	sed -E "s/.* $2: ([0-9,.]+)(us|ms|s) .*/\1 \2/; s/.* $2: ([0-9,.]+)(us|ms|s)$/\1 \2/" <<<"$line" | tr -d , |
+		awk '{v=$1; if ($2=="ms") v*=1000; else if ($2=="s") v*=1e6; printf "%.1f\n", v}'
+}
+
+# malachi_stat FILE KEY: the first "KEY": value of a --json result (the
+# top-level stats come before any nested ones).
+malachi_stat() {
+	grep -m1 -E "\"$2\": " "$1" | sed -E 's/.*: ([0-9.eE+-]+),?$/\1/'
+}
+
+# nats_run WORKLOAD ROUND SERVER_PID URL ARGS...: one `nats bench js ARGS`.
+nats_run() {
+	local wl=$1 round=$2 pid=$3 url=$4 out
+	shift 4
+	out=$WORK/out.$wl.nats.$round
+	start_rss "$pid"
+	run_cmd "$out" "$CACHE/bin/nats" --no-context -s "$url" bench js "$@" --no-progress
+	stop_rss "$pid"
+	record "$wl" nats rate "$round" "$(nats_stat "$out" rate)" "$RSS"
+	if [[ $wl == sync* ]]; then
+		record "$wl" nats p50_us "$round" "$(nats_stat "$out" P50)" "$RSS"
+		record "$wl" nats p99_us "$round" "$(nats_stat "$out" P99)" "$RSS"
+	fi
+	log "  nats    $wl: $(nats_stat "$out" rate) msgs/s, peak RSS $((RSS / 1024)) MiB"
+}
+
+# malachi_run WORKLOAD ROUND produce|consume ARGS...: one `malachi bench`.
+malachi_run() {
+	local wl=$1 round=$2 out
+	shift 2
+	local args=("$@" --server "127.0.0.1:$MALACHI_PORT" --json)
+	if [[ $1 == produce && -n $MALACHI_FLAGS ]]; then
+		local extra
+		read -r -a extra <<<"$MALACHI_FLAGS"
+		args+=("${extra[@]}")
+	fi
+	out=$WORK/out.$wl.malachi.$round
+	start_rss "$MALACHI_PID"
+	run_cmd "$out" "$WORK/malachi" bench "${args[@]}"
+	stop_rss "$MALACHI_PID"
+	record "$wl" malachi rate "$round" "$(malachi_stat "$out" records_per_s)" "$RSS"
+	if [[ $wl == sync* ]]; then
+		record "$wl" malachi p50_us "$round" "$(malachi_stat "$out" p50_us)" "$RSS"
+		record "$wl" malachi p99_us "$round" "$(malachi_stat "$out" p99_us)" "$RSS"
+	fi
+	log "  malachi $wl: $(malachi_stat "$out" records_per_s | cut -d. -f1) rec/s, peak RSS $((RSS / 1024)) MiB"
+}
+
+# pair FIRST ROUND: run the NATS and Malachi sides of one workload, NATS
+# first when FIRST is nats. The sides are the functions side_nats and
+# side_malachi, set by the caller.
+pair() {
+	if [[ $1 == nats ]]; then
+		side_nats "$2"
+		side_malachi "$2"
+	else
+		side_malachi "$2"
+		side_nats "$2"
+	fi
+}
+
+# ---- workloads ---------------------------------------------------------
+
+N_URL() { echo "nats://127.0.0.1:$NATS_PORT"; }
+F_URL() { echo "nats://127.0.0.1:$NATS_FSYNC_PORT"; }
+
+round() {
+	local r=$1 first=nats
+	((r % 2 == 0)) && first=malachi
+	log "round $r of $ROUNDS ($first first)"
+	local topic=r$r-async
+
+	side_nats() { nats_run async "$1" "$NATS_PID" "$(N_URL)" pub async bench.s --create --storage file --replicas 1 \
+		--msgs "$RECORDS" --size "$SIZE" --batch "$NATS_BATCH" --purge; }
+	side_malachi() { malachi_run async "$1" produce --topic "$topic" --records "$RECORDS" --size "$SIZE" --keys 0; }
+	pair "$first" "$r"
+
+	# Consume what the async workload just wrote. The durable consumer is
+	# removed first so that every round reads the stream from its start.
+	side_nats() { nats_run consume-ordered "$1" "$NATS_PID" "$(N_URL)" ordered --msgs "$RECORDS"; }
+	side_malachi() { malachi_run consume-ordered "$1" consume --topic "$topic" --records "$RECORDS" --via fetch; }
+	pair "$first" "$r"
+	side_nats() {
+		"$CACHE/bin/nats" --no-context -s "$(N_URL)" consumer rm benchstream nats-bench -f >/dev/null 2>&1 || true
+		nats_run consume-durable "$1" "$NATS_PID" "$(N_URL)" consume --msgs "$RECORDS" --batch "$NATS_BATCH"
+	}
+	side_malachi() { malachi_run consume-durable "$1" consume --topic "$topic" --records "$RECORDS" --via group; }
+	pair "$first" "$r"
+
+	side_nats() { nats_run async-fsync "$1" "$NATS_FSYNC_PID" "$(F_URL)" pub async bench.s --create --storage file \
+		--replicas 1 --msgs "$FSYNC_RECORDS" --size "$SIZE" --batch "$NATS_BATCH" --purge; }
+	side_malachi() { malachi_run async-fsync "$1" produce --topic "r$r-fsync" --records "$FSYNC_RECORDS" --size "$SIZE" --keys 0; }
+	pair "$first" "$r"
+
+	# One record per request, waiting for each ack. Malachi has one
+	# durability mode (fsync before ack), so its run serves both rows.
+	side_nats() { nats_run sync "$1" "$NATS_PID" "$(N_URL)" pub sync bench.s --create --storage file --replicas 1 \
+		--msgs "$SYNC_RECORDS" --size "$SIZE" --purge; }
+	side_malachi() {
+		malachi_run sync "$1" produce --topic "r$1-sync" --records "$SYNC_RECORDS" --size "$SIZE" --keys 0 --sync
+		awk -F'\t' -v r="$1" 'BEGIN {OFS=FS} $1=="sync" && $2=="malachi" && $4==r {$1="sync-fsync"; print}' \
+			"$RESULTS" >>"$RESULTS.tmp"
+		cat "$RESULTS.tmp" >>"$RESULTS" && rm -f "$RESULTS.tmp"
+	}
+	pair "$first" "$r"
+	nats_run sync-fsync "$r" "$NATS_FSYNC_PID" "$(F_URL)" pub sync bench.s --create --storage file --replicas 1 \
+		--msgs "$SYNC_RECORDS" --size "$SIZE" --purge
+}
+
+# ---- report --------------------------------------------------------------
+
+# median: of the numbers on stdin ("-" if none).
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+# column_of WORKLOAD SYSTEM METRIC COLUMN: that column (5 value, 6 rss_kb) of every round.
+column_of() { awk -F'\t' -v w="$1" -v s="$2" -v m="$3" -v c="$4" '$1==w && $2==s && $3==m {print $c}' "$RESULTS"; }
+# peak_mib WORKLOAD SYSTEM: the highest peak RSS of the rounds, in MiB.
+peak_mib() { column_of "$1" "$2" rate 6 | sort -n | tail -1 | awk '{printf "%.0f", $1/1024}'; }
+# whole N: N rounded, or "-".
+whole() { awk -v n="$1" 'BEGIN {if (n ~ /^[0-9.eE+-]+$/) printf "%.0f", n; else print "-"}'; }
+
+report() {
+	local fmt='%-40s %12s %12s %7s %9s %9s\n'
+	echo
+	echo "Malachi vs NATS JetStream $NATS_SERVER_VERSION: loopback, file storage, R1, one client, ${SIZE} B records."
+	echo "Medians of $ROUNDS round(s); ratio = Malachi / NATS (msgs/s: higher is better; us: lower is better);"
+	echo "peak RSS in MiB, highest of the rounds. Malachi fsyncs before every ack; \"NATS fsync\" is sync_interval: always."
+	echo
+	# shellcheck disable=SC2059
+	printf "$fmt" workload NATS Malachi ratio "NATS RSS" "Mal. RSS"
+	local row wl metric label n m
+	for row in \
+		"async|rate|async publish x$RECORDS, msgs/s" \
+		"async-fsync|rate|async x$FSYNC_RECORDS, NATS fsync, msgs/s" \
+		"sync|rate|sync publish x$SYNC_RECORDS, msgs/s" \
+		"sync|p50_us|sync publish p50, us" \
+		"sync|p99_us|sync publish p99, us" \
+		"sync-fsync|rate|sync publish, NATS fsync, msgs/s" \
+		"sync-fsync|p50_us|sync p50, NATS fsync, us" \
+		"sync-fsync|p99_us|sync p99, NATS fsync, us" \
+		"consume-ordered|rate|consume ordered / fetch, msgs/s" \
+		"consume-durable|rate|consume durable / group, msgs/s"; do
+		IFS='|' read -r wl metric label <<<"$row"
+		n=$(column_of "$wl" nats "$metric" 5 | median)
+		m=$(column_of "$wl" malachi "$metric" 5 | median)
+		# shellcheck disable=SC2059
+		printf "$fmt" "$label" "$(whole "$n")" "$(whole "$m")" \
+			"$(awk -v n="$n" -v m="$m" 'BEGIN {if (n + 0 > 0 && m ~ /^[0-9]/) printf "%.2f", m/n; else print "-"}')" \
+			"$(peak_mib "$wl" nats)" "$(peak_mib "$wl" malachi)"
+	done
+	mkdir -p "$CACHE/results"
+	local keep
+	keep=$CACHE/results/$(date +%Y%m%d-%H%M%S).tsv
+	cp "$RESULTS" "$keep"
+	echo
+	echo "per-round values (workload system metric round value rss_kb): $keep"
+}
+
+main() {
+	local t0=$SECONDS r
+	log "work folder $WORK; rounds $ROUNDS; records $RECORDS (fsync $FSYNC_RECORDS, sync $SYNC_RECORDS)"
+	build
+	start_servers
+	: >"$RESULTS"
+	for ((r = 1; r <= ROUNDS; r++)); do
+		round "$r"
+	done
+	report
+	log "done in $((SECONDS - t0)) s"
+}
+
+main "$@"

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/malachi-log/malachi/internal/bench"
+	"github.com/malachi-log/malachi/pkg/client/clienttest"
+)
+
+// TestBenchCommand runs `malachi bench` produce, consume and e2e with tiny
+// workloads against an in-process node and checks their JSON reports.
+func TestBenchCommand(t *testing.T) {
+	node := clienttest.Start(t)
+	run := func(t *testing.T, args ...string) bench.Result {
+		t.Helper()
+		cmd := newBenchCmd()
+		var out, errOut bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SetArgs(append(args, "--server", node.Addr(), "--json"))
+		if err := cmd.ExecuteContext(t.Context()); err != nil {
+			t.Fatalf("bench %v: %v\n%s%s", args, err, out.String(), errOut.String())
+		}
+		var res bench.Result
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("bench %v: output is not a JSON result: %v\n%s", args, err, out.String())
+		}
+		return res
+	}
+	check := func(t *testing.T, s bench.Stats, records int64, timed bool) {
+		t.Helper()
+		if s.Records != records || s.Errors != 0 || s.RecordsPerS <= 0 {
+			t.Errorf("records %d (want %d), errors %d, rate %.0f", s.Records, records, s.Errors, s.RecordsPerS)
+		}
+		if timed && (s.Latency == nil || s.Latency.Count == 0 || s.Latency.MaxUs < s.Latency.P50Us) {
+			t.Errorf("latency %+v", s.Latency)
+		}
+	}
+
+	res := run(t, "produce", "--topic", "b", "--records", "2000", "--size", "64", "--keys", "10",
+		"--producers", "2", "--ranges", "2", "--batch", "100", "--linger", "1ms")
+	check(t, res.Stats, 2000, true)
+	if res.Bytes != 2000*64 || res.Latency.Count != 2000 || res.Latency.From != bench.FromSend {
+		t.Errorf("produce: bytes %d, latency %+v", res.Bytes, res.Latency)
+	}
+
+	res = run(t, "produce", "--topic", "b", "--records", "50", "--size", "64", "--sync", "--rate", "5000")
+	check(t, res.Stats, 50, true)
+	if res.Latency.From != bench.FromSchedule {
+		t.Errorf("open loop measured from %q", res.Latency.From)
+	}
+
+	res = run(t, "consume", "--topic", "b", "--records", "2050", "--page-max", "500")
+	check(t, res.Stats, 2050, true)
+
+	res = run(t, "consume", "--topic", "b", "--records", "2050", "--via", "group", "--consumers", "2")
+	check(t, res.Stats, 2050, false)
+
+	res = run(t, "e2e", "--records", "500", "--size", "32", "--rate", "20000")
+	check(t, res.Stats, 500, true)
+	if res.Produce == nil || res.Produce.Records != 500 {
+		t.Errorf("e2e produce side %+v", res.Produce)
+	}
+}

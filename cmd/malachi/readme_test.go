@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// tourLines returns the command lines of the README's five-minute tour:
+// the second sh block of that section, comments stripped.
+func tourLines(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## A five-minute tour")
+	if !ok {
+		t.Fatal("README has no five-minute tour")
+	}
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, 2)
+	if len(blocks) < 2 {
+		t.Fatal("the tour lacks its second sh block")
+	}
+	comment := regexp.MustCompile(`\s+#.*$`)
+	var out []string
+	for _, l := range lines(blocks[1][1]) {
+		if l = strings.TrimSpace(comment.ReplaceAllString(l, "")); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// startServe runs `malachi serve --dev` as a child, as the tour does, and
+// returns its client address once it printed "ready".
+func startServe(t *testing.T, c *cli) string {
+	t.Helper()
+	cmd := exec.Command(c.bin, "serve", "--dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	cmd.Env = c.env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+	})
+	sc := bufio.NewScanner(stderr)
+	addr := ""
+	for sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "  client protocol  "); ok {
+			addr = a
+		}
+		if sc.Text() == "ready" {
+			break
+		}
+	}
+	if addr == "" {
+		t.Fatalf("serve printed no client address: %v", sc.Err())
+	}
+	go func() { // keep draining the log so the node never blocks on it
+		for sc.Scan() {
+		}
+	}()
+	return addr
+}
+
+// TestReadmeTour runs the README's tour, line by line as written, against
+// a fresh `malachi serve --dev`.
+func TestReadmeTour(t *testing.T) {
+	t.Parallel()
+	tour := tourLines(t)
+	if len(tour) < 8 {
+		t.Fatalf("tour has only %d lines: %q", len(tour), tour)
+	}
+	c := newCLI(t, "")
+	dir := t.TempDir()
+	if err := os.Symlink(c.bin, filepath.Join(dir, "malachi")); err != nil {
+		t.Fatal(err)
+	}
+	c.env = append(c.env, "MALACHI_SERVER="+startServe(t, c))
+
+	var follower *child
+	outputs := map[string]string{}
+	for _, line := range tour {
+		if bg, ok := strings.CutSuffix(line, "&"); ok {
+			cmd := exec.Command("sh", "-c", "exec "+strings.TrimSpace(bg))
+			cmd.Dir = dir
+			follower = c.startCmd(cmd)
+			continue
+		}
+		cmd := exec.Command("sh", "-c", line)
+		cmd.Dir = dir
+		cmd.Env = c.env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, stderrOf(err))
+		}
+		outputs[line] = string(out)
+	}
+
+	if got := lines(outputs["./malachi consume orders --from start"]); !sameMultiset(got, []string{"created", "created", "paid"}) {
+		t.Errorf("consume --from start printed %q", got)
+	}
+	if follower == nil {
+		t.Fatal("the tour has no background follower")
+	}
+	follower.expect(`{"id":"user-3","event":"created"}`)
+	code, _ := follower.interrupt()
+	if code != 0 {
+		t.Fatalf("follower exit %d after SIGINT; stderr %q", code, follower.stderr.String())
+	}
+	cursorIn(t, follower.stderr.String())
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+func sameMultiset(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
