@@ -137,7 +137,7 @@ func runBench(cmd *cobra.Command, f *benchFlags, m bench.Mode) error {
 	if errors.Is(err, bench.ErrConfig) {
 		return &exitError{code: 2, err: err}
 	}
-	if res != nil {
+	if res != nil && (err == nil || res.Records > 0) { // a partial result, if any
 		write := res.WriteText
 		if f.json {
 			write = res.WriteJSON

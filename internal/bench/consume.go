@@ -50,12 +50,17 @@ func (s *consumers) abort() { s.cancel(errAborted) }
 func (s *consumers) run() error {
 	defer s.cancel(errDone)
 	go s.watchIdle()
-	errs := make([]error, len(s.cls))
+	errs := make([]error, len(s.cls)+1)
 	var wg sync.WaitGroup
 	for w := range s.cls {
 		wg.Go(func() { errs[w] = s.settle(s.worker(w)) })
 	}
 	wg.Wait()
+	if s.ctx.Err() != nil {
+		if cause := context.Cause(s.ctx); !errors.Is(cause, errDone) && !errors.Is(cause, errAborted) {
+			errs[len(s.cls)] = cause // once, not once per worker it cut short
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -66,18 +71,13 @@ func (s *consumers) worker(w int) error {
 	return s.fetchWorker(w)
 }
 
-// settle turns a worker's error into the reason the consumers stopped,
-// if they were stopped: a worker cut short by the stop reports the stop,
-// and a stop that means success (done, aborted) reports nothing.
+// settle drops the error of a worker cut short by the consumers' stop:
+// the stop's cause is what run reports.
 func (s *consumers) settle(err error) error {
-	if s.ctx.Err() == nil {
-		return err
-	}
-	cause := context.Cause(s.ctx)
-	if errors.Is(cause, errDone) || errors.Is(cause, errAborted) {
+	if s.ctx.Err() != nil {
 		return nil
 	}
-	return cause
+	return err
 }
 
 // watchIdle stops the consumers with ErrShort once nothing has arrived

@@ -15,8 +15,10 @@
 //     the whole topic with its own cursor (fan-out: C×Records deliveries)
 //     and latency is the round trip of each non-empty fetch. Via "group"
 //     the consumers are members of one fresh group fed by push
-//     subscriptions with a credit window, sharing Records deliveries;
-//     there is no request to time, so no latency is reported.
+//     subscriptions with a credit window, and count Records deliveries
+//     between them (redeliveries after a rebalance count, a surplus past
+//     Records does not); a stream that breaks is reopened from the group's
+//     commit. There is no request to time, so no latency is reported.
 //   - e2e: consumers start first, then producers; every value carries its
 //     origin time in its first 8 bytes (big-endian Unix nanoseconds) and
 //     latency is receipt time minus that origin. Producer and consumer
@@ -47,7 +49,8 @@
 //
 // Latencies are recorded in microseconds into HDR histograms (3
 // significant digits, 1 µs to 1 h; larger values are clamped), one per
-// worker so that recording takes no shared lock, and merged at the end.
+// worker so that workers never wait on each other's lock, and merged at
+// the end.
 // Percentiles are p50, p90, p99, p99.9 and max. Throughput counts value
 // bytes only (not keys or headers), in MB of 10^6 bytes.
 package bench

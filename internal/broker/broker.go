@@ -64,6 +64,8 @@ type Config struct {
 	SessionTTL time.Duration
 	// ACLStrict requires an explicit grant for non-admin topic access.
 	ACLStrict bool
+	// AutoSplit configures automatic splitting and merging of ranges.
+	AutoSplit AutoSplit
 }
 
 func (c Config) withDefaults() Config {
@@ -112,6 +114,7 @@ func (c Config) withDefaults() Config {
 	if c.SessionTTL == 0 {
 		c.SessionTTL = time.Hour
 	}
+	c.AutoSplit = c.AutoSplit.withDefaults()
 	return c
 }
 
@@ -148,9 +151,10 @@ type Broker struct {
 
 	mu struct {
 		sync.Mutex
-		heads   map[uint64]*head    // range id -> write head
-		watches map[uint64]*watch   // topic id -> watch
-		groups  *groups.Coordinator // consumer-group membership
+		heads   map[uint64]*head       // range id -> write head
+		watches map[uint64]*watch      // topic id -> watch
+		groups  *groups.Coordinator    // consumer-group membership
+		meters  map[uint64]*rangeMeter // range id -> last reshard look
 	}
 
 	stop    context.CancelFunc
@@ -277,13 +281,17 @@ func (b *Broker) apply(ctx context.Context, cmd metadata.Command) (metadata.Resu
 	return res, res.Err
 }
 
-// maintenanceLoop rolls segments by age and expires silent group members.
-// It is the broker's only long-lived goroutine and exits when Close cancels
-// ctx.
+// maintenanceLoop rolls segments by age, expires silent group members and
+// runs the range coordinator. It is the broker's only long-lived goroutine
+// and exits when Close cancels ctx.
 func (b *Broker) maintenanceLoop(ctx context.Context) {
 	defer b.done.Done()
+	interval := b.cfg.RollCheckInterval
+	if b.cfg.AutoSplit.enabled() {
+		interval = min(interval, b.cfg.AutoSplit.Interval)
+	}
 	for {
-		t := b.cfg.Clock.NewTimer(b.cfg.RollCheckInterval)
+		t := b.cfg.Clock.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -292,6 +300,7 @@ func (b *Broker) maintenanceLoop(ctx context.Context) {
 		}
 		b.rollAged(ctx)
 		b.expireMembers()
+		b.reshardTick(ctx)
 	}
 }
 

@@ -26,6 +26,10 @@ type head struct {
 	next     uint64 // next offset to assign
 	bytes    int64  // bytes enqueued to the active segment
 	openedAt time.Time
+	// written and activeBytes are read by the range coordinator without
+	// the head lock: bytes enqueued ever, and bytes in the active segment.
+	written     atomic.Int64
+	activeBytes atomic.Int64
 	// retired is set once the range is sealed (split, merge, delete): a
 	// produce that finds it re-routes through fresh metadata.
 	retired bool
@@ -195,6 +199,8 @@ func (b *Broker) appendToRange(ctx context.Context, topicID, rangeID uint64, rec
 	}
 	h.next += uint64(len(recs))
 	h.bytes += int64(len(batch))
+	h.written.Add(int64(len(batch)))
+	h.activeBytes.Store(h.bytes)
 	if h.bytes >= b.cfg.SegmentMaxBytes {
 		if err := b.rollLocked(ctx, h); err != nil {
 			// The batch is enqueued and will be acked on its own; a failed

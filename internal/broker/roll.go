@@ -61,6 +61,7 @@ func (b *Broker) seedHeadLocked(h *head) {
 			h.segment = active.ID
 			h.next = info.End
 			h.bytes = info.Bytes
+			h.activeBytes.Store(info.Bytes)
 			h.openedAt = msTime(active.OpenedAt)
 			return
 		}
@@ -129,6 +130,7 @@ func (b *Broker) rollLocked(ctx context.Context, h *head) error {
 	h.segment = 0
 	h.next = footer.End
 	h.bytes = 0
+	h.activeBytes.Store(0)
 	return nil
 }
 

@@ -30,10 +30,10 @@ type conn struct {
 	cancel    context.CancelFunc
 	reqCtx    context.Context
 	reqCancel context.CancelFunc
-	wg       sync.WaitGroup // request goroutines
-	draining chan struct{}
-	drainMu  sync.Once
-	closeMu  sync.Once
+	wg        sync.WaitGroup // request goroutines
+	draining  chan struct{}
+	drainMu   sync.Once
+	closeMu   sync.Once
 
 	id     broker.Identity
 	authed bool

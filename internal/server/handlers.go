@@ -199,4 +199,3 @@ func (c *conn) status() (wire.Response, error) {
 		UptimeMs: uint64(s.Uptime.Milliseconds()), Topics: uint32(s.Topics), Records: s.Records, Bytes: s.Bytes,
 	}, nil
 }
-
