@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -157,6 +158,7 @@ type Broker struct {
 		meters  map[uint64]*rangeMeter // range id -> last reshard look
 	}
 
+	lock    *os.File // the data directory's lock, held for the node's life
 	stop    context.CancelFunc
 	done    sync.WaitGroup
 	closed  atomic.Bool
@@ -173,6 +175,26 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("broker: data dir: %w", err)
 	}
+	var lock *os.File
+	if cfg.FS == vfs.OS() {
+		l, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		lock = l
+	}
+	b, err := open(ctx, cfg)
+	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		return nil, err
+	}
+	b.lock = lock
+	return b, nil
+}
+
+func open(ctx context.Context, cfg Config) (*Broker, error) {
 	meta, err := metastore.Open(cfg.FS, filepath.Join(cfg.DataDir, "meta"), metastore.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("broker: metadata: %w", err)
@@ -256,6 +278,9 @@ func (b *Broker) Close() error {
 func (b *Broker) closeStores() error {
 	serr := b.store.Close()
 	merr := b.meta.Close()
+	if b.lock != nil {
+		b.lock.Close()
+	}
 	return errors.Join(serr, merr)
 }
 

@@ -174,6 +174,9 @@ func (b *Broker) plans(pos position) ([]plan, lineage) {
 			p := plan{rangeID: r.ID, slice: keyspace.Span{Start: r.Start, End: r.End}, bits: t.Bits}
 			for _, sid := range append(append([]uint64(nil), r.Lineage...), r.ID) {
 				sr, _ := st.Range(sid)
+				if !p.slice.Overlaps(keyspace.Span{Start: sr.Start, End: sr.End}) {
+					continue // an ancestor of an ancestor that never held these keys
+				}
 				p.sources = append(p.sources, source{
 					id:       sid,
 					span:     keyspace.Span{Start: sr.Start, End: sr.End},

@@ -323,3 +323,14 @@ func TestSplitMergeUnderConcurrentProduce(t *testing.T) {
 	}
 	t.Logf("%d records acknowledged across 12 reshards", acked.total)
 }
+
+func TestDataDirIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBroker(t, dir)
+	if _, err := Open(context.Background(), Config{DataDir: dir}); !errors.Is(err, ErrDataDirLocked) {
+		t.Fatalf("second open of a served directory: %v", err)
+	}
+	b.Close()
+	b2 := openTestBroker(t, dir) // released on close
+	b2.Close()
+}
