@@ -118,7 +118,7 @@ wait_ready() {
 	local pid=$1 logf=$2 pattern=$3 i
 	for ((i = 0; i < 300; i++)); do
 		grep -q -- "$pattern" "$logf" 2>/dev/null && return
-		kill -0 "$pid" 2>/dev/null || die "server $pid exited; see its log:$(printf '\n')$(tail -20 "$logf")"
+		kill -0 "$pid" 2>/dev/null || die "server $pid exited; the end of its log:"$'\n'"$(tail -20 "$logf")"
 		sleep 0.1
 	done
 	die "server $pid not ready after 30 s ($logf)"

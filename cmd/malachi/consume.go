@@ -106,9 +106,8 @@ type consumer struct {
 	// cursor is the position after the last record printed, "" before the
 	// first page.
 	cursor string
-	// seen counts records printed; skipped, records passed over by --from
-	// end. The progress line reads them.
-	seen, skipped atomic.Int64
+	// seen counts records printed; the progress line reads it.
+	seen atomic.Int64
 }
 
 // runConsume prints pages until the topic is drained, --max is reached or,
@@ -140,9 +139,6 @@ func runConsume(ctx context.Context, c *consumer) error {
 }
 
 func (c *consumer) status() string {
-	if n := c.skipped.Load(); c.seen.Load() == 0 && n > 0 {
-		return fmt.Sprintf("skipping to the end of %s: %d records", c.topic, n)
-	}
 	return fmt.Sprintf("consumed %d records from %s", c.seen.Load(), c.topic)
 }
 
@@ -214,18 +210,13 @@ func (c *consumer) emit(ctx context.Context, page client.Page) error {
 	return nil
 }
 
-// skipToEnd reads the topic without printing it to get a cursor at its
-// end: cursors are opaque, so the only way to the end is through.
+// skipToEnd asks the node for a cursor at the topic's end.
 func (c *consumer) skipToEnd(ctx context.Context) error {
-	for {
-		page, err := c.fetch(ctx, pageMax, false)
-		if err != nil {
-			return err
-		}
-		c.cursor = page.Cursor
-		if len(page.Records) == 0 {
-			return nil
-		}
-		c.skipped.Add(int64(len(page.Records)))
+	cur, err := c.s.c.EndCursor(ctx, c.topic)
+	if err != nil {
+		return err
 	}
+	c.cursor = cur
+	return nil
 }
+

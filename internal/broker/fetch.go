@@ -372,3 +372,38 @@ func toGroupEntries(c []cursor.Entry) []metadata.GroupEntry {
 	}
 	return out
 }
+
+// EndCursor returns a cursor positioned after every durable record the
+// topic holds now: each active range at its end, which also marks its
+// ancestors done for its slice.
+func (b *Broker) EndCursor(topic string) (string, error) {
+	topicID, err := b.topicID(topic)
+	if err != nil {
+		return "", err
+	}
+	plans, lin := b.plans(position{topicID: topicID})
+	var entries []cursor.Entry
+	for i := range plans {
+		p := &plans[i]
+		self := &p.sources[len(p.sources)-1]
+		end := b.durableEnd(self)
+		entries = cursor.Advance(entries, p.rangeID, p.slice.Start, p.slice.Log2Size(), end, lin.isAncestor)
+	}
+	return cursor.Encode(b.secret, cursor.Cursor{TopicID: topicID, Entries: entries}), nil
+}
+
+// durableEnd is the offset after the last durable record of a range.
+func (b *Broker) durableEnd(src *source) uint64 {
+	if len(src.segments) == 0 {
+		return 0
+	}
+	last := src.segments[len(src.segments)-1]
+	if !last.Active {
+		return last.End
+	}
+	info, err := b.store.Info(storage.SegmentID(last.ID))
+	if err != nil {
+		return last.Base
+	}
+	return info.DurableEnd
+}

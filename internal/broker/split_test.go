@@ -334,3 +334,32 @@ func TestDataDirIsLocked(t *testing.T) {
 	b2 := openTestBroker(t, dir) // released on close
 	b2.Close()
 }
+
+func TestEndCursorSkipsHistoryAcrossSplits(t *testing.T) {
+	b := openTestBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.CreateTopic(ctx, "tail", 8, 2); err != nil {
+		t.Fatal(err)
+	}
+	old := &ackLog{byKey: map[string][]int{}}
+	next := map[string]int{}
+	produceRound(t, b, "tail", 20, next, old)
+	if _, err := b.SplitRange(ctx, "tail", 0); err != nil {
+		t.Fatal(err)
+	}
+	produceRound(t, b, "tail", 20, next, old)
+	end, err := b.EndCursor("tail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := &ackLog{byKey: map[string][]int{}}
+	produceRound(t, b, "tail", 20, next, fresh)
+	r := newReader(t, b, "tail")
+	r.cursor = &end
+	r.drain()
+	r.check("from the end cursor", fresh)
+	if _, err := b.EndCursor("missing"); !errors.Is(err, metadata.ErrNoSuchTopic) {
+		t.Fatalf("end cursor of a missing topic: %v", err)
+	}
+}

@@ -30,6 +30,8 @@ func (c *conn) handle(req wire.Request) (wire.Response, error) {
 		return c.listGroups(r)
 	case *wire.StatusRequest:
 		return c.status()
+	case *wire.EndCursorRequest:
+		return c.endCursor(r)
 	}
 	if !broker.IsAdmin(c.id) {
 		return nil, broker.ErrPermission
@@ -198,4 +200,16 @@ func (c *conn) status() (wire.Response, error) {
 		NodeID: s.NodeID, Version: s.Version, DataDir: s.DataDir,
 		UptimeMs: uint64(s.Uptime.Milliseconds()), Topics: uint32(s.Topics), Records: s.Records, Bytes: s.Bytes,
 	}, nil
+}
+
+func (c *conn) endCursor(r *wire.EndCursorRequest) (wire.Response, error) {
+	topic := deref(r.Topic)
+	if err := c.s.b.Authorize(c.id, broker.OpConsume, topic); err != nil {
+		return nil, err
+	}
+	cur, err := c.s.b.EndCursor(topic)
+	if err != nil {
+		return nil, err
+	}
+	return &wire.CursorResponse{Cursor: &cur}, nil
 }

@@ -27,6 +27,8 @@ func newAdminRequest(key uint16) requestDecoder {
 		return new(ListGroupsRequest)
 	case KeyStatus:
 		return new(StatusRequest)
+	case KeyEndCursor:
+		return new(EndCursorRequest)
 	}
 	return nil
 }
@@ -398,4 +400,30 @@ func (r *StatusResponse) Decode(payload []byte) error {
 		UptimeMs: d.u64(), Topics: d.u32(), Records: d.u64(), Bytes: d.u64(),
 	}
 	return d.finish("status response")
+}
+
+// EndCursorRequest (key 73): str(topic); CursorResponse answers with a
+// cursor positioned after everything the topic holds now, so a reader can
+// start at the end without reading the history.
+type EndCursorRequest struct{ Topic *string }
+
+func (EndCursorRequest) APIKey() uint16 { return KeyEndCursor }
+
+func (r EndCursorRequest) AppendPayload(dst []byte) []byte { return appendNStr(dst, r.Topic) }
+
+func (r *EndCursorRequest) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = EndCursorRequest{Topic: d.nstr()}
+	return d.finish("end_cursor")
+}
+
+// CursorResponse answers end_cursor (73): str(cursor).
+type CursorResponse struct{ Cursor *string }
+
+func (r CursorResponse) AppendPayload(dst []byte) []byte { return appendNStr(dst, r.Cursor) }
+
+func (r *CursorResponse) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = CursorResponse{Cursor: d.nstr()}
+	return d.finish("cursor response")
 }

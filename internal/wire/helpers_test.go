@@ -17,7 +17,7 @@ var allKeys = []uint16{
 	KeyLeaveGroup, KeyCreateUser, KeyDeleteUser, KeyChangePassword, KeyListUsers, KeyMTLSAuth,
 	KeyTokenAuth, KeyGrantACL, KeyRevokeACL, KeyListACLs,
 	KeyListTopics, KeyDescribeTopic, KeyDeleteTopic, KeyCreateTopicEx, KeySplitRange,
-	KeyMergeRanges, KeyDescribeGroup, KeyListGroups, KeyStatus,
+	KeyMergeRanges, KeyDescribeGroup, KeyListGroups, KeyStatus, KeyEndCursor,
 }
 
 func sampleRecords() []Record {
@@ -58,6 +58,7 @@ func sampleRequests() []Request {
 		&DescribeGroupRequest{Topic: new("orders"), Group: nil},
 		&ListGroupsRequest{Topic: new("orders")},
 		&StatusRequest{},
+		&EndCursorRequest{Topic: new("orders")},
 	}
 }
 
@@ -65,6 +66,7 @@ func sampleRequests() []Request {
 func sampleResponses() []responseDecoder {
 	return []responseDecoder{
 		&EmptyResponse{},
+		&CursorResponse{Cursor: new("Q1VSU09S")},
 		&TokenResponse{Token: "c2Vzc2lvbi10b2tlbg"},
 		&CountResponse{Count: 3},
 		&FetchResponse{Records: sampleRecords(), NextCursor: new("Q1VSU09S")},

@@ -121,7 +121,7 @@ var Reasons = map[string]ReasonInfo{
 	ReasonNotPrimary:          {true, "The request reached a replica that is not the segment's primary (stale view); retry."},
 	ReasonOffsetMismatch:      {true, "A replica's offsets disagreed with the primary's (stale view); retry after the heal."},
 	ReasonSegmentExists:       {true, "A segment roll raced with another; retry."},
-	ReasonSealed:              {true, "The range or segment was sealed under the request (a fence overtook it); retry to reach its successor."},
+	ReasonSealed:              {false, "The range or segment is sealed: it was split, merged or deleted. Produces re-route inside the broker, so a client sees this only for an operation on a sealed range."},
 	ReasonSegmentOverlap:      {true, "A segment roll raced with another; retry."},
 	ReasonActiveSegmentExists: {true, "A segment roll raced with another; retry."},
 	ReasonUnknownMember:       {true, "The group member was evicted (session timeout or rebalance); retry, which rejoins."},

@@ -32,6 +32,7 @@ const (
 	KeyDescribeGroup uint16 = 70
 	KeyListGroups    uint16 = 71
 	KeyStatus        uint16 = 72
+	KeyEndCursor     uint16 = 73
 )
 
 var keyNames = map[uint16]string{
@@ -43,7 +44,7 @@ var keyNames = map[uint16]string{
 	KeyListACLs:   "list_acls",
 	KeyListTopics: "list_topics", KeyDescribeTopic: "describe_topic", KeyDeleteTopic: "delete_topic",
 	KeyCreateTopicEx: "create_topic_ex", KeySplitRange: "split_range", KeyMergeRanges: "merge_ranges",
-	KeyDescribeGroup: "describe_group", KeyListGroups: "list_groups", KeyStatus: "status",
+	KeyDescribeGroup: "describe_group", KeyListGroups: "list_groups", KeyStatus: "status", KeyEndCursor: "end_cursor",
 }
 
 // KeyName returns the snake_case name of an api key ("produce"), or

@@ -126,6 +126,7 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	}),
 	KeyListGroups: req(func(t *rapid.T) Request { return &ListGroupsRequest{Topic: genNStr.Draw(t, "topic")} }),
 	KeyStatus:     rapid.Just[Request](&StatusRequest{}),
+	KeyEndCursor:  req(func(t *rapid.T) Request { return &EndCursorRequest{Topic: genNStr.Draw(t, "topic")} }),
 }
 
 func req(fn func(*rapid.T) Request) *rapid.Generator[Request] { return rapid.Custom(fn) }
@@ -206,6 +207,7 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 	resp(func(t *rapid.T) responseDecoder {
 		return &ListGroupsResponse{Groups: listOf(t, "groups", genString)}
 	}),
+	resp(func(t *rapid.T) responseDecoder { return &CursorResponse{Cursor: genNStr.Draw(t, "cursor")} }),
 	resp(func(t *rapid.T) responseDecoder {
 		return &StatusResponse{
 			NodeID: genString.Draw(t, "node"), Version: genString.Draw(t, "version"), DataDir: genString.Draw(t, "dir"),

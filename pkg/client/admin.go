@@ -261,6 +261,19 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	}, nil
 }
 
+// EndCursor returns a cursor positioned after everything topic holds now:
+// fetching with it returns only records produced later.
+func (c *Client) EndCursor(ctx context.Context, topic string) (string, error) {
+	var resp wire.CursorResponse
+	if err := c.do(ctx, request{req: wire.EndCursorRequest{Topic: &topic}, resp: &resp, resend: true}); err != nil {
+		return "", err
+	}
+	if resp.Cursor == nil {
+		return "", nil
+	}
+	return *resp.Cursor, nil
+}
+
 // msTime converts wire milliseconds; 0 means unset and gives the zero
 // time.
 func msTime(ms uint64) time.Time {

@@ -195,12 +195,13 @@ func (s *Segment) Append(batches ...[]byte) error {
 		}
 		end, hdrs[i] = h.LastOffset()+1, h
 	}
-	data := s.gather(batches)
-	if _, err := s.f.WriteAt(data, pos); err != nil {
+	if err := s.write(batches, pos); err != nil {
 		s.fail(err)
 		return err
 	}
-	_, _ = s.hash.Write(data)
+	for _, b := range batches {
+		_, _ = s.hash.Write(b)
+	}
 	s.mu.Lock()
 	for _, h := range hdrs {
 		s.idx.Add(h.BaseOffset, pos)
@@ -211,19 +212,42 @@ func (s *Segment) Append(batches ...[]byte) error {
 	return nil
 }
 
-// gather returns the batches as one buffer, so one write call covers them.
-func (s *Segment) gather(batches [][]byte) []byte {
-	if len(batches) == 1 {
-		return batches[0]
-	}
+// directWrite is the batch size from which a batch is written from the
+// caller's memory rather than copied into the gather buffer: above it the
+// copy costs more than the extra system call.
+const directWrite = 64 << 10
+
+// write writes batches contiguously from pos. Runs of small batches are
+// gathered into one buffer so one system call covers them.
+func (s *Segment) write(batches [][]byte, pos int64) error {
 	buf := s.buf[:0]
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		_, err := s.f.WriteAt(buf, pos)
+		pos += int64(len(buf))
+		buf = buf[:0]
+		return err
+	}
 	for _, b := range batches {
-		buf = append(buf, b...)
+		if len(b) < directWrite && len(batches) > 1 {
+			buf = append(buf, b...)
+			continue
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		if _, err := s.f.WriteAt(b, pos); err != nil {
+			return err
+		}
+		pos += int64(len(b))
 	}
-	if cap(buf) <= 16<<20 {
-		s.buf = buf // reuse, but do not pin huge buffers
+	err := flush()
+	if cap(buf) <= 4<<20 {
+		s.buf = buf[:0] // reuse, but do not pin huge buffers
 	}
-	return buf
+	return err
 }
 
 func (s *Segment) fail(err error) {
