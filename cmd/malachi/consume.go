@@ -219,4 +219,3 @@ func (c *consumer) skipToEnd(ctx context.Context) error {
 	c.cursor = cur
 	return nil
 }
-
