@@ -97,3 +97,44 @@ func TestAutoSplitThenMerge(t *testing.T) {
 	r.drain()
 	r.check("reader", acked)
 }
+
+// TestRollByAge seals a quiet range's active segment once it is older than
+// SegmentMaxAge, and the next produce opens its successor at the sealed end.
+func TestRollByAge(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	b, err := Open(context.Background(), Config{DataDir: t.TempDir(), Clock: clk, SegmentMaxAge: time.Hour, RollCheckInterval: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.CreateTopic(ctx, "quiet", 8, 1); err != nil {
+		t.Fatal(err)
+	}
+	acked := &ackLog{byKey: map[string][]int{}}
+	next := map[string]int{}
+	produceRound(t, b, "quiet", 3, next, acked)
+	clk.Advance(59 * time.Minute)
+	b.rollAged(ctx)
+	segs := func() []SegmentDescription {
+		d, _ := b.DescribeTopic("quiet")
+		return d.Ranges[0].Segments
+	}
+	if s := segs(); len(s) != 1 || !s[0].Active {
+		t.Fatalf("rolled before its age: %+v", s)
+	}
+	clk.Advance(2 * time.Minute)
+	b.rollAged(ctx)
+	s := segs()
+	if len(s) != 1 || s[0].Active || s[0].End != 9 || s[0].Records != 9 {
+		t.Fatalf("after the age roll: %+v", s)
+	}
+	produceRound(t, b, "quiet", 3, next, acked)
+	s = segs()
+	if len(s) != 2 || !s[1].Active || s[1].Base != 9 {
+		t.Fatalf("successor: %+v", s)
+	}
+	r := newReader(t, b, "quiet")
+	r.drain()
+	r.check("reader", acked)
+}

@@ -80,15 +80,13 @@ func (b *Broker) ProduceAsync(ctx context.Context, topic string, recs []Record, 
 		pending = pending[:0:0]
 		for _, g := range groups {
 			tokens++
-			wait.add()
-			err := b.appendToRange(ctx, topicID, g.rangeID, g.recs, wait.part)
+			err := b.appendToRange(ctx, topicID, g.rangeID, g.recs, wait)
 			if errors.Is(err, errRetired) {
-				wait.part(nil) // nothing was enqueued for this group
-				pending = append(pending, g.recs...)
+				pending = append(pending, g.recs...) // nothing was enqueued for it
 				continue
 			}
 			if err != nil {
-				wait.part(err)
+				wait.setErr(err)
 			}
 		}
 	}
@@ -169,46 +167,80 @@ func (b *Broker) route(topic string, recs []Record) ([]rangeGroup, uint64, error
 	return groups, topicID, err
 }
 
-// appendToRange encodes recs as one batch at the range's next offset and
-// enqueues it. onDurable is called after the fsync that covers it.
-func (b *Broker) appendToRange(ctx context.Context, topicID, rangeID uint64, recs []Record, onDurable func(error)) error {
+// Stored batches are cut at these sizes: a fetch page (at most 1000
+// records on wire v1) then decodes about one batch rather than a client's
+// whole 10,000-record request, and a read of one batch stays small.
+const (
+	maxBatchRecords = 512
+	maxBatchBytes   = 256 << 10
+)
+
+// appendToRange encodes recs as batches at the range's next offsets and
+// enqueues them. onDurable is called once per batch, after the fsync that
+// covers it; parts reports how many batches were enqueued (each one owes a
+// call).
+func (b *Broker) appendToRange(ctx context.Context, topicID, rangeID uint64, recs []Record, wait *produceWait) error {
 	h := b.headFor(topicID, rangeID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.retired {
 		return errRetired
 	}
-	if h.segment == 0 {
-		if err := b.openSegmentLocked(ctx, h); err != nil {
+	notify := b.watchFor(topicID)
+	for enqueued := 0; len(recs) > 0; enqueued++ {
+		if h.segment == 0 {
+			if err := b.openSegmentLocked(ctx, h); err != nil {
+				if enqueued > 0 && errors.Is(err, errRetired) {
+					// Part of the group is in: re-routing all of it would
+					// duplicate that part, so the produce fails instead.
+					return ErrRetry
+				}
+				return err
+			}
+		}
+		n := chunkLen(recs)
+		batch, err := segment.EncodeBatch(nil, h.next, recs[:n], b.cfg.Codec)
+		if err != nil {
 			return err
 		}
-	}
-	batch, err := segment.EncodeBatch(nil, h.next, recs, b.cfg.Codec)
-	if err != nil {
-		return err
-	}
-	notify := b.watchFor(topicID)
-	err = b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
-		if err == nil {
-			notify.fire()
+		wait.add()
+		err = b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
+			if err == nil {
+				notify.fire()
+			}
+			wait.part(err)
+		})
+		if err != nil {
+			wait.part(nil)
+			return fmt.Errorf("broker: append: %w", err)
 		}
-		onDurable(err)
-	})
-	if err != nil {
-		return fmt.Errorf("broker: append: %w", err)
-	}
-	h.next += uint64(len(recs))
-	h.bytes += int64(len(batch))
-	h.written.Add(int64(len(batch)))
-	h.activeBytes.Store(h.bytes)
-	if h.bytes >= b.cfg.SegmentMaxBytes {
-		if err := b.rollLocked(ctx, h); err != nil {
-			// The batch is enqueued and will be acked on its own; a failed
-			// roll leaves the segment open and is retried by the next batch.
-			b.log.Warn("segment roll failed", "range", h.rangeID, "segment", h.segment, "err", err)
+		recs = recs[n:]
+		h.next += uint64(n)
+		h.bytes += int64(len(batch))
+		h.written.Add(int64(len(batch)))
+		h.activeBytes.Store(h.bytes)
+		if h.bytes >= b.cfg.SegmentMaxBytes {
+			if err := b.rollLocked(ctx, h); err != nil {
+				// The batch is enqueued and will be acked on its own; a
+				// failed roll leaves the segment open and is retried by the
+				// next batch.
+				b.log.Warn("segment roll failed", "range", h.rangeID, "segment", h.segment, "err", err)
+			}
 		}
 	}
 	return nil
+}
+
+// chunkLen is how many of recs go in the next stored batch.
+func chunkLen(recs []Record) int {
+	size := 0
+	for i := range recs {
+		size += len(recs[i].Key) + len(recs[i].Value) + 16
+		if i+1 >= maxBatchRecords || (i > 0 && size >= maxBatchBytes) {
+			return i + 1
+		}
+	}
+	return len(recs)
 }
 
 // produceWait joins the per-range acknowledgements of one produce into one
@@ -243,9 +275,15 @@ func (w *produceWait) part(err error) {
 	}
 }
 
-func (w *produceWait) fail(err error) {
+// setErr records a failure of the produce without ending the wait.
+func (w *produceWait) setErr(err error) {
 	w.add()
 	w.part(err)
+}
+
+// fail records a failure and ends the wait: no more parts will be added.
+func (w *produceWait) fail(err error) {
+	w.setErr(err)
 	w.sealed()
 }
 

@@ -170,9 +170,13 @@ func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
 			c.send(wire.AppendOKFrame(nil, corr, &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}))
 			return c.ctx.Err()
 		})
-		if err != nil && !errors.Is(err, c.reqCtx.Err()) && c.reqCtx.Err() == nil {
+		if err != nil && c.reqCtx.Err() == nil {
+			// The stream cannot go on: answer why on the subscribe's
+			// correlation id, then end the connection once that frame is
+			// written (drain stops the reader; the writer flushes first).
+			c.s.cfg.Logger.Warn("subscription ended", "topic", *r.Topic, "err", err)
 			c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
-			c.fail()
+			c.drain()
 		}
 	}()
 }
