@@ -28,6 +28,7 @@ type serveFlags struct {
 	segmentMaxAge   time.Duration
 	logLevel        string
 	autoSplit       broker.AutoSplit
+	pprof           bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -54,6 +55,7 @@ MALACHI_ADMIN_PASS or is generated and printed once.`,
 	fl.Int64Var(&f.segmentMaxBytes, "segment-max-bytes", envInt("MALACHI_SEGMENT_MAX_BYTES", 64<<20), "roll a range's active segment at this size (env MALACHI_SEGMENT_MAX_BYTES)")
 	fl.DurationVar(&f.segmentMaxAge, "segment-max-age", time.Duration(envInt("MALACHI_SEGMENT_MAX_AGE_MS", 7*24*3600*1000))*time.Millisecond, "roll an active segment older than this (env MALACHI_SEGMENT_MAX_AGE_MS)")
 	fl.StringVar(&f.logLevel, "log-level", envString("MALACHI_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fl.BoolVar(&f.pprof, "pprof", false, "serve Go runtime profiles under /debug/pprof/ on the HTTP address")
 	fl.Int64Var(&f.autoSplit.SplitBytes, "auto-split-bytes", envInt("MALACHI_AUTO_SPLIT_BYTES", 0), "split a range automatically once it holds this many bytes; 0 = off (env MALACHI_AUTO_SPLIT_BYTES)")
 	fl.Int64Var(&f.autoSplit.SplitRate, "auto-split-rate", envInt("MALACHI_AUTO_SPLIT_RATE", 0), "split a range automatically when written faster than this many bytes/s; 0 = off (env MALACHI_AUTO_SPLIT_RATE)")
 	fl.Int64Var(&f.autoSplit.MergeRate, "auto-merge-rate", envInt("MALACHI_AUTO_MERGE_RATE", 0), "merge buddy ranges both written slower than this many bytes/s; 0 = never (env MALACHI_AUTO_MERGE_RATE)")
@@ -121,7 +123,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err := srv.Listen(); err != nil {
 		return err
 	}
-	web := httpapi.New(f.http, b)
+	web := httpapi.New(f.http, b, f.pprof)
 	if err := web.Listen(); err != nil {
 		return err
 	}

@@ -268,6 +268,13 @@ func (b *Broker) readRange(p *plan, entries []cursor.Entry, lin lineage, bg *bud
 	return out, entries, nil
 }
 
+// readSize sizes one store read to the records the page still wants (a
+// few hundred bytes each), so a small page does not read, zero and
+// collect a megabyte. The first batch is returned whole regardless.
+func readSize(bg *budget) int {
+	return min(max(bg.records*256, 16<<10), bg.bytes, 1<<20)
+}
+
 func sourceBase(src *source) uint64 {
 	if len(src.segments) == 0 {
 		return 0
@@ -289,7 +296,7 @@ func (b *Broker) readSource(p *plan, src *source, entries []cursor.Entry, lin li
 			start = seg.Base // a hole: retention or compaction removed it
 		}
 		for !bg.spent() {
-			buf, next, err := b.store.Read(storage.SegmentID(seg.ID), start, min(bg.bytes, 1<<20), ^uint64(0))
+			buf, next, err := b.store.Read(storage.SegmentID(seg.ID), start, readSize(bg), ^uint64(0))
 			if seg.Active && errors.Is(err, storage.ErrNotFound) {
 				// Registered in the metadata a moment before its file is
 				// created: nothing in it can be durable yet.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 )
 
@@ -24,9 +25,17 @@ type Server struct {
 	ln  net.Listener
 }
 
-// New builds the handler set for a node.
-func New(addr string, node Readiness) *Server {
+// New builds the handler set for a node. With profiling, the Go runtime
+// profiles are served under /debug/pprof/ (off by default: they reveal
+// internals and cost CPU while taken).
+func New(addr string, node Readiness, profiling bool) *Server {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -42,7 +51,7 @@ func New(addr string, node Readiness) *Server {
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
+		WriteTimeout:      60 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 	}}
 }

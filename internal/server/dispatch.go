@@ -64,7 +64,24 @@ func (c *conn) answer(corr uint32, resp wire.Response, err error) {
 		c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
 		return
 	}
-	c.send(wire.AppendOKFrame(nil, corr, resp))
+	c.send(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
+}
+
+// frameBuffer presizes the buffer of a fetch-shaped answer, which can be
+// megabytes: growing it by doubling would copy and zero it several times.
+func frameBuffer(resp wire.Response) []byte {
+	fr, ok := resp.(*wire.FetchResponse)
+	if !ok {
+		return nil
+	}
+	n := 64
+	if fr.NextCursor != nil {
+		n += len(*fr.NextCursor)
+	}
+	for i := range fr.Records {
+		n += fr.Records[i].Size()
+	}
+	return make([]byte, 0, n)
 }
 
 // reauth lets a connection switch identity with a new password auth.
@@ -167,7 +184,8 @@ func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
 	go func() {
 		defer c.wg.Done()
 		err := sub.Run(c.reqCtx, func(p broker.Page) error {
-			c.send(wire.AppendOKFrame(nil, corr, &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}))
+			resp := &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}
+			c.send(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
 			return c.ctx.Err()
 		})
 		if err != nil && c.reqCtx.Err() == nil {

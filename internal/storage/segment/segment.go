@@ -116,8 +116,9 @@ type Segment struct {
 	err     error // sticky: after a failed write or sync nothing more is written
 
 	// Owned by the writer.
-	hash *xxhash.Digest
-	buf  []byte
+	hash     *xxhash.Digest
+	unhashed [][]byte // written batches the content hash has not seen yet
+	buf      []byte
 }
 
 func newSegment(f vfs.File, id, base uint64, o Options) *Segment {
@@ -168,9 +169,11 @@ func (s *Segment) Err() error {
 // Append writes batches, in order, at the end of the file, without
 // syncing. Each must be exactly one batch whose CRC the caller has
 // verified; their base offsets must not go below the end
-// (ErrOffsetRegression), so offsets only grow, with holes allowed. After a
-// failed write the segment refuses all further writes: the file's tail is
-// then unknown until recovery rereads it.
+// (ErrOffsetRegression), so offsets only grow, with holes allowed. The
+// batches must stay unmodified until the next Sync returns: Sync feeds
+// them to the content hash while the disk works. After a failed write the
+// segment refuses all further writes: the file's tail is then unknown
+// until recovery rereads it.
 func (s *Segment) Append(batches ...[]byte) error {
 	s.mu.RLock()
 	end, pos, sealed, err := s.written.End, FileHeaderSize+s.written.Bytes, s.sealed, s.err
@@ -199,9 +202,7 @@ func (s *Segment) Append(batches ...[]byte) error {
 		s.fail(err)
 		return err
 	}
-	for _, b := range batches {
-		_, _ = s.hash.Write(b)
-	}
+	s.unhashed = append(s.unhashed, batches...)
 	s.mu.Lock()
 	for _, h := range hdrs {
 		s.idx.Add(h.BaseOffset, pos)
@@ -270,7 +271,7 @@ func (s *Segment) Sync() error {
 	if w == d {
 		return nil
 	}
-	if err := s.f.Sync(); err != nil {
+	if err := s.syncAndHash(); err != nil {
 		// After a failed fsync the kernel may have dropped the dirty
 		// pages; nothing written since the last good sync can be trusted.
 		s.fail(err)
@@ -280,6 +281,34 @@ func (s *Segment) Sync() error {
 	s.durable = w
 	s.mu.Unlock()
 	return nil
+}
+
+// overlapHash is the amount of unhashed data from which hashing runs
+// beside the fsync rather than before it; below it, handing the fsync to
+// another goroutine costs more than the hash.
+const overlapHash = 256 << 10
+
+// syncAndHash fdatasyncs the file and brings the content hash up to date,
+// the two side by side when there is enough to hash.
+func (s *Segment) syncAndHash() error {
+	n := 0
+	for _, b := range s.unhashed {
+		n += len(b)
+	}
+	var errc chan error
+	if n >= overlapHash {
+		errc = make(chan error, 1)
+		go func() { errc <- s.f.Sync() }()
+	}
+	for _, b := range s.unhashed {
+		_, _ = s.hash.Write(b)
+	}
+	clear(s.unhashed) // do not keep callers' buffers alive
+	s.unhashed = s.unhashed[:0]
+	if errc != nil {
+		return <-errc
+	}
+	return s.f.Sync()
 }
 
 // Footer computes the seal footer with end offset end, which must be at
