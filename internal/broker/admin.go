@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/metadata"
@@ -244,11 +243,4 @@ func (b *Broker) Ready() error {
 		return ErrShuttingDown
 	}
 	return nil
-}
-
-func wrapf(err error, format string, args ...any) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf(format+": %w", append(args, err)...)
 }

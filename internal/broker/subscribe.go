@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"time"
 
 	"github.com/malachi-log/malachi/internal/metadata"
 )
@@ -12,15 +11,14 @@ import (
 // push carries at most Max. An ack commits the group's position and
 // returns credit in one step, as wire v1 specifies.
 type Subscription struct {
-	b       *Broker
-	topic   string
-	group   *string
-	member  *string
-	window  int
-	max     int
-	pos     position
-	acks    chan subAck
-	lastHit time.Time
+	b      *Broker
+	topic  string
+	group  *string
+	member *string
+	window int
+	max    int
+	pos    position
+	acks   chan subAck
 }
 
 type subAck struct {
@@ -42,8 +40,7 @@ func (b *Broker) Subscribe(topic string, group, member *string, window, max int)
 	return &Subscription{
 		b: b, topic: topic, group: group, member: member,
 		window: window, max: max, pos: pos,
-		acks:    make(chan subAck, maxQueuedAcks),
-		lastHit: b.cfg.Clock.Now(),
+		acks: make(chan subAck, maxQueuedAcks),
 	}, nil
 }
 

@@ -119,7 +119,7 @@ func (c *conn) readLoop() {
 		body, err := wire.ReadFrame(c.br, c.s.cfg.MaxFrame, buf)
 		if err != nil {
 			if errors.Is(err, wire.ErrFrameTooLarge) {
-				c.sendNow(wire.AppendErrorFrame(nil, 0, "frame_too_large"))
+				c.send(wire.AppendErrorFrame(nil, 0, "frame_too_large"))
 			}
 			return
 		}
@@ -135,7 +135,7 @@ func (c *conn) handleFrame(body []byte) bool {
 	key, corr, payload, err := wire.ParseRequestHeader(body)
 	if err != nil {
 		if !c.authed {
-			c.sendNow(wire.AppendErrorFrame(nil, 0, "auth_required"))
+			c.send(wire.AppendErrorFrame(nil, 0, "auth_required"))
 			return false
 		}
 		c.send(wire.AppendErrorFrame(nil, 0, "malformed_request"))
@@ -166,26 +166,26 @@ func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
 	case wire.KeyAuth:
 		req, err := wire.DecodeRequest(key, payload)
 		if err != nil {
-			c.sendNow(wire.AppendErrorFrame(nil, corr, "malformed_request"))
+			c.send(wire.AppendErrorFrame(nil, corr, "malformed_request"))
 			return false
 		}
 		a := req.(*wire.AuthRequest)
 		id, err := c.s.b.Authenticate(deref(a.User), deref(a.Password))
 		if err != nil {
-			c.sendNow(wire.AppendErrorFrame(nil, corr, reason(err)))
+			c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
 			return false
 		}
 		c.id, c.authed = id, true
 		c.send(wire.AppendOKFrame(nil, corr, &wire.TokenResponse{Token: id.Token}))
 		return true
 	case wire.KeyMTLSAuth:
-		c.sendNow(wire.AppendErrorFrame(nil, corr, "mtls_auth_disabled"))
+		c.send(wire.AppendErrorFrame(nil, corr, "mtls_auth_disabled"))
 		return false
 	case wire.KeyTokenAuth:
-		c.sendNow(wire.AppendErrorFrame(nil, corr, "oidc_auth_disabled"))
+		c.send(wire.AppendErrorFrame(nil, corr, "oidc_auth_disabled"))
 		return false
 	default:
-		c.sendNow(wire.AppendErrorFrame(nil, corr, "auth_required"))
+		c.send(wire.AppendErrorFrame(nil, corr, "auth_required"))
 		return false
 	}
 }
@@ -228,12 +228,6 @@ func (c *conn) sendAsync(frame []byte) {
 		defer c.wg.Done()
 		c.send(frame)
 	}()
-}
-
-// sendNow writes a final frame directly, for answers given just before
-// the connection closes.
-func (c *conn) sendNow(frame []byte) {
-	c.send(frame)
 }
 
 // writeLoop writes queued frames, flushing when the queue runs dry so

@@ -12,15 +12,14 @@ import (
 
 // Server clamps from wire v1: a request above a cap is clamped, not refused.
 const (
-	fetchMaxDefault  = 100
-	fetchMaxCap      = 1000
-	waitCap          = 30 * time.Second
-	windowDefault    = 100
-	windowCap        = 10000
-	pushMaxDefault   = 100
-	pushMaxCap       = 1000
-	producePerFrame  = 1 << 20 // records in one produce request
-	pushFrameMaxRecs = pushMaxCap
+	fetchMaxDefault = 100
+	fetchMaxCap     = 1000
+	waitCap         = 30 * time.Second
+	windowDefault   = 100
+	windowCap       = 10000
+	pushMaxDefault  = 100
+	pushMaxCap      = 1000
+	producePerFrame = 1 << 20 // records in one produce request
 )
 
 func clamp(v uint32, def, cap int) int {

@@ -3,8 +3,8 @@ package storage
 import (
 	"context"
 	"encoding/binary"
-	"hash/crc32"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"sync"
