@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/storage/segment"
 	"github.com/malachi-log/malachi/internal/vfs"
@@ -327,12 +328,12 @@ func TestBackpressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered
-	cctx, cancel := context.WithCancel(ctx)
-	blocked := make(chan error)
-	go func() { blocked <- s.AppendAsync(cctx, 1, mkBatch(t, 1), nil) }()
-	cancel()
-	if err := <-blocked; !errors.Is(err, context.Canceled) {
-		t.Fatalf("blocked append: %v", err)
+	// The queue is full and cannot drain: the append must wait until its
+	// context ends, and report that, rather than queue.
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := s.AppendAsync(cctx, 1, mkBatch(t, 1), nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("append beyond MaxPendingBytes: %v", err)
 	}
 	fs.SetRule(nil)
 	close(gate)
