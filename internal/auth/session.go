@@ -19,7 +19,7 @@ const (
 	TokenLen = 43
 )
 
-// ErrTooManySessions is returned by Create when the session table is full of
+// ErrTooManySessions is returned by Create when its session table is full of
 // live sessions.
 var ErrTooManySessions = errors.New("auth: too many sessions")
 
@@ -28,7 +28,7 @@ type Session struct {
 	User      string
 	Perms     []string
 	CreatedAt int64 // unix ms
-	ExpiresAt int64 // unix ms; the session is invalid from this instant
+	ExpiresAt int64 // unix ms; a session is invalid from this instant
 }
 
 type tokenHash [sha256.Size]byte
@@ -76,7 +76,7 @@ func (s *Sessions) Create(user string, perms []string, now int64) (string, error
 	return token, nil
 }
 
-// Lookup returns the session of token if it exists and has not expired at
+// Lookup returns token's session if it exists and has not expired at
 // now. An expired session is removed.
 func (s *Sessions) Lookup(token string, now int64) (Session, bool) {
 	if len(token) != TokenLen {
@@ -97,7 +97,7 @@ func (s *Sessions) Lookup(token string, now int64) (Session, bool) {
 	return sess, true
 }
 
-// Revoke ends the session of token and reports whether it existed.
+// Revoke ends token's session and reports whether it existed.
 func (s *Sessions) Revoke(token string) bool {
 	h := sha256.Sum256([]byte(token))
 	s.mu.Lock()

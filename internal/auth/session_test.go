@@ -19,7 +19,7 @@ func TestSessionLifecycle(t *testing.T) {
 	if raw, err := base64.RawURLEncoding.DecodeString(tok); err != nil || len(raw) != 32 || len(tok) != TokenLen {
 		t.Fatalf("token %q: %v", tok, err)
 	}
-	perms[0] = "admin" // the session keeps its own copy
+	perms[0] = "admin" // a session keeps its own copy
 	got, ok := s.Lookup(tok, 5999)
 	if !ok || got.User != "alice" || !slices.Equal(got.Perms, []string{"produce"}) || got.CreatedAt != 5000 || got.ExpiresAt != 6000 {
 		t.Fatalf("Lookup = %+v, %v", got, ok)

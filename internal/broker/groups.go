@@ -48,7 +48,7 @@ func (b *Broker) Commit(ctx context.Context, topic, group, cur string) error {
 }
 
 // LeaveGroup removes a member so its ranges move to the others now rather
-// than after the session timeout.
+// than after their session timeout.
 func (b *Broker) LeaveGroup(topic, group, member string) error {
 	topicID, err := b.topicID(topic)
 	if err != nil {

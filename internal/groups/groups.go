@@ -158,7 +158,7 @@ func (c *Coordinator) Poll(topic uint64, groupName, member string, ranges []uint
 
 // Heartbeat records member as alive and returns its assignment, so a member
 // learns of a rebalance without fetching. A member that is not in the group,
-// or has been silent longer than the session timeout, gets ErrUnknownMember.
+// or has been silent longer than their session timeout, gets ErrUnknownMember.
 func (c *Coordinator) Heartbeat(topic uint64, groupName, member string, now int64) (Assignment, error) {
 	k := groupKey{topic, groupName}
 	g := c.groups[k]
@@ -260,7 +260,7 @@ func (c *Coordinator) Groups(topic uint64) []string {
 	return out
 }
 
-// evictSilent removes the members of g silent for longer than the session
+// evictSilent removes the members of g silent for longer than their session
 // timeout, except keep, and returns their names.
 func (c *Coordinator) evictSilent(g *group, now int64, keep string) []string {
 	var gone []string

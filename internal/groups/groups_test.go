@@ -139,7 +139,7 @@ func TestHeartbeatAndLeave(t *testing.T) {
 		t.Fatalf("after leave: %+v %v (gen before %d)", a, err, gen)
 	}
 	if _, err := c.Heartbeat(1, "g", "m", 2*timeout+1); !errors.Is(err, ErrUnknownMember) {
-		t.Fatalf("heartbeat after the session ran out: %v", err)
+		t.Fatalf("heartbeat after its session ran out: %v", err)
 	}
 	if _, ok := c.Generation(1, "g"); ok || len(c.Groups(1)) != 0 {
 		t.Fatal("an empty group is still listed")

@@ -115,7 +115,7 @@ func (c *Client) Commit(ctx context.Context, topic, group, cursor string) error 
 }
 
 // LeaveGroup removes member from group so its ranges pass to the other
-// members now rather than after the session timeout.
+// members now rather than after their session timeout.
 func (c *Client) LeaveGroup(ctx context.Context, topic, group, member string) error {
 	req := wire.LeaveGroupRequest{Topic: str(topic), Group: str(group), Member: str(member)}
 	return c.do(ctx, request{req: req, resend: true})
