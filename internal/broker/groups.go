@@ -129,32 +129,12 @@ func (b *Broker) rangeLag(p *plan, entries []cursor.Entry, lin lineage) uint64 {
 		if done {
 			continue
 		}
-		end := b.sourceEnd(src)
+		end := b.durableEnd(src)
 		if end > start {
 			lag += end - start
 		}
 	}
 	return lag
-}
-
-// sourceEnd is the durable end of a source's offsets.
-func (b *Broker) sourceEnd(src *source) uint64 {
-	if len(src.segments) == 0 {
-		return 0
-	}
-	last := src.segments[len(src.segments)-1]
-	if !last.Active {
-		return last.End
-	}
-	b.mu.Lock()
-	h := b.mu.heads[src.id]
-	b.mu.Unlock()
-	if h == nil {
-		return last.Base
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.next
 }
 
 // ListGroups names the groups with a committed position on the topic.
