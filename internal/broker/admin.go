@@ -237,10 +237,15 @@ func (b *Broker) Status() Status {
 	return s
 }
 
-// Ready reports whether the node serves requests.
+// Ready reports whether the node serves requests: not while it stops, and
+// not once a disk write or fsync failed (the stores are then fail-stop
+// until a restart re-reads what is really on disk).
 func (b *Broker) Ready() error {
 	if b.closed.Load() {
 		return ErrShuttingDown
 	}
-	return nil
+	if err := b.store.Err(); err != nil {
+		return err
+	}
+	return b.meta.Err()
 }

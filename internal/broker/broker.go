@@ -172,7 +172,7 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.FS.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := makeDurableDir(cfg.FS, cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("broker: data dir: %w", err)
 	}
 	var lock *os.File
@@ -232,6 +232,25 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 	b.done.Add(1)
 	go b.maintenanceLoop(loopCtx)
 	return b, nil
+}
+
+// makeDurableDir creates dir and fsyncs every ancestor, so the directory
+// itself survives a power loss: a created entry is durable only once its
+// parent directory is synced.
+func makeDurableDir(fs vfs.FS, dir string) error {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for d := filepath.Clean(dir); ; {
+		parent := filepath.Dir(d)
+		if parent == d {
+			return nil
+		}
+		if err := fs.SyncDir(parent); err != nil {
+			return err
+		}
+		d = parent
+	}
 }
 
 // initCluster gives a fresh node its cluster secret (the cursor MAC key).

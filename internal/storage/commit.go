@@ -285,6 +285,10 @@ func (s *Store) fail(err error) {
 	s.mu.Unlock()
 }
 
+// Err reports why the store stopped taking writes (wrapping ErrFailed),
+// or nil while it is healthy.
+func (s *Store) Err() error { return s.failure() }
+
 func (s *Store) failure() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
