@@ -401,3 +401,23 @@ func TestRawClampsHugeMaxAndWindow(t *testing.T) {
 		t.Fatalf("first push carried %d records", len(got))
 	}
 }
+
+func TestRawConnectionCapsPerIP(t *testing.T) {
+	addr := node(t, server.Config{MaxConnsPerIP: 2})
+	a, b := dial(t, addr), dial(t, addr)
+	a.auth("admin", "admin123")
+	b.auth("admin", "admin123")
+	c := dial(t, addr)
+	c.expectError(0, "connection_limit_exceeded")
+	c.expectClosed()
+	// The first two keep serving.
+	a.write(frame(72, 5, nil))
+	a.expectOK(5)
+}
+
+func TestRawIdleConnectionIsClosed(t *testing.T) {
+	addr := node(t, server.Config{AuthTimeout: 200 * time.Millisecond})
+	c := dial(t, addr)
+	// Never authenticates: closed after the auth timeout, without a frame.
+	c.expectClosed()
+}
