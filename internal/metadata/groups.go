@@ -1,6 +1,9 @@
 package metadata
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // commitOffsets: Group, Topic (name), Entries. The group's stored position
 // for the topic is merged with the new entries: for each new entry, the
@@ -45,16 +48,28 @@ func mergeEntries(stored, add []GroupEntry) []GroupEntry {
 	for _, e := range stored {
 		bySource[e.Source] = append(bySource[e.Source], e)
 	}
+	// Stored entries inside a new one are replaced (last commit wins);
+	// the new entries never replace each other: a commit may carry a wide
+	// entry beside a narrower one with a higher offset, and both hold.
 	for _, e := range add {
-		kept := slices.DeleteFunc(bySource[e.Source], func(o GroupEntry) bool { return o.within(e) })
-		bySource[e.Source] = append(kept, e)
+		bySource[e.Source] = slices.DeleteFunc(bySource[e.Source], func(o GroupEntry) bool { return o.within(e) })
+	}
+	for _, e := range add {
+		bySource[e.Source] = append(bySource[e.Source], e)
 	}
 	out := make([]GroupEntry, 0, len(stored)+len(add))
 	for _, es := range bySource {
 		out = append(out, es...)
 	}
-	slices.SortFunc(out, compareEntries) // map order is random; sorting makes it deterministic
-	return out
+	// Map order is random; sorting makes it deterministic. Of entries a
+	// commit repeats for one source and slice, the highest offset stays.
+	slices.SortFunc(out, func(a, b GroupEntry) int {
+		if c := compareEntries(a, b); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Offset, a.Offset)
+	})
+	return slices.CompactFunc(out, func(a, b GroupEntry) bool { return compareEntries(a, b) == 0 })
 }
 
 // validName: a user, group, replica or cluster id of 1..MaxNameLen bytes.

@@ -117,3 +117,31 @@ func queryACLs(_ *testing.T, st *State, f map[string]string) string {
 func queryCluster(_ *testing.T, st *State, _ map[string]string) string {
 	return fmt.Sprintf("id=%q secret=%q", st.ClusterID(), st.ClusterSecret())
 }
+
+// TestCommitKeepsNarrowerFurtherEntries: one commit may carry a wide entry
+// for a source beside a narrower entry with a higher offset; both stay.
+func TestCommitKeepsNarrowerFurtherEntries(t *testing.T) {
+	st := New()
+	if res := st.Apply(Command{V: 1, Kind: KindCreateTopic, Topic: "t", Bits: 8, Now: 1}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	tp, _ := st.Topic("t")
+	root := tp.Ranges[0]
+	entries := []GroupEntry{
+		{Source: root, SliceStart: 64, SliceBits: 5, Offset: 90},
+		{Source: root, SliceStart: 64, SliceBits: 6, Offset: 10},
+	}
+	if res := st.Apply(Command{V: 1, Kind: KindCommitOffsets, Topic: "t", Group: "g", Entries: entries, Now: 2}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	got := st.GroupEntries("g", tp.ID)
+	if len(got) != 2 || got[0].Offset != 90 || got[1].Offset != 10 {
+		t.Fatalf("stored %+v", got)
+	}
+	// A later commit of the wide entry replaces both (last commit wins).
+	wide := []GroupEntry{{Source: root, SliceStart: 64, SliceBits: 6, Offset: 95}}
+	st.Apply(Command{V: 1, Kind: KindCommitOffsets, Topic: "t", Group: "g", Entries: wide, Now: 3})
+	if got := st.GroupEntries("g", tp.ID); len(got) != 1 || got[0].Offset != 95 {
+		t.Fatalf("after a wider commit: %+v", got)
+	}
+}
