@@ -46,7 +46,9 @@ type Config struct {
 	SegmentMaxAge time.Duration
 	// RollCheckInterval is how often the age roll is checked. Default 30 s.
 	RollCheckInterval time.Duration
-	// FetchMaxBytes bounds the record bytes of one fetch page. Default 4 MiB.
+	// FetchMaxBytes bounds the record bytes of one fetch page. Default
+	// 1 MiB: with at most 256 requests in flight per connection, a client
+	// that pipelines fetches and reads slowly pins at most ~256 MiB.
 	FetchMaxBytes int
 	// LongPollMax caps wait_ms. Default 30 s.
 	LongPollMax time.Duration
@@ -92,7 +94,7 @@ func (c Config) withDefaults() Config {
 		c.RollCheckInterval = 30 * time.Second
 	}
 	if c.FetchMaxBytes == 0 {
-		c.FetchMaxBytes = 4 << 20
+		c.FetchMaxBytes = 1 << 20
 	}
 	if c.LongPollMax == 0 {
 		c.LongPollMax = 30 * time.Second
