@@ -12,7 +12,7 @@ import (
 var fastParams = Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
 
 func TestDefaultParamsAreOWASP(t *testing.T) {
-	want := Params{Memory: 19456, Time: 2, Threads: 1, SaltLen: 16, KeyLen: 32}
+	want := Params{Memory: 9216, Time: 4, Threads: 1, SaltLen: 16, KeyLen: 32}
 	if DefaultParams() != want {
 		t.Fatalf("DefaultParams() = %+v, want %+v", DefaultParams(), want)
 	}
@@ -24,7 +24,7 @@ func TestHashPasswordDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$`)
+	re := regexp.MustCompile(`^\$argon2id\$v=19\$m=9216,t=4,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$`)
 	if !re.MatchString(h) {
 		t.Fatalf("hash %q is not the expected PHC string", h)
 	}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"runtime/debug"
 	"sort"
 
 	"github.com/malachi-log/malachi/internal/auth"
@@ -167,6 +168,9 @@ func (b *Broker) SeedUsers(ctx context.Context, dev bool, adminPassword string) 
 	if n > 0 {
 		return "", nil
 	}
+	// Hashing is memory-hard: give the hashing buffers back to the OS
+	// rather than let a node's resting footprint carry them.
+	defer debug.FreeOSMemory()
 	if dev {
 		for _, u := range DevUsers {
 			if err := b.CreateUser(ctx, u.User, u.Password, u.Perms); err != nil {
