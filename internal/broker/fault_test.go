@@ -9,6 +9,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -26,8 +27,13 @@ func openOn(t *testing.T, fs vfs.FS) *Broker {
 	return b
 }
 
+// powerLossSeeds is how many seeds TestPowerLossKeepsAcknowledgedRecords
+// runs: 8 in the suite, more for a soak (go test -run TestPowerLoss
+// ./internal/broker -powerloss.seeds=5000).
+var powerLossSeeds = flag.Int("powerloss.seeds", 8, "seeds for the power-loss test")
+
 func TestPowerLossKeepsAcknowledgedRecords(t *testing.T) {
-	for seed := uint64(1); seed <= 8; seed++ {
+	for seed := uint64(1); seed <= uint64(*powerLossSeeds); seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, seed))
 			fs := vfs.NewMem()
