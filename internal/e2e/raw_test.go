@@ -421,3 +421,27 @@ func TestRawIdleConnectionIsClosed(t *testing.T) {
 	// Never authenticates: closed after the auth timeout, without a frame.
 	c.expectClosed()
 }
+
+func TestRawForeignCursor(t *testing.T) {
+	addr := node(t, server.Config{})
+	c := dial(t, addr)
+	c.auth("admin", "admin123")
+	for i, topic := range []string{"one", "two"} {
+		c.write(frame(1, uint32(2+i), createTopicPayload(topic, 8)))
+		c.expectOK(uint32(2 + i))
+	}
+	c.write(frame(3, 4, fetchPayload("one", nil, nil, nil, 10, 0)))
+	_, cur := readRecords(c.expectOK(4))
+	// A genuine cursor of topic one, presented for topic two.
+	c.write(frame(3, 5, fetchPayload("two", cur, nil, nil, 10, 0)))
+	c.expectError(5, "invalid_cursor")
+	var e enc
+	e.str("two")
+	e.str("g")
+	e.opt(cur)
+	c.write(frame(4, 6, e.Bytes()))
+	c.expectError(6, "invalid_cursor")
+	// Still valid for its own topic.
+	c.write(frame(3, 7, fetchPayload("one", cur, nil, nil, 10, 0)))
+	c.expectOK(7)
+}
