@@ -305,12 +305,6 @@ func (b *Broker) closeStores() error {
 	return errors.Join(serr, merr)
 }
 
-// NodeID returns the node's name.
-func (b *Broker) NodeID() string { return b.cfg.NodeID }
-
-// DataDir returns the node's data directory.
-func (b *Broker) DataDir() string { return b.cfg.DataDir }
-
 func (b *Broker) nowMs() int64 { return b.cfg.Clock.Now().UnixMilli() }
 
 // apply runs one metadata command and folds the state machine's refusal

@@ -415,7 +415,7 @@ func TestRawConnectionCapsPerIP(t *testing.T) {
 	a.expectOK(5)
 }
 
-func TestRawIdleConnectionIsClosed(t *testing.T) {
+func TestRawUnauthenticatedConnectionTimesOut(t *testing.T) {
 	addr := node(t, server.Config{AuthTimeout: 200 * time.Millisecond})
 	c := dial(t, addr)
 	// Never authenticates: closed after the auth timeout, without a frame.

@@ -218,13 +218,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Connections reports the number of open client connections.
-func (s *Server) Connections() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.mu.conns)
-}
-
 func remoteIP(nc net.Conn) string {
 	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
