@@ -139,8 +139,11 @@ func (s *Store) snapshotLocked() error {
 
 // collect removes what recovery can no longer need: it keeps the two newest
 // snapshots (the older is the fallback if the newer turns out damaged) and
-// the logs from the older one on. Best effort: a leftover file is only
-// space, and the next rotation tries again.
+// every log holding a command from the older one on. A log's name says
+// where it starts, not where it ends, so a log goes only once the next one
+// starts at or before keepFrom: a log that started before keepFrom may
+// still hold commands after it (see takesAppends). Best effort: a leftover
+// file is only space, and the next rotation tries again.
 func (s *Store) collect() {
 	if len(s.snaps) < 2 {
 		return
@@ -150,8 +153,8 @@ func (s *Store) collect() {
 	if err != nil {
 		return
 	}
-	for _, n := range logs {
-		if n < keepFrom {
+	for i, n := range logs {
+		if i+1 < len(logs) && logs[i+1] <= keepFrom {
 			_ = s.fs.Remove(filepath.Join(s.dir, logName(n)))
 		}
 	}

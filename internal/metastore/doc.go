@@ -44,24 +44,34 @@
 // Every Options.SnapshotEvery commands (default 10000), and on Snapshot,
 // the view is written to snapshot-<index>.tmp, fsynced, renamed and the
 // directory fsynced; then log-<index> is created and takes the appends. The
-// two newest snapshots and the logs from the older one on are kept, so a
-// damaged newest snapshot falls back to the previous one plus logs.
+// two newest snapshots and every log holding a command from the older one
+// on are kept, so a damaged newest snapshot falls back to the previous one
+// plus logs. A log's name says where it starts, not where it ends, so a log
+// is removed only once the next log starts at or before the older kept
+// snapshot. A snapshot Open found damaged does not count as one of the two.
 //
 // # Recovery
 //
 // Open loads the newest snapshot that decodes and passes the state
 // machine's invariant check, then replays the logs after it, skipping
 // records the snapshot already holds (a crash between a snapshot's rename
-// and the new log leaves the old log covering it). Each log must start no
-// later than where the state stands, or the store refuses to open. In the
-// last log, a short record, a zero length or a CRC mismatch with no
-// well-formed record anywhere after it is a torn tail: it is truncated and
-// the cut fsynced before new appends. Damage followed by a well-formed
-// record is corruption (ErrCorrupt): truncating would drop acknowledged
-// commands, so Open refuses and leaves the files alone. The one loss this
-// cannot tell from a torn write is damage inside the very last record, which
-// is cut like a torn one. A logged command that the state machine refuses on
+// and the new log leaves the old log covering it; Open then creates the new
+// log itself). Each log must start no later than where the state stands, or
+// the store refuses to open. In the last log, a short record, a zero length
+// or a CRC mismatch with no well-formed record anywhere after it is a torn
+// tail: it is truncated. Damage followed by a well-formed record is
+// corruption (ErrCorrupt): truncating would drop acknowledged commands, so
+// Open refuses and leaves the files alone. The one loss this cannot tell
+// from a torn write is damage inside the very last record, which is cut
+// like a torn one. A logged command that the state machine refuses on
 // replay is also ErrCorrupt.
+//
+// Everything Open replays is durable before it returns, because View
+// serves it at once and new commands build on it. After a kill -9 the last
+// log's tail, the entry of a log created just before it, or a snapshot's
+// rename may still be only in the page cache, so Open fsyncs the last log
+// (cut or not), the directory, and the directory's parent (the directory's
+// own entry), every time.
 //
 // Only one Store may use a directory at a time; nothing enforces it.
 package metastore

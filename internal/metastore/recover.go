@@ -15,7 +15,8 @@ import (
 type recovered struct {
 	state    *metadata.State
 	index    uint64   // commands folded into state
-	snaps    []uint64 // snapshot indexes on disk
+	snap     uint64   // index of the snapshot loaded, 0 if none
+	snaps    []uint64 // snapshot indexes on disk, up to the loaded one
 	log      vfs.File // the log to append to, positioned at its valid end
 	logStart uint64
 	logSize  int64
@@ -34,6 +35,7 @@ func (l *logFile) end() uint64 { return l.start + uint64(len(l.payloads)) }
 // recoverDir loads the newest snapshot that checks out and replays the logs
 // after it. Every log must continue where the state stands (a gap is
 // corruption); only the last one may have a torn tail, which is cut off.
+// Everything it replays is durable when it returns.
 func recoverDir(fs vfs.FS, dir string) (*recovered, error) {
 	if err := ensureDir(fs, dir); err != nil {
 		return nil, err
@@ -42,9 +44,8 @@ func recoverDir(fs vfs.FS, dir string) (*recovered, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := &recovered{snaps: snaps}
-	var snapErrs error
-	rec.state, rec.index, snapErrs = newestSnapshot(fs, dir, snaps)
+	rec := &recovered{}
+	snapErrs := newestSnapshot(fs, dir, rec, snaps)
 	last, err := replay(fs, dir, rec, logs)
 	if err != nil {
 		return nil, errors.Join(err, snapErrs)
@@ -55,30 +56,35 @@ func recoverDir(fs vfs.FS, dir string) (*recovered, error) {
 	return rec, nil
 }
 
+// ensureDir creates dir if needed and fsyncs its parent every time, not
+// only when it creates dir: a process killed between the two leaves a
+// directory that exists but whose entry is not durable, and no later Open
+// would otherwise make it so.
 func ensureDir(fs vfs.FS, dir string) error {
-	if _, err := fs.Stat(dir); err == nil || !vfs.IsNotExist(err) {
-		return err
-	}
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return fs.SyncDir(filepath.Dir(dir))
+	return fs.SyncDir(filepath.Dir(filepath.Clean(dir)))
 }
 
-// newestSnapshot tries the snapshots newest first and falls back to an
-// empty state at index 0. A snapshot that fails to load is skipped, never
-// deleted; its error is returned for reporting if the logs cannot make up
-// for it.
-func newestSnapshot(fs vfs.FS, dir string, snaps []uint64) (*metadata.State, uint64, error) {
+// newestSnapshot loads the newest snapshot that checks out into rec, or an
+// empty state at index 0 if none does. A snapshot that fails to load is
+// skipped, never deleted; its error is returned for reporting if the logs
+// cannot make up for it. rec.snaps ends at the loaded snapshot: a damaged
+// newer one must not count as one of the two snapshots rotation keeps, or
+// rotation would drop the fallback that is actually needed.
+func newestSnapshot(fs vfs.FS, dir string, rec *recovered, snaps []uint64) error {
 	var errs []error
 	for i := len(snaps) - 1; i >= 0; i-- {
 		st, err := loadSnapshot(fs, dir, snaps[i])
 		if err == nil {
-			return st, snaps[i], nil
+			rec.state, rec.snap, rec.index, rec.snaps = st, snaps[i], snaps[i], snaps[:i+1]
+			return nil
 		}
 		errs = append(errs, err)
 	}
-	return metadata.New(), 0, errors.Join(errs...)
+	rec.state = metadata.New()
+	return errors.Join(errs...)
 }
 
 // replay applies the logged commands past rec.index and returns the last
@@ -141,36 +147,66 @@ func applyLog(rec *recovered, lf *logFile) error {
 	return nil
 }
 
-// openActive opens the log to append to: the last log when it ends where
-// the state does (after cutting its torn tail), else a new one. The cut is
-// fsynced before anything is appended after it.
+// openActive settles the last log and opens the log to append to. After a
+// kill -9 what Open replayed may sit only in the page cache: the last log's
+// tail, the entry of a log created just before the kill, a snapshot's
+// rename. View serves it as soon as Open returns and new commands build on
+// it, so it must be durable first: the last log is cut at its torn tail and
+// fsynced, and the directory fsynced, whether or not anything was cut or
+// created.
 func openActive(fs vfs.FS, dir string, rec *recovered, last *logFile) error {
-	if last != nil && last.end() == rec.index {
-		f, err := fs.OpenFile(filepath.Join(dir, logName(last.start)), os.O_RDWR, 0)
+	if last != nil {
+		f, err := settleLog(fs, dir, last)
 		if err != nil {
 			return err
 		}
-		if last.valid != last.size {
-			err = f.Truncate(int64(last.valid))
-			if err == nil {
-				err = f.Sync()
-			}
-		}
-		if err != nil {
-			f.Close()
+		if takesAppends(last, rec.snap) {
+			rec.log, rec.logStart, rec.logSize = f, last.start, int64(last.valid)
+		} else if err := f.Close(); err != nil {
 			return err
 		}
-		rec.log, rec.logStart, rec.logSize = f, last.start, int64(last.valid)
-		return nil
 	}
-	f, err := fs.OpenFile(filepath.Join(dir, logName(rec.index)), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
-	if err != nil {
-		return err
+	if rec.log == nil {
+		f, err := fs.OpenFile(filepath.Join(dir, logName(rec.index)), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+		if err != nil {
+			return err
+		}
+		rec.log, rec.logStart, rec.logSize = f, rec.index, 0
 	}
 	if err := fs.SyncDir(dir); err != nil {
-		f.Close()
+		rec.log.Close()
 		return err
 	}
-	rec.log, rec.logStart, rec.logSize = f, rec.index, 0
 	return nil
+}
+
+// settleLog opens the last log, cuts its torn tail and fsyncs it.
+func settleLog(fs vfs.FS, dir string, last *logFile) (vfs.File, error) {
+	f, err := fs.OpenFile(filepath.Join(dir, logName(last.start)), os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	if last.valid != last.size {
+		err = f.Truncate(int64(last.valid))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// takesAppends reports whether new commands go to the last log. Not when
+// it started before the snapshot and the snapshot covers all of it, as a
+// crash between a snapshot's rename and the creation of its log leaves
+// things: a new log then starts at the snapshot, as rotation would have
+// done. A last log that already holds commands past the snapshot keeps
+// taking them (collect keeps it for as long as a fallback needs it): a new
+// log would start where no snapshot is, and an empty log is taken to mean
+// the state is a snapshot's.
+func takesAppends(last *logFile, snap uint64) bool {
+	return last.start >= snap || last.end() > snap
 }

@@ -73,7 +73,9 @@ type pending struct {
 // Open recovers the store in dir (creating it if needed): the newest valid
 // snapshot, then the logged commands after it. A torn tail of the last log
 // is cut off; any other damage fails with ErrCorrupt rather than dropping
-// acknowledged commands. Only one Store may use dir at a time.
+// acknowledged commands. Everything recovered is durable before Open
+// returns, even if a killed process left it only in the page cache. Only
+// one Store may use dir at a time.
 func Open(fs vfs.FS, dir string, opts Options) (*Store, error) {
 	rec, err := recoverDir(fs, dir)
 	if err != nil {

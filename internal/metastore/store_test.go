@@ -171,7 +171,8 @@ func snapshot(t *testing.T, s *Store) {
 
 // TestCrashAfterSnapshotRename: a crash between the snapshot's rename and
 // the new log leaves the old log, which covers the snapshot; Open skips
-// what the snapshot holds and appends to the old log.
+// what the snapshot holds and starts the new log itself, so every log
+// starts where a snapshot does.
 func TestCrashAfterSnapshotRename(t *testing.T) {
 	dir := t.TempDir()
 	cmds := script()
@@ -189,7 +190,7 @@ func TestCrashAfterSnapshotRename(t *testing.T) {
 	wantState(t, s, want[5])
 	mustApply(t, s, cmds[5:]...)
 	mustClose(t, s)
-	wantFiles(t, dir, logName(0), snapName(5))
+	wantFiles(t, dir, logName(0), logName(5), snapName(5))
 
 	s = mustOpen(t, vfs.OS(), dir, Options{})
 	defer mustClose(t, s)
