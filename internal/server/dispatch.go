@@ -29,9 +29,10 @@ func clamp(v uint32, def, cap int) int {
 	return min(int(v), cap)
 }
 
-// dispatch runs one decoded request. Produce and subscribe are handled on
-// the reader goroutine (their order matters); everything else runs on a
-// request goroutine holding an in-flight slot.
+// dispatch runs one admitted request, which holds a slot: every path
+// queues exactly one frame with it, or gives it back. Produce and subscribe
+// are handled on the reader goroutine (their order matters); everything
+// else runs on a request goroutine, so at most MaxInFlight run at once.
 func (c *conn) dispatch(corr uint32, req wire.Request) {
 	switch r := req.(type) {
 	case *wire.ProduceRequest:
@@ -39,31 +40,31 @@ func (c *conn) dispatch(corr uint32, req wire.Request) {
 	case *wire.SubscribeRequest:
 		c.subscribe(corr, r)
 	case *wire.StreamAckRequest:
-		c.send(wire.AppendErrorFrame(nil, corr, "unexpected_frame"))
+		c.refuse(corr, "unexpected_frame")
 	case *wire.AuthRequest:
 		c.reauth(corr, r)
 	case *wire.MTLSAuthRequest, *wire.TokenAuthRequest:
-		c.send(wire.AppendErrorFrame(nil, corr, "not_enabled"))
+		c.refuse(corr, "not_enabled")
 	default:
-		if !c.acquire() {
-			return
-		}
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			defer c.release()
+		c.spawn(func() {
 			resp, err := c.handle(req)
 			c.answer(corr, resp, err)
-		}()
+		})
 	}
 }
 
+// answer queues the answer of an admitted request on its slot.
 func (c *conn) answer(corr uint32, resp wire.Response, err error) {
 	if err != nil {
-		c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
+		c.refuse(corr, reason(err))
 		return
 	}
-	c.send(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
+	c.queue(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
+}
+
+// refuse queues an error answer of an admitted request on its slot.
+func (c *conn) refuse(corr uint32, reason string) {
+	c.queue(wire.AppendErrorFrame(nil, corr, reason))
 }
 
 // frameBuffer presizes the buffer of a fetch-shaped answer, which can be
@@ -87,49 +88,45 @@ func frameBuffer(resp wire.Response) []byte {
 func (c *conn) reauth(corr uint32, r *wire.AuthRequest) {
 	id, err := c.s.b.Authenticate(deref(r.User), deref(r.Password))
 	if err != nil {
-		c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
+		c.answer(corr, nil, err)
 		return
 	}
 	c.id = id
-	c.send(wire.AppendOKFrame(nil, corr, &wire.TokenResponse{Token: id.Token}))
+	c.answer(corr, &wire.TokenResponse{Token: id.Token}, nil)
 }
 
 // produce submits inline so consecutive produces on this connection are
-// enqueued in order; the answer goes out when the records are durable.
+// enqueued in order; the answer goes out when the records are durable. The
+// request's slot is held until then, so a connection has at most
+// MaxInFlight produces waiting for durability or for the client to read
+// their answers.
 func (c *conn) produce(corr uint32, r *wire.ProduceRequest) {
 	if r.Topic == nil {
-		c.send(wire.AppendErrorFrame(nil, corr, "no_such_topic"))
+		c.refuse(corr, "no_such_topic")
 		return
 	}
 	if err := c.s.b.Authorize(c.id, broker.OpProduce, *r.Topic); err != nil {
-		c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
+		c.answer(corr, nil, err)
 		return
 	}
 	if len(r.Records) > producePerFrame {
-		c.send(wire.AppendErrorFrame(nil, corr, "too_many_records"))
+		c.refuse(corr, "too_many_records")
 		return
 	}
 	recs := make([]broker.Record, len(r.Records))
 	for i, w := range r.Records {
 		recs[i] = segment.Record{Key: w.Key, Value: w.Value, Timestamp: int64(w.Timestamp), Headers: toSegmentHeaders(w.Headers)}
 	}
-	if !c.acquire() {
-		return
-	}
 	c.wg.Add(1)
 	err := c.s.b.ProduceAsync(c.reqCtx, *r.Topic, recs, func(n int, err error) {
+		// On the segment store's commit goroutine: queueing on the
+		// request's slot does not block it.
 		defer c.wg.Done()
-		defer c.release()
-		if err != nil {
-			c.sendAsync(wire.AppendErrorFrame(nil, corr, reason(err)))
-			return
-		}
-		c.sendAsync(wire.AppendOKFrame(nil, corr, &wire.CountResponse{Count: uint32(n)}))
+		c.answer(corr, &wire.CountResponse{Count: uint32(n)}, err)
 	})
 	if err != nil {
 		c.wg.Done()
-		c.release()
-		c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
+		c.answer(corr, nil, err)
 	}
 }
 
@@ -162,41 +159,47 @@ func toWireRecords(recs []broker.Record) []wire.Record {
 
 // subscribe switches the connection to stream mode: the subscription runs
 // on its own goroutine and pushes pages on the subscribe's correlation id.
+// Each push takes a slot like any other frame, so a client that does not
+// read stops the pushes (and the reader) instead of growing the queue.
 func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
 	if r.Topic == nil {
-		c.send(wire.AppendErrorFrame(nil, corr, "no_such_topic"))
+		c.refuse(corr, "no_such_topic")
 		return
 	}
 	if err := c.s.b.Authorize(c.id, broker.OpConsume, *r.Topic); err != nil {
-		c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
+		c.answer(corr, nil, err)
 		return
 	}
 	window := clamp(r.Window, windowDefault, windowCap)
 	max := clamp(r.Max, pushMaxDefault, pushMaxCap)
 	sub, err := c.s.b.Subscribe(*r.Topic, r.Group, r.Member, window, max)
 	if err != nil {
-		c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
+		c.answer(corr, nil, err)
 		return
 	}
+	c.unused() // the pushes are the answer; each takes a slot of its own
 	c.stream = sub
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.spawn(func() {
 		err := sub.Run(c.reqCtx, func(p broker.Page) error {
 			resp := &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}
-			c.send(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
-			return c.ctx.Err()
+			if !c.reply(wire.AppendOKFrame(frameBuffer(resp), corr, resp)) {
+				return errConnEnding
+			}
+			return nil
 		})
-		if err != nil && c.reqCtx.Err() == nil {
+		if err != nil && !errors.Is(err, errConnEnding) && c.reqCtx.Err() == nil {
 			// The stream cannot go on: answer why on the subscribe's
 			// correlation id, then end the connection once that frame is
 			// written (drain stops the reader; the writer flushes first).
 			c.s.cfg.Logger.Warn("subscription ended", "topic", *r.Topic, "err", err)
-			c.send(wire.AppendErrorFrame(nil, corr, reason(err)))
+			c.reply(wire.AppendErrorFrame(nil, corr, reason(err)))
 			c.drain()
 		}
-	}()
+	})
 }
+
+// errConnEnding ends a subscription whose connection failed or drains.
+var errConnEnding = errors.New("server: connection ending")
 
 // reason maps an error to its wire reason string.
 func reason(err error) string {

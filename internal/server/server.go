@@ -5,10 +5,15 @@
 //
 // Each connection has one reader goroutine and one writer goroutine. The
 // reader submits produces inline, in arrival order (so pipelined produces
-// keep their per-key order), and hands every other request to a goroutine
-// bounded by the per-connection in-flight limit; long polls therefore do
-// not block the connection. Responses carry their correlation id and may
-// complete out of order, as the protocol allows.
+// keep their per-key order), and hands every other request to a goroutine;
+// long polls therefore do not block the connection. Responses carry their
+// correlation id and may complete out of order, as the protocol allows.
+//
+// The per-connection in-flight limit counts a request from the moment it is
+// read until its answer has been written to the socket. When it is reached
+// the reader stops reading, so a client that pipelines faster than it reads
+// its answers is held back by TCP instead of costing the node memory or
+// goroutines, and one that stops reading is closed after the write timeout.
 package server
 
 import (
@@ -34,12 +39,14 @@ type Config struct {
 	AuthTimeout time.Duration
 	// IdleTimeout closes a connection that sends nothing for this long.
 	IdleTimeout time.Duration
-	// WriteTimeout bounds one write to a client.
+	// WriteTimeout bounds one write to a client; a write that does not
+	// complete in time closes the connection.
 	WriteTimeout time.Duration
 	// MaxConns and MaxConnsPerIP cap concurrent connections.
 	MaxConns      int
 	MaxConnsPerIP int
-	// MaxInFlight caps the requests one connection may have outstanding.
+	// MaxInFlight caps the requests one connection may have outstanding,
+	// counting those whose answers wait to be written; default 256.
 	MaxInFlight int
 	// ShutdownGrace is how long Shutdown lets in-flight requests finish.
 	ShutdownGrace time.Duration
