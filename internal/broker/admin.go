@@ -17,8 +17,16 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, bits uint8, range
 }
 
 // DeleteTopic removes a topic, its ranges and group positions from the
-// metadata, then deletes the segment files the metadata freed.
+// metadata, then deletes the segment files the metadata freed. Once it has
+// begun fencing it runs on the broker's lifetime, not ctx: a caller that
+// goes away must not leave store segments sealed under an active range, or
+// files of a deleted topic behind. If it fails part-way, the heads it
+// dropped are reconciled by their next user.
 func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx = b.life
 	topicID, err := b.topicID(name)
 	if err != nil {
 		return err

@@ -115,7 +115,7 @@ func TestRollByAge(t *testing.T) {
 	next := map[string]int{}
 	produceRound(t, b, "quiet", 3, next, acked)
 	clk.Advance(59 * time.Minute)
-	b.rollAged(ctx)
+	b.rollAged()
 	segs := func() []SegmentDescription {
 		d, _ := b.DescribeTopic("quiet")
 		return d.Ranges[0].Segments
@@ -124,7 +124,7 @@ func TestRollByAge(t *testing.T) {
 		t.Fatalf("rolled before its age: %+v", s)
 	}
 	clk.Advance(2 * time.Minute)
-	b.rollAged(ctx)
+	b.rollAged()
 	s := segs()
 	if len(s) != 1 || s[0].Active || s[0].End != 9 || s[0].Records != 9 {
 		t.Fatalf("after the age roll: %+v", s)

@@ -160,6 +160,17 @@ type Broker struct {
 		meters  map[uint64]*rangeMeter // range id -> last reshard look
 	}
 
+	// segFloor is one past the highest segment id the store has held: the
+	// lowest id open_segment may hand out (see metadata.Command.MinID).
+	segFloor atomic.Uint64
+
+	// life is the broker's own lifetime: work the broker owns (opening,
+	// rolling and sealing segments) runs on it, never on a client's
+	// context, so a client that goes away cannot leave it half done. Close
+	// cancels it once the maintenance loop has stopped.
+	life    context.Context
+	endLife context.CancelFunc
+
 	lock    *os.File // the data directory's lock, held for the node's life
 	stop    context.CancelFunc
 	done    sync.WaitGroup
@@ -221,11 +232,14 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 	b.mu.heads = make(map[uint64]*head)
 	b.mu.watches = make(map[uint64]*watch)
 	b.mu.groups = groups.New(cfg.GroupSessionTimeout.Milliseconds(), cfg.MaxMembersPerGroup, cfg.MaxGroups)
+	b.life, b.endLife = context.WithCancel(context.Background())
 	if err := b.initCluster(ctx); err != nil {
+		b.endLife()
 		b.closeStores()
 		return nil, err
 	}
-	if err := b.recover(ctx); err != nil {
+	if err := b.recover(); err != nil {
+		b.endLife()
 		b.closeStores()
 		return nil, err
 	}
@@ -288,6 +302,7 @@ func (b *Broker) Close() error {
 	}
 	b.stop()
 	b.done.Wait()
+	b.endLife()
 	b.mu.Lock()
 	for _, w := range b.mu.watches {
 		w.fire()
@@ -338,7 +353,7 @@ func (b *Broker) maintenanceLoop(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		b.rollAged(ctx)
+		b.rollAged()
 		b.expireMembers()
 		b.reshardTick(ctx)
 	}

@@ -33,6 +33,10 @@ type head struct {
 	// retired is set once the range is sealed (split, merge, delete): a
 	// produce that finds it re-routes through fresh metadata.
 	retired bool
+	// ready is set by reconcileLocked once the fields above reflect the
+	// metadata and the store, and cleared by any failure that may have left
+	// them behind (a half-done open or roll), so the next user finishes it.
+	ready bool
 }
 
 // errRetired tells the router a range stopped taking writes under it.
@@ -175,60 +179,99 @@ const (
 	maxBatchBytes   = 256 << 10
 )
 
+// maxHeadRepairs bounds how often one append reconciles its head after
+// finding it half rolled; each repair is a committed metadata change, so
+// running out means something is wrong, not just busy.
+const maxHeadRepairs = 4
+
 // appendToRange encodes recs as batches at the range's next offsets and
-// enqueues them. onDurable is called once per batch, after the fsync that
-// covers it; parts reports how many batches were enqueued (each one owes a
-// call).
+// enqueues them; wait receives one part per enqueued batch, after the
+// fsync that covers it.
 func (b *Broker) appendToRange(ctx context.Context, topicID, rangeID uint64, recs []Record, wait *produceWait) error {
 	h := b.headFor(topicID, rangeID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.retired {
-		return errRetired
-	}
 	notify := b.watchFor(topicID)
-	for enqueued := 0; len(recs) > 0; enqueued++ {
-		if h.segment == 0 {
-			if err := b.openSegmentLocked(ctx, h); err != nil {
-				if enqueued > 0 && errors.Is(err, errRetired) {
-					// Part of the group is in: re-routing all of it would
-					// duplicate that part, so the produce fails instead.
-					return ErrRetry
-				}
-				return err
-			}
+	enqueued, repairs := 0, 0
+	for len(recs) > 0 {
+		err := b.writableLocked(h)
+		if err == nil {
+			var n int
+			n, err = b.enqueueLocked(ctx, h, recs, wait, notify)
+			recs = recs[n:]
+			enqueued += n
 		}
-		n := chunkLen(recs)
-		batch, err := segment.EncodeBatch(nil, h.next, recs[:n], b.cfg.Codec)
-		if err != nil {
+		switch {
+		case err == nil:
+		case errors.Is(err, errRetired) && enqueued > 0:
+			// Part of the group is in: re-routing all of it would
+			// duplicate that part, so the produce fails instead.
+			return ErrRetry
+		case errors.Is(err, errRetired):
 			return err
-		}
-		wait.add()
-		err = b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
-			if err == nil {
-				notify.fire()
-			}
-			wait.part(err)
-		})
-		if err != nil {
-			wait.part(nil)
-			return fmt.Errorf("broker: append: %w", err)
-		}
-		recs = recs[n:]
-		h.next += uint64(n)
-		h.bytes += int64(len(batch))
-		h.written.Add(int64(len(batch)))
-		h.activeBytes.Store(h.bytes)
-		if h.bytes >= b.cfg.SegmentMaxBytes {
-			if err := b.rollLocked(ctx, h); err != nil {
-				// The batch is enqueued and will be acked on its own; a
-				// failed roll leaves the segment open and is retried by the
-				// next batch.
-				b.log.Warn("segment roll failed", "range", h.rangeID, "segment", h.segment, "err", err)
-			}
+		case !h.ready && repairs < maxHeadRepairs:
+			repairs++ // a half-done roll or open: reconcile and go on
+		default:
+			return err
 		}
 	}
 	return nil
+}
+
+// writableLocked readies h and opens a segment if it has none.
+//
+// REQUIRES: h.mu held.
+func (b *Broker) writableLocked(h *head) error {
+	if err := b.readyLocked(h); err != nil {
+		return err
+	}
+	if h.retired {
+		return errRetired
+	}
+	if h.segment == 0 {
+		return b.openSegmentLocked(h)
+	}
+	return nil
+}
+
+// enqueueLocked encodes one stored batch from the front of recs and
+// enqueues it, rolling the segment once it is full. It returns how many
+// records it enqueued. A segment that refuses the append because it was
+// sealed or found damaged under the head marks the head unready.
+//
+// REQUIRES: h.mu held, h writable.
+func (b *Broker) enqueueLocked(ctx context.Context, h *head, recs []Record, wait *produceWait, notify *watch) (int, error) {
+	n := chunkLen(recs)
+	batch, err := segment.EncodeBatch(nil, h.next, recs[:n], b.cfg.Codec)
+	if err != nil {
+		return 0, err
+	}
+	wait.add()
+	err = b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
+		if err == nil {
+			notify.fire()
+		}
+		wait.part(err)
+	})
+	if err != nil {
+		wait.part(nil)
+		if errors.Is(err, storage.ErrSealed) || storage.IsCorrupt(err) || errors.Is(err, storage.ErrNotFound) {
+			h.ready = false
+		}
+		return 0, fmt.Errorf("broker: append: %w", err)
+	}
+	h.next += uint64(n)
+	h.bytes += int64(len(batch))
+	h.written.Add(int64(len(batch)))
+	h.activeBytes.Store(h.bytes)
+	if h.bytes >= b.cfg.SegmentMaxBytes {
+		if err := b.rollLocked(h); err != nil {
+			// The batch is enqueued and will be acked on its own; a failed
+			// roll leaves the head unready, and the next use finishes it.
+			b.log.Warn("segment roll failed", "range", h.rangeID, "segment", h.segment, "err", err)
+		}
+	}
+	return n, nil
 }
 
 // chunkLen is how many of recs go in the next stored batch.

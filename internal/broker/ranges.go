@@ -24,10 +24,13 @@ func (b *Broker) SplitRange(ctx context.Context, topic string, rangeID uint64) (
 	h := b.headFor(topicID, rangeID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := b.readyLocked(h); err != nil {
+		return nil, err
+	}
 	if h.retired {
 		return nil, metadata.ErrSealed
 	}
-	if err := b.rollLocked(ctx, h); err != nil {
+	if err := b.rollLocked(h); err != nil {
 		return nil, err
 	}
 	res, err := b.apply(ctx, metadata.Command{Kind: "split_range", Range: rangeID})
@@ -61,6 +64,11 @@ func (b *Broker) MergeRanges(ctx context.Context, topic string, a, c uint64) (ui
 	defer h1.mu.Unlock()
 	h2.mu.Lock()
 	defer h2.mu.Unlock()
+	for _, h := range []*head{h1, h2} {
+		if err := b.readyLocked(h); err != nil {
+			return 0, err
+		}
+	}
 	if h1.retired || h2.retired {
 		return 0, metadata.ErrSealed
 	}
@@ -68,7 +76,7 @@ func (b *Broker) MergeRanges(ctx context.Context, topic string, a, c uint64) (ui
 		return 0, err
 	}
 	for _, h := range []*head{h1, h2} {
-		if err := b.rollLocked(ctx, h); err != nil {
+		if err := b.rollLocked(h); err != nil {
 			return 0, err
 		}
 	}

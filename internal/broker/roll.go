@@ -1,142 +1,145 @@
 package broker
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage"
 )
 
-// headFor returns the range's write head, creating it on first use from
-// the metadata: the next offset continues from the range's last segment.
+// headFor returns the range's write head, creating it on first use. A new
+// head is not ready: whoever locks it first reconciles it (readyLocked), so
+// no caller ever sees a head that has not been loaded.
 func (b *Broker) headFor(topicID, rangeID uint64) *head {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	h, ok := b.mu.heads[rangeID]
 	if !ok {
 		h = &head{rangeID: rangeID, topicID: topicID}
 		b.mu.heads[rangeID] = h
 	}
-	b.mu.Unlock()
-	if !ok {
-		h.mu.Lock()
-		b.seedHeadLocked(h)
-		h.mu.Unlock()
-	}
 	return h
 }
 
-// seedHeadLocked loads a new head's position from metadata and the store.
+// readyLocked makes sure h reflects the metadata and the store, finishing
+// whatever a failed or interrupted open or roll left half done.
 //
 // REQUIRES: h.mu held.
-func (b *Broker) seedHeadLocked(h *head) {
-	var (
-		active  metadata.Segment
-		hasHead bool
-		last    metadata.Segment
-		hasLast bool
-		retired bool
-	)
-	b.meta.View(func(st *metadata.State) {
-		r, ok := st.Range(h.rangeID)
-		if !ok || !r.Active {
-			retired = true
-			return
-		}
-		active, hasHead = st.ActiveSegment(h.rangeID)
-		segs := st.RangeSegments(h.rangeID)
-		if len(segs) > 0 {
-			last, hasLast = segs[len(segs)-1], true
-		}
-	})
-	if retired {
-		h.retired = true
-		return
+func (b *Broker) readyLocked(h *head) error {
+	if h.ready || h.retired {
+		return nil
 	}
-	if hasHead {
-		info, err := b.store.Info(storage.SegmentID(active.ID))
-		if err == nil {
-			h.segment = active.ID
-			h.next = info.End
-			h.bytes = info.Bytes
-			h.activeBytes.Store(info.Bytes)
-			h.openedAt = msTime(active.OpenedAt)
-			return
-		}
-		b.log.Error("active segment missing from the store", "segment", active.ID, "err", err)
-		return
-	}
-	if hasLast {
-		h.next = last.End
-	}
+	return b.reconcileLocked(h)
 }
 
 // openSegmentLocked registers a new active segment in the metadata (first,
-// durably) and then creates its file. A crash between the two leaves a
-// metadata segment without a file, which recover creates empty.
+// durably) and then creates its file. It runs on the broker's lifetime, not
+// a client's: a cancelled client must not leave the range half open. If
+// anything fails, the head is marked unready and the next user finishes
+// the open from what the metadata and the store say.
 //
-// REQUIRES: h.mu held.
-func (b *Broker) openSegmentLocked(ctx context.Context, h *head) error {
-	res, err := b.apply(ctx, metadata.Command{
+// REQUIRES: h.mu held, h ready with no active segment.
+func (b *Broker) openSegmentLocked(h *head) error {
+	res, err := b.apply(b.life, metadata.Command{
 		Kind:     "open_segment",
 		Range:    h.rangeID,
 		Base:     h.next,
 		Replicas: []string{b.cfg.NodeID},
+		MinID:    b.segFloor.Load(),
 	})
 	if errors.Is(err, metadata.ErrSealed) || errors.Is(err, metadata.ErrNoSuchRange) {
 		h.retired = true
 		return errRetired
 	}
 	if err != nil {
+		h.ready = false
 		return fmt.Errorf("broker: open segment: %w", err)
 	}
-	if err := b.store.Create(storage.SegmentID(res.SegmentID), h.next); err != nil {
-		return fmt.Errorf("broker: create segment: %w", err)
+	if err := b.createSegment(res.SegmentID, h.next, h.rangeID); err != nil {
+		h.ready = false
+		return err
 	}
 	h.segment = res.SegmentID
 	h.bytes = 0
+	h.activeBytes.Store(0)
 	h.openedAt = b.cfg.Clock.Now()
+	return nil
+}
+
+// createSegment creates a segment's file, tagged with its range so a
+// restart can tell it apart from a file of another range with the same id.
+func (b *Broker) createSegment(id, base, rangeID uint64) error {
+	if err := b.store.CreateFor(storage.SegmentID(id), base, ownerTag(rangeID)); err != nil {
+		return fmt.Errorf("broker: create segment %d: %w", id, err)
+	}
+	b.raiseSegFloor(id)
 	return nil
 }
 
 // rollLocked fences the active segment in the store (later appends are
 // refused), waits for what was enqueued to be durable, and records the
 // seal with the numbers the fence answered. The next produce opens the
-// successor at the sealed end.
+// successor at the sealed end. Like an open it runs on the broker's
+// lifetime; a failure part-way leaves the head unready, and reconciling it
+// completes the seal from the store's footer.
 //
 // REQUIRES: h.mu held.
-func (b *Broker) rollLocked(ctx context.Context, h *head) error {
-	if h.segment == 0 {
+func (b *Broker) rollLocked(h *head) error {
+	if err := b.readyLocked(h); err != nil {
+		return err
+	}
+	if h.segment == 0 || h.retired {
 		return nil
 	}
-	footer, err := b.store.Seal(ctx, storage.SegmentID(h.segment))
+	footer, err := b.store.Seal(b.life, storage.SegmentID(h.segment))
 	if err != nil {
+		h.ready = false
 		return fmt.Errorf("broker: fence segment %d: %w", h.segment, err)
 	}
-	_, err = b.apply(ctx, metadata.Command{
+	if err := b.sealInMetadata(h.segment, footer); err != nil {
+		h.ready = false
+		return err
+	}
+	h.sealedAt(footer.End)
+	return nil
+}
+
+// sealInMetadata records a store seal. A segment the metadata already
+// sealed (a retried roll) is fine only if it was sealed at the same end.
+func (b *Broker) sealInMetadata(id uint64, footer storage.Footer) error {
+	res, err := b.apply(b.life, metadata.Command{
 		Kind:        "seal_segment",
-		Segment:     h.segment,
+		Segment:     id,
 		End:         footer.End,
 		Records:     footer.Records,
 		Bytes:       footer.Bytes,
 		MaxExpiry:   footer.MaxExpiry,
 		ContentHash: footer.ContentHash,
+		Generation:  footer.Generation,
 	})
-	if err != nil && !errors.Is(err, metadata.ErrAlreadySealed) {
-		return fmt.Errorf("broker: seal segment %d: %w", h.segment, err)
+	if errors.Is(err, metadata.ErrAlreadySealed) && res.Sealed != nil && res.Sealed.End == footer.End {
+		return nil
 	}
+	if err != nil {
+		return fmt.Errorf("broker: seal segment %d: %w", id, err)
+	}
+	return nil
+}
+
+// sealedAt leaves h with no active segment, the next open at end.
+func (h *head) sealedAt(end uint64) {
 	h.segment = 0
-	h.next = footer.End
+	h.next = end
 	h.bytes = 0
 	h.activeBytes.Store(0)
-	return nil
 }
 
 // rollAged rolls every active segment older than SegmentMaxAge, so a quiet
 // range's data becomes sealed (and eligible for retention) in bounded time.
-func (b *Broker) rollAged(ctx context.Context) {
+// A head left unready by an earlier failure is reconciled here too, so a
+// range nobody produces to does not stay half rolled.
+func (b *Broker) rollAged() {
 	now := b.cfg.Clock.Now()
 	b.mu.Lock()
 	heads := make([]*head, 0, len(b.mu.heads))
@@ -146,64 +149,13 @@ func (b *Broker) rollAged(ctx context.Context) {
 	b.mu.Unlock()
 	for _, h := range heads {
 		h.mu.Lock()
-		if h.segment != 0 && !h.retired && now.Sub(h.openedAt) >= b.cfg.SegmentMaxAge {
-			if err := b.rollLocked(ctx, h); err != nil {
-				b.log.Warn("age roll failed", "range", h.rangeID, "err", err)
-			}
+		err := b.readyLocked(h)
+		if err == nil && h.segment != 0 && !h.retired && now.Sub(h.openedAt) >= b.cfg.SegmentMaxAge {
+			err = b.rollLocked(h)
+		}
+		if err != nil {
+			b.log.Warn("age roll failed", "range", h.rangeID, "err", err)
 		}
 		h.mu.Unlock()
 	}
-}
-
-// recover reconciles metadata and store after a start: every active range
-// with an active segment gets its head seeded from the store's durable end;
-// an active segment the store lacks (crash between registering and
-// creating it) is created empty at its base. Store segments the metadata
-// does not know are reported and kept: data is never deleted because the
-// metadata looks inconsistent.
-func (b *Broker) recover(ctx context.Context) error {
-	type want struct {
-		topic, rng uint64
-		seg        metadata.Segment
-	}
-	var (
-		wants []want
-		known = map[uint64]bool{}
-	)
-	b.meta.View(func(st *metadata.State) {
-		for _, t := range st.Topics() {
-			for _, rid := range t.Ranges {
-				for _, s := range st.RangeSegments(rid) {
-					known[s.ID] = true
-					if s.Active {
-						wants = append(wants, want{t.ID, rid, s})
-					}
-				}
-			}
-		}
-	})
-	for _, w := range wants {
-		_, err := b.store.Info(storage.SegmentID(w.seg.ID))
-		if errors.Is(err, storage.ErrNotFound) {
-			if err := b.store.Create(storage.SegmentID(w.seg.ID), w.seg.Base); err != nil {
-				return fmt.Errorf("broker: recreate segment %d: %w", w.seg.ID, err)
-			}
-			b.log.Info("recreated an empty active segment registered before a crash", "segment", w.seg.ID)
-		} else if err != nil {
-			return fmt.Errorf("broker: segment %d: %w", w.seg.ID, err)
-		}
-		b.headFor(w.topic, w.rng)
-	}
-	var orphans []uint64
-	for _, info := range b.store.List() {
-		if !known[uint64(info.ID)] {
-			orphans = append(orphans, uint64(info.ID))
-		}
-	}
-	sort.Slice(orphans, func(i, j int) bool { return orphans[i] < orphans[j] })
-	if len(orphans) > 0 {
-		b.log.Warn("segments on disk that no topic references were kept, not deleted", "segments", orphans)
-	}
-	_ = ctx
-	return nil
 }

@@ -71,6 +71,11 @@ type Command struct {
 	ContentHash uint64   `json:"content_hash,omitempty"` // seal_segment: footer hash
 	Generation  uint32   `json:"generation,omitempty"`   // seal_segment: compaction generation
 	Replicas    []string `json:"replicas,omitempty"`     // open_segment: primary first
+	// MinID (open_segment) is the lowest id the new segment may take. A
+	// node passes one past the highest segment id its store has ever held,
+	// so an id that a command lost in a crash handed out is never handed
+	// out again while its file still exists.
+	MinID uint64 `json:"min_id,omitempty"`
 
 	Group   string       `json:"group,omitempty"`   // commit_offsets
 	Entries []GroupEntry `json:"entries,omitempty"` // commit_offsets

@@ -222,3 +222,30 @@ func FuzzRestore(f *testing.F) {
 		}
 	})
 }
+
+// TestOpenSegmentMinID: an id floor given by the node raises the counter,
+// a lower floor changes nothing, ids never repeat, and a refused command
+// leaves the counter alone.
+func TestOpenSegmentMinID(t *testing.T) {
+	st := New()
+	wantErr(t, apply(t, st, Command{Kind: KindCreateTopic, Topic: "t", Ranges: 2}), nil)
+	open := func(rng, minID uint64) Result {
+		return apply(t, st, Command{Kind: KindOpenSegment, Range: rng, MinID: minID})
+	}
+	seal := func(seg, end uint64) {
+		wantErr(t, apply(t, st, Command{Kind: KindSealSegment, Segment: seg, End: end}), nil)
+	}
+	if r := open(1, 0); r.Err != nil || r.SegmentID != 1 {
+		t.Fatalf("first open: %+v", r)
+	}
+	seal(1, 0)
+	if r := open(1, 7); r.Err != nil || r.SegmentID != 7 {
+		t.Fatalf("open with floor 7: %+v", r)
+	}
+	// A refused open (range 1 has an active segment) must not move the counter.
+	wantErr(t, open(1, 100), ErrActiveSegmentExists)
+	wantErr(t, open(2, maxSegmentID+1), ErrInvalidCommand)
+	if r := open(2, 3); r.Err != nil || r.SegmentID != 8 {
+		t.Fatalf("a floor below the counter must not lower it: %+v", r)
+	}
+}

@@ -2,9 +2,13 @@ package metadata
 
 import "slices"
 
-// openSegment: Range, Base, Replicas. The range must be active, have no
-// active segment, and Base must not fall below NextOffset (offsets only grow,
-// even after the last sealed segment was deleted).
+// maxSegmentID bounds MinID far below the counter's overflow.
+const maxSegmentID = 1 << 62
+
+// openSegment: Range, Base, Replicas, MinID. The range must be active, have
+// no active segment, and Base must not fall below NextOffset (offsets only
+// grow, even after the last sealed segment was deleted). The new id is the
+// next one, raised to MinID if that is higher.
 func (s *State) openSegment(c *Command) Result {
 	if !validReplicas(c.Replicas) {
 		return failed(ErrInvalidCommand)
@@ -19,6 +23,11 @@ func (s *State) openSegment(c *Command) Result {
 		return failed(ErrActiveSegmentExists)
 	case c.Base < rr.r.NextOffset:
 		return failed(ErrSegmentOverlap)
+	case c.MinID > maxSegmentID:
+		return failed(ErrInvalidCommand)
+	}
+	if c.MinID > s.lastSegment+1 {
+		s.lastSegment = c.MinID - 1
 	}
 	seg := &Segment{
 		ID: s.newSegmentID(), Range: rr.r.ID, Replicas: slices.Clone(c.Replicas),

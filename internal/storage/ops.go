@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/malachi-log/malachi/internal/storage/segment"
 	"github.com/malachi-log/malachi/internal/vfs"
@@ -148,6 +149,79 @@ func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Fo
 // removes its files: the .log first, so a crash part-way leaves only
 // sidecars, which Open discards.
 func (s *Store) Delete(id SegmentID) error {
+	if err := s.detach(id); err != nil {
+		return err
+	}
+	for _, ext := range []string{logExt, idxExt, sealExt} {
+		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
+			return err
+		}
+	}
+	return s.fs.SyncDir(s.cfg.Dir)
+}
+
+// QuarantineDir is the folder, below the store's directory, that holds
+// quarantined segment files. Open does not look inside it.
+const QuarantineDir = "quarantine"
+
+// Quarantine takes segment id out of service without destroying a byte:
+// it is fenced like Delete, and its files are moved into QuarantineDir
+// (named after the id, with a numeric suffix if that id was quarantined
+// before), where an operator can inspect them. The id is then free in the
+// store. It returns the quarantined .log's path. A crash part-way leaves
+// some files moved and some not; the next Open sees a partial segment and
+// treats it as before (sidecars without a .log are discarded, which the
+// .log-last order below rules out for data).
+func (s *Store) Quarantine(id SegmentID) (string, error) {
+	if err := s.detach(id); err != nil {
+		return "", err
+	}
+	qdir := filepath.Join(s.cfg.Dir, QuarantineDir)
+	if err := s.fs.MkdirAll(qdir, 0o755); err != nil {
+		return "", err
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		return "", err
+	}
+	stem, err := s.freeQuarantineStem(qdir, id)
+	if err != nil {
+		return "", err
+	}
+	// Sidecars first and the .log last: a crash in between leaves the
+	// .log in place with its seal, never a .seal-less sealed log.
+	for _, ext := range []string{idxExt, sealExt, logExt} {
+		err := s.fs.Rename(s.path(id, ext), filepath.Join(qdir, stem+ext))
+		if err != nil && !vfs.IsNotExist(err) {
+			return "", err
+		}
+	}
+	if err := s.fs.SyncDir(qdir); err != nil {
+		return "", err
+	}
+	return filepath.Join(qdir, stem+logExt), s.fs.SyncDir(s.cfg.Dir)
+}
+
+// freeQuarantineStem returns a file stem for id that no quarantined file
+// uses yet.
+func (s *Store) freeQuarantineStem(qdir string, id SegmentID) (string, error) {
+	for n := 0; ; n++ {
+		stem := fmt.Sprintf("%020d", uint64(id))
+		if n > 0 {
+			stem = fmt.Sprintf("%s-%d", stem, n)
+		}
+		_, err := s.fs.Stat(filepath.Join(qdir, stem+logExt))
+		if vfs.IsNotExist(err) {
+			return stem, nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+}
+
+// detach fences segment id, waits for its queued appends to finish, and
+// forgets it: the files stay, for the caller to remove or move.
+func (s *Store) detach(id SegmentID) error {
 	sg, err := s.lookup(id)
 	if err != nil {
 		return err
@@ -178,12 +252,7 @@ func (s *Store) Delete(id SegmentID) error {
 	}
 	s.retireLocked(sg)
 	s.mu.Unlock()
-	for _, ext := range []string{logExt, idxExt, sealExt} {
-		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
-			return err
-		}
-	}
-	return s.fs.SyncDir(s.cfg.Dir)
+	return nil
 }
 
 // acquire returns segment id with an open handle and a reference on it,

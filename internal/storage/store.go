@@ -86,6 +86,9 @@ type Footer = segment.Footer
 type Info struct {
 	ID   SegmentID
 	Base uint64
+	// Owner is the tag given to CreateFor (0 when none was recorded or the
+	// segment is sealed and not open: only an active segment's is kept).
+	Owner uint32
 	// End is the offset after the last accepted batch, queued or durable:
 	// the lowest base offset the next append may use.
 	End uint64
@@ -98,6 +101,10 @@ type Info struct {
 	MaxTimestamp int64
 	Sealed       bool
 	Footer       *Footer
+	// Readable is false when Open could not read the segment's structure
+	// (its header, or a sealed segment's footer): Base, End and the counts
+	// are then unknown (zero), and Damage says why.
+	Readable bool
 	// Damage is non-nil (IsCorrupt) when Open, or opening a sealed file,
 	// found the segment's structure damaged; such a segment takes no
 	// appends and no seal. Damage that only a CRC check finds is reported
@@ -238,7 +245,8 @@ func (s *Store) Info(id SegmentID) (Info, error) {
 }
 
 func (s *Store) infoLocked(sg *seg) Info {
-	in := Info{ID: sg.id, Base: sg.base, End: sg.queuedEnd, Sealed: sg.sealed, Damage: sg.damage}
+	in := Info{ID: sg.id, Base: sg.base, End: sg.queuedEnd, Sealed: sg.sealed, Damage: sg.damage,
+		Readable: sg.footer != nil || sg.h != nil}
 	switch {
 	case sg.footer != nil:
 		ft := *sg.footer
@@ -246,6 +254,7 @@ func (s *Store) infoLocked(sg *seg) Info {
 		in.DurableEnd, in.Bytes, in.Records = ft.End, ft.Bytes, ft.Records
 		in.MaxExpiry, in.MaxTimestamp = ft.MaxExpiry, ft.MaxTimestamp
 	case sg.h != nil:
+		in.Owner = sg.h.log.Owner()
 		_, d := sg.h.log.Stats()
 		in.DurableEnd, in.Bytes, in.Records = d.End, d.Bytes, d.Records
 		in.MaxExpiry, in.MaxTimestamp = d.MaxExpiry, d.MaxTimestamp
@@ -279,6 +288,13 @@ func (s *Store) Stats() Stats {
 // Create creates an empty active segment with base offset base and makes
 // its existence durable before returning.
 func (s *Store) Create(id SegmentID, base uint64) error {
+	return s.CreateFor(id, base, 0)
+}
+
+// CreateFor is Create with an owner tag written into the segment's header,
+// reported by Info while the segment is active, so that whoever adopts the
+// file after a restart can check it was made for them.
+func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 	s.mu.Lock()
 	switch {
 	case s.closing:
@@ -295,7 +311,7 @@ func (s *Store) Create(id SegmentID, base uint64) error {
 	s.segs[id] = sg // reserved: not ready, so invisible to everything else
 	s.mu.Unlock()
 
-	log, err := s.createFiles(id, base)
+	log, err := s.createFiles(id, base, owner)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil && s.closing {
@@ -311,7 +327,7 @@ func (s *Store) Create(id SegmentID, base uint64) error {
 	return nil
 }
 
-func (s *Store) createFiles(id SegmentID, base uint64) (*segment.Segment, error) {
+func (s *Store) createFiles(id SegmentID, base uint64, owner uint32) (*segment.Segment, error) {
 	// A .seal or .idx left by an interrupted Delete must not attach to the
 	// new segment.
 	for _, ext := range []string{sealExt, idxExt} {
@@ -319,7 +335,7 @@ func (s *Store) createFiles(id SegmentID, base uint64) (*segment.Segment, error)
 			return nil, err
 		}
 	}
-	log, err := segment.Create(s.fs, s.path(id, logExt), uint64(id), base, s.opts)
+	log, err := segment.CreateFor(s.fs, s.path(id, logExt), uint64(id), base, owner, s.opts)
 	if errors.Is(err, vfs.ErrExist) {
 		return nil, fmt.Errorf("%w: %d (file present)", ErrExists, id)
 	}

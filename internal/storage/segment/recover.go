@@ -147,14 +147,15 @@ func recoverFile(f vfs.File, o Options) (*Segment, Recovery, error) {
 	if err != nil {
 		return nil, rec, ErrTornCreate
 	}
-	id, base, err := parseFileHeader(hdr)
+	fh, err := parseFileHeader(hdr)
 	if err != nil {
 		if size == FileHeaderSize && bytes.Count(hdr, []byte{0}) == FileHeaderSize {
 			return nil, rec, ErrTornCreate // header space allocated, never written
 		}
 		return nil, rec, err
 	}
-	s := newSegment(f, id, base, o)
+	id, base := fh.id, fh.base
+	s := newSegment(f, fh, o)
 	stop, serr := scan(w, FileHeaderSize, base, true, func(h BatchHeader, pos int64, b []byte) {
 		s.idx.Add(h.BaseOffset, pos)
 		s.written.add(h)
@@ -250,14 +251,15 @@ func openSealedFile(fs vfs.FS, f vfs.File, idxPath string, ft Footer, o Options)
 	if err != nil {
 		return nil, err
 	}
-	id, base, err := parseFileHeader(hdr)
+	fh, err := parseFileHeader(hdr)
 	if err != nil {
 		return nil, err
 	}
+	base := fh.base
 	if base != ft.Base {
 		return nil, corruptf("file base %d, footer says %d", base, ft.Base)
 	}
-	s := newSegment(f, id, base, o)
+	s := newSegment(f, fh, o)
 	if !loadIndex(fs, s, idxPath, size) {
 		if _, err := scan(w, FileHeaderSize, base, false, func(h BatchHeader, pos int64, _ []byte) {
 			s.idx.Add(h.BaseOffset, pos)

@@ -26,9 +26,14 @@ var (
 // Log file header, little-endian, 32 bytes:
 //
 //	0  4  magic "MLOG"     16  8  base offset
-//	4  2  version (1)      24  4  reserved (0)
+//	4  2  version (1)      24  4  owner tag (0 = not recorded)
 //	6  2  reserved (0)     28  4  CRC32C of bytes 0..27
 //	8  8  segment id
+//
+// The owner tag names what the segment was created for (the broker stores a
+// hash of the range id), so recovery can refuse a file whose id matches a
+// metadata segment of another range instead of adopting its records. Files
+// written before the tag existed carry 0 there, which checks nothing.
 const (
 	// FileHeaderSize is the size of the .log file header; batches follow it.
 	FileHeaderSize = 32
@@ -36,24 +41,30 @@ const (
 	fileVersion    = 1
 )
 
-func marshalFileHeader(id, base uint64) []byte {
+func marshalFileHeader(id, base uint64, owner uint32) []byte {
 	b := make([]byte, 0, FileHeaderSize)
 	b = append(b, fileMagic...)
 	b = binary.LittleEndian.AppendUint16(b, fileVersion)
 	b = binary.LittleEndian.AppendUint16(b, 0)
 	b = binary.LittleEndian.AppendUint64(b, id)
 	b = binary.LittleEndian.AppendUint64(b, base)
-	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, owner)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
-func parseFileHeader(b []byte) (id, base uint64, err error) {
+// fileHeader is a parsed .log file header.
+type fileHeader struct {
+	id, base uint64
+	owner    uint32
+}
+
+func parseFileHeader(b []byte) (fileHeader, error) {
 	le := binary.LittleEndian
 	if len(b) < FileHeaderSize || string(b[:4]) != fileMagic || le.Uint16(b[4:]) != fileVersion ||
 		crc32.Checksum(b[:28], castagnoli) != le.Uint32(b[28:]) {
-		return 0, 0, corruptf("bad segment file header")
+		return fileHeader{}, corruptf("bad segment file header")
 	}
-	return le.Uint64(b[8:]), le.Uint64(b[16:]), nil
+	return fileHeader{id: le.Uint64(b[8:]), base: le.Uint64(b[16:]), owner: le.Uint32(b[24:])}, nil
 }
 
 // Options tune a Segment.
@@ -106,6 +117,7 @@ func (s *Stats) add(h BatchHeader) {
 type Segment struct {
 	f        vfs.File
 	id, base uint64
+	owner    uint32
 	interval int
 
 	mu      sync.RWMutex // guards the fields below
@@ -121,9 +133,10 @@ type Segment struct {
 	buf      []byte
 }
 
-func newSegment(f vfs.File, id, base uint64, o Options) *Segment {
+func newSegment(f vfs.File, fh fileHeader, o Options) *Segment {
+	id, base := fh.id, fh.base
 	st := Stats{Base: base, End: base}
-	return &Segment{f: f, id: id, base: base, interval: o.interval(),
+	return &Segment{f: f, id: id, base: base, owner: fh.owner, interval: o.interval(),
 		idx: NewIndex(o.interval()), written: st, durable: st, hash: xxhash.New()}
 }
 
@@ -131,11 +144,17 @@ func newSegment(f vfs.File, id, base uint64, o Options) *Segment {
 // makes its header durable. The caller must SyncDir the directory before
 // relying on the file's existence.
 func Create(fs vfs.FS, path string, id, base uint64, o Options) (*Segment, error) {
+	return CreateFor(fs, path, id, base, 0, o)
+}
+
+// CreateFor is Create with an owner tag recorded in the header (see the
+// file header layout).
+func CreateFor(fs vfs.FS, path string, id, base uint64, owner uint32, o Options) (*Segment, error) {
 	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	if _, err = f.WriteAt(marshalFileHeader(id, base), 0); err == nil {
+	if _, err = f.WriteAt(marshalFileHeader(id, base, owner), 0); err == nil {
 		err = f.Sync()
 	}
 	if err != nil {
@@ -143,7 +162,7 @@ func Create(fs vfs.FS, path string, id, base uint64, o Options) (*Segment, error
 		_ = fs.Remove(path)
 		return nil, err
 	}
-	return newSegment(f, id, base, o), nil
+	return newSegment(f, fileHeader{id: id, base: base, owner: owner}, o), nil
 }
 
 // ID is the segment id from the file header.
@@ -151,6 +170,9 @@ func (s *Segment) ID() uint64 { return s.id }
 
 // Base is the segment's base offset.
 func (s *Segment) Base() uint64 { return s.base }
+
+// Owner is the owner tag from the file header; 0 when none was recorded.
+func (s *Segment) Owner() uint32 { return s.owner }
 
 // Stats returns what has been written and what of it is durable.
 func (s *Segment) Stats() (written, durable Stats) {
