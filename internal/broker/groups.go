@@ -3,32 +3,47 @@ package broker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/groups"
+	"github.com/malachi-log/malachi/internal/keyspace"
 	"github.com/malachi-log/malachi/internal/metadata"
 )
 
 // pollMember joins or heartbeats a group member and returns its ranges.
 func (b *Broker) pollMember(topicID uint64, group, member string, ranges []uint64) ([]uint64, error) {
+	a, err := b.memberAssignment(topicID, group, member, ranges)
+	return a.Ranges, err
+}
+
+// memberAssignment joins or heartbeats a group member and returns its
+// ranges (never nil) with the generation they belong to.
+func (b *Broker) memberAssignment(topicID uint64, group, member string, ranges []uint64) (groups.Assignment, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	a, err := b.mu.groups.Poll(topicID, group, member, ranges, b.nowMs())
 	if errors.Is(err, groups.ErrTooManyMembers) || errors.Is(err, groups.ErrTooManyGroups) {
-		return nil, ErrTooManyMembers
+		return groups.Assignment{}, ErrTooManyMembers
 	}
 	if err != nil {
-		return nil, err
+		return groups.Assignment{}, err
 	}
 	if a.Ranges == nil {
-		return []uint64{}, nil
+		a.Ranges = []uint64{}
 	}
-	return a.Ranges, nil
+	return a, nil
 }
 
-// Commit stores a group's position for a topic durably. The cursor's
-// entries replace the stored ones they cover (last commit wins per slice).
+// Commit merges a cursor into a group's stored position for a topic,
+// durably. The merge never moves a range back: the members of a group
+// commit independently, and a cursor a member took before another
+// member's commit still carries that member's ranges at their old place.
+// The wire's commit names no member and no generation, so a member's late
+// commit for a range that has since moved to another member cannot be told
+// apart; it is accepted, and changes only what it advances, which are
+// records it was given.
 func (b *Broker) Commit(ctx context.Context, topic, group, cur string) error {
 	topicID, err := b.topicID(topic)
 	if err != nil {
@@ -38,13 +53,76 @@ func (b *Broker) Commit(ctx context.Context, topic, group, cur string) error {
 	if err != nil {
 		return ErrInvalidCursor
 	}
-	_, err = b.apply(ctx, metadata.Command{
+	return b.commitEntries(ctx, topic, topicID, group, c.Entries)
+}
+
+// commitEntries proposes the entries that advance the group's stored
+// position; the state machine merges them. Leaving out what the stored
+// position already implies keeps each command to what this commit adds,
+// rather than every member's ranges again: a group's whole position can be
+// thousands of entries. The stored position only ever grows, so what it
+// implies now it implies when the command applies.
+func (b *Broker) commitEntries(ctx context.Context, topic string, topicID uint64, group string, entries []cursor.Entry) error {
+	var (
+		stored []cursor.Entry
+		known  bool
+		lin    lineage
+	)
+	b.meta.View(func(st *metadata.State) {
+		stored = toCursorEntries(st.GroupEntries(group, topicID))
+		known = containsString(st.Groups(topicID), group)
+		lin = topicLineage(st, topicID)
+	})
+	add := cursor.NotImplied(entries, stored, lin.isAncestor)
+	if len(add) == 0 && known {
+		return nil // nothing to add, and the group is already recorded
+	}
+	_, err := b.apply(ctx, metadata.Command{
 		Kind:    "commit_offsets",
 		Topic:   topic,
 		Group:   group,
-		Entries: toGroupEntries(c.Entries),
+		Entries: toGroupEntries(add),
 	})
 	return err
+}
+
+// topicLineage returns the ancestors of every range of a topic.
+func topicLineage(st *metadata.State, topicID uint64) lineage {
+	lin := lineage{}
+	t, ok := st.TopicByID(topicID)
+	if !ok {
+		return lin
+	}
+	for _, rid := range t.Ranges {
+		if r, ok := st.Range(rid); ok && len(r.Lineage) > 0 {
+			set := make(map[uint64]bool, len(r.Lineage))
+			for _, a := range r.Lineage {
+				set[a] = true
+			}
+			lin[rid] = set
+		}
+	}
+	return lin
+}
+
+// memberEntries keeps of entries what a member may commit: for each of its
+// ranges, the entries of the range and of its ancestors, narrowed to the
+// range's slice. The other members' ranges are theirs to commit; a
+// member's cursor carries them only as it found them.
+func (b *Broker) memberEntries(topicID uint64, ranges []uint64, entries []cursor.Entry) []cursor.Entry {
+	var out []cursor.Entry
+	b.meta.View(func(st *metadata.State) {
+		for _, rid := range ranges {
+			r, ok := st.Range(rid)
+			if !ok || r.Topic != topicID {
+				continue
+			}
+			span := keyspace.Span{Start: r.Start, End: r.End}
+			own := func(src uint64) bool { return src == rid || slices.Contains(r.Lineage, src) }
+			out = append(out, cursor.Clip(entries, r.Start, span.Log2Size(), own)...)
+		}
+	})
+	return cursor.Merge(nil, out)
 }
 
 // LeaveGroup removes a member so its ranges move to the others now rather

@@ -3,13 +3,15 @@ package broker
 import (
 	"context"
 
+	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/metadata"
 )
 
 // Subscription pushes pages to one stream-mode connection under a credit
 // window: at most Window records are unacknowledged at any time, and each
 // push carries at most Max. An ack commits the group's position and
-// returns credit in one step, as wire v1 specifies.
+// returns credit in one step, as wire v1 specifies. A member's ack commits
+// only its assigned ranges.
 type Subscription struct {
 	b      *Broker
 	topic  string
@@ -18,7 +20,10 @@ type Subscription struct {
 	window int
 	max    int
 	pos    position
-	acks   chan subAck
+	// gen is the member's assignment generation that pos has caught up
+	// with (0: none yet).
+	gen  uint64
+	acks chan subAck
 }
 
 type subAck struct {
@@ -104,25 +109,56 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 	}
 }
 
+// applyAck commits an acknowledged cursor. A pushed cursor carries every
+// range the subscription knows of, the other members' at wherever it found
+// them, so a member commits only the ranges assigned to it now (with their
+// ancestors' entries for those ranges' slices). An ack for a range that has
+// since moved to another member is therefore dropped, not refused: stream
+// acks have no answer to carry a refusal, and the new owner reads on from
+// the last commit, so at worst it delivers those records again.
 func (s *Subscription) applyAck(ctx context.Context, a subAck) error {
 	if a.cursor == nil || s.group == nil {
 		return nil
 	}
-	return s.b.Commit(ctx, s.topic, *s.group, *a.cursor)
+	// By name, as a commit does: a topic deleted and created again under
+	// the same name refuses the old topic's cursors.
+	topicID, err := s.b.topicID(s.topic)
+	if err != nil {
+		return err
+	}
+	c, err := cursor.Decode(s.b.secret, topicID, *a.cursor)
+	if err != nil {
+		return ErrInvalidCursor
+	}
+	entries := c.Entries
+	if s.member != nil {
+		entries = s.b.memberEntries(topicID, s.pos.only, entries)
+	}
+	return s.b.commitEntries(ctx, s.topic, topicID, *s.group, entries)
 }
 
 // refreshMember heartbeats a member and narrows its reads to the ranges
-// the coordinator currently assigns it.
+// the coordinator currently assigns it. When the assignment has changed,
+// the group's committed position is merged into the subscription's own:
+// ranges it takes over (from a member that left, or children of a split
+// range another member read) continue from their latest commit, not from
+// where this subscription started.
 func (s *Subscription) refreshMember() error {
 	if s.member == nil || s.group == nil {
 		return nil
 	}
 	var ranges []uint64
 	s.b.meta.View(func(st *metadata.State) { ranges = activeIDs(st, s.pos.topicID) })
-	only, err := s.b.pollMember(s.pos.topicID, *s.group, *s.member, ranges)
+	a, err := s.b.memberAssignment(s.pos.topicID, *s.group, *s.member, ranges)
 	if err != nil {
 		return err
 	}
-	s.pos.only = only
+	s.pos.only = a.Ranges
+	if a.Generation != s.gen {
+		var stored []metadata.GroupEntry
+		s.b.meta.View(func(st *metadata.State) { stored = st.GroupEntries(*s.group, s.pos.topicID) })
+		s.pos.entries = cursor.Merge(s.pos.entries, toCursorEntries(stored))
+		s.gen = a.Generation
+	}
 	return nil
 }

@@ -23,7 +23,7 @@
 //	    Bits 1..32, 0 = 16 (invalid_keyspace_bits); Ranges a power of two
 //	    <= min(2^Bits, 1024), 0 = 1 (invalid_range_count); already_exists.
 //	delete_topic   Topic -> TopicID, Deleted (every freed segment, ascending)
-//	open_segment   Range, Base, Replicas -> SegmentID
+//	open_segment   Range, Base, Replicas, MinID -> SegmentID (>= MinID)
 //	    no_such_range; sealed (range sealed); active_segment_exists;
 //	    segment_overlap (Base < the range's NextOffset).
 //	seal_segment   Segment, End, Records, Bytes, MaxExpiry, ContentHash, Generation -> Sealed
@@ -37,9 +37,10 @@
 //	    no_such_range; different_topic; sealed; not_buddies (equal size and
 //	    startA XOR size == startB); active_segment_exists.
 //	commit_offsets Group, Topic, Entries -> TopicID
-//	    no_such_topic; per entry, stored entries of the same Source whose
-//	    slice lies inside the new one are replaced (last commit wins); at most
-//	    MaxGroupEntries per group and topic.
+//	    no_such_topic; merged into the stored position, never moving it back:
+//	    an entry implied by another of the same Source (a slice containing
+//	    its slice, an Offset at least its Offset) is dropped, whether stored
+//	    or new; at most MaxGroupEntries per group and topic.
 //	create_user    User, PasswordHash, Perms   user_exists; invalid_permissions
 //	delete_user    User (and its ACLs)         user_not_found
 //	set_password   User, PasswordHash          user_not_found

@@ -6,10 +6,12 @@ import (
 )
 
 // commitOffsets: Group, Topic (name), Entries. The group's stored position
-// for the topic is merged with the new entries: for each new entry, the
-// stored entries of the same Source whose slice lies inside the new entry's
-// slice are replaced by it (the last commit wins); other stored entries stay.
-// Entries must name ranges of the topic and aligned slices of its keyspace.
+// for the topic is merged with the new entries: the result delivers what
+// either delivered, so no slice's offset ever moves back. A group's members
+// commit independently and a commit may be late or repeated (a cursor read
+// before another member's commit, a retry); a commit that replaced stored
+// entries would rewind the others' progress. Entries must name ranges of the
+// topic and aligned slices of its keyspace.
 func (s *State) commitOffsets(c *Command) Result {
 	if !validName(c.Group) || len(c.Entries) > MaxGroupEntries {
 		return failed(ErrInvalidCommand)
@@ -40,36 +42,42 @@ func (s *State) validEntry(tr *topicRec, e GroupEntry) bool {
 	return ok && rr.r.Topic == tr.t.ID
 }
 
-// mergeEntries returns a new sorted slice; stored is not modified. Work is
-// grouped by Source so a commit costs the entries per source, not the
-// product of the two lists.
+// mergeEntries returns the union of stored and add, sorted; stored is not
+// modified. An entry is left out when another entry of the same source
+// implies it: a slice containing its slice, with an offset at least its
+// offset. So a commit behind the stored position changes nothing, one ahead
+// absorbs the stored entries it passes, and a wide entry beside a narrower
+// one with a higher offset keeps both.
 func mergeEntries(stored, add []GroupEntry) []GroupEntry {
-	bySource := make(map[uint64][]GroupEntry)
-	for _, e := range stored {
-		bySource[e.Source] = append(bySource[e.Source], e)
-	}
-	// Stored entries inside a new one are replaced (last commit wins);
-	// the new entries never replace each other: a commit may carry a wide
-	// entry beside a narrower one with a higher offset, and both hold.
-	for _, e := range add {
-		bySource[e.Source] = slices.DeleteFunc(bySource[e.Source], func(o GroupEntry) bool { return o.within(e) })
-	}
-	for _, e := range add {
-		bySource[e.Source] = append(bySource[e.Source], e)
-	}
-	out := make([]GroupEntry, 0, len(stored)+len(add))
-	for _, es := range bySource {
-		out = append(out, es...)
-	}
-	// Map order is random; sorting makes it deterministic. Of entries a
-	// commit repeats for one source and slice, the highest offset stays.
-	slices.SortFunc(out, func(a, b GroupEntry) int {
-		if c := compareEntries(a, b); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.Offset, a.Offset)
+	all := slices.Concat(stored, add)
+	// Within a source, by slice start, containing slices before the slices
+	// inside them (aligned slices nest or are disjoint), and of equal slices
+	// the highest offset first: one pass with a stack of the kept entries
+	// containing the current one finds every implied entry in O(n log n).
+	slices.SortFunc(all, func(a, b GroupEntry) int {
+		return cmp.Or(
+			cmp.Compare(a.Source, b.Source),
+			cmp.Compare(a.SliceStart, b.SliceStart),
+			cmp.Compare(b.SliceBits, a.SliceBits),
+			cmp.Compare(b.Offset, a.Offset),
+		)
 	})
-	return slices.CompactFunc(out, func(a, b GroupEntry) bool { return compareEntries(a, b) == 0 })
+	out := make([]GroupEntry, 0, len(all))
+	var open []GroupEntry // kept entries of the current source, each inside the one before
+	for _, e := range all {
+		for len(open) > 0 && (open[len(open)-1].Source != e.Source || !e.within(open[len(open)-1])) {
+			open = open[:len(open)-1]
+		}
+		// The last open entry has the highest offset of those containing
+		// e: each was kept only because it was above all it sits inside.
+		if len(open) > 0 && open[len(open)-1].Offset >= e.Offset {
+			continue
+		}
+		out = append(out, e)
+		open = append(open, e)
+	}
+	slices.SortFunc(out, compareEntries)
+	return out
 }
 
 // validName: a user, group, replica or cluster id of 1..MaxNameLen bytes.

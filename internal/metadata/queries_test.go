@@ -138,7 +138,7 @@ func TestCommitKeepsNarrowerFurtherEntries(t *testing.T) {
 	if len(got) != 2 || got[0].Offset != 90 || got[1].Offset != 10 {
 		t.Fatalf("stored %+v", got)
 	}
-	// A later commit of the wide entry replaces both (last commit wins).
+	// A later commit of the wide entry past both absorbs them.
 	wide := []GroupEntry{{Source: root, SliceStart: 64, SliceBits: 6, Offset: 95}}
 	st.Apply(Command{V: 1, Kind: KindCommitOffsets, Topic: "t", Group: "g", Entries: wide, Now: 3})
 	if got := st.GroupEntries("g", tp.ID); len(got) != 1 || got[0].Offset != 95 {
