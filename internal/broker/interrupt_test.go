@@ -242,25 +242,40 @@ func TestSegmentIDsAreNotReused(t *testing.T) {
 	}
 }
 
-// plantSegment writes, with the store alone, an active segment id at base
-// holding one record whose key is key, its header tagged owner.
-func plantSegment(t *testing.T, fs vfs.FS, id, base uint64, owner uint32, key string) {
+// withStore runs fn on the node's segment store opened alone, as a tool
+// that edits the data directory while the node is down would.
+func withStore(t *testing.T, fs vfs.FS, fn func(st *storage.Store) error) {
 	t.Helper()
 	st, err := storage.Open(storage.Config{Dir: "/data/segments", FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if err := st.CreateFor(storage.SegmentID(id), base, owner); err != nil {
+	if err := fn(st); err != nil {
 		t.Fatal(err)
 	}
-	batch, err := segment.EncodeBatch(nil, base, []Record{{Key: []byte(key), Value: []byte("666")}}, segment.CodecNone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Append(context.Background(), storage.SegmentID(id), batch); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// plantSegment writes, with the store alone, an active segment id at base
+// holding one record whose key is key, its header tagged owner.
+func plantSegment(t *testing.T, fs vfs.FS, id, base uint64, owner uint32, key string) {
+	t.Helper()
+	withStore(t, fs, func(st *storage.Store) error {
+		if err := st.CreateFor(storage.SegmentID(id), base, owner); err != nil {
+			return err
+		}
+		batch, err := segment.EncodeBatch(nil, base, []Record{{Key: []byte(key), Value: []byte("666")}}, segment.CodecNone)
+		if err != nil {
+			return err
+		}
+		return st.Append(context.Background(), storage.SegmentID(id), batch)
+	})
+}
+
+// deleteSegment removes segment id with the store alone.
+func deleteSegment(t *testing.T, fs vfs.FS, id uint64) {
+	t.Helper()
+	withStore(t, fs, func(st *storage.Store) error { return st.Delete(storage.SegmentID(id)) })
 }
 
 // TestForeignActiveSegmentIsQuarantined: the file under the metadata's
@@ -279,14 +294,7 @@ func TestForeignActiveSegmentIsQuarantined(t *testing.T) {
 		rangeID = r
 	}
 	b.Close()
-	st, err := storage.Open(storage.Config{Dir: "/data/segments", FS: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Delete(storage.SegmentID(id)); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	deleteSegment(t, mem, id)
 	plantSegment(t, mem, id, 0, ownerTag(rangeID+100), "foreign")
 
 	b = openOn(t, mem)
@@ -319,23 +327,12 @@ func TestMismatchedSealedSegmentIsQuarantined(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
-	st, err := storage.Open(storage.Config{Dir: "/data/segments", FS: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Delete(storage.SegmentID(id)); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	deleteSegment(t, mem, id)
 	plantSegment(t, mem, id, 0, 0, "foreign")
-	st, err = storage.Open(storage.Config{Dir: "/data/segments", FS: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Seal(ctx, storage.SegmentID(id)); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	withStore(t, mem, func(st *storage.Store) error {
+		_, err := st.Seal(ctx, storage.SegmentID(id))
+		return err
+	})
 
 	b = openOn(t, mem)
 	defer b.Close()
