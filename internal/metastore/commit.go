@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/malachi-log/malachi/internal/vfs"
 )
 
 // kick wakes the committer without blocking.
@@ -117,7 +119,7 @@ func (s *Store) snapshotLocked() error {
 	if len(s.snaps) == 0 || s.snaps[len(s.snaps)-1] != s.index {
 		s.snaps = append(s.snaps, s.index)
 	}
-	f, err := s.fs.OpenFile(filepath.Join(s.dir, logName(s.index)), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	f, err := s.fs.OpenFile(filepath.Join(s.dir, logName(s.index)), os.O_CREATE|os.O_EXCL|os.O_RDWR, vfs.FileMode)
 	if err == nil {
 		err = s.fs.SyncDir(s.dir)
 		if err != nil {

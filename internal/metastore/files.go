@@ -133,7 +133,7 @@ func writeSnapshot(fs vfs.FS, dir string, index uint64, st *metadata.State) (ren
 }
 
 func writeSynced(fs vfs.FS, name string, data []byte) error {
-	f, err := fs.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := fs.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, vfs.FileMode)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ func recoverDir(fs vfs.FS, dir string) (*recovered, error) {
 // directory that exists but whose entry is not durable, and no later Open
 // would otherwise make it so.
 func ensureDir(fs vfs.FS, dir string) error {
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := fs.MkdirAll(dir, vfs.DirMode); err != nil {
 		return err
 	}
 	return fs.SyncDir(filepath.Dir(filepath.Clean(dir)))
@@ -167,7 +167,7 @@ func openActive(fs vfs.FS, dir string, rec *recovered, last *logFile) error {
 		}
 	}
 	if rec.log == nil {
-		f, err := fs.OpenFile(filepath.Join(dir, logName(rec.index)), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+		f, err := fs.OpenFile(filepath.Join(dir, logName(rec.index)), os.O_CREATE|os.O_EXCL|os.O_RDWR, vfs.FileMode)
 		if err != nil {
 			return err
 		}

@@ -83,7 +83,7 @@ func Open(cfg Config) (*Store, error) {
 
 // prepareDir creates the directory and makes its entry durable.
 func (s *Store) prepareDir() error {
-	if err := s.fs.MkdirAll(s.cfg.Dir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(s.cfg.Dir, vfs.DirMode); err != nil {
 		return err
 	}
 	if err := s.fs.SyncDir(filepath.Dir(filepath.Clean(s.cfg.Dir))); err != nil {
@@ -177,7 +177,7 @@ func (s *Store) recoverActive(id SegmentID) (removed bool, err error) {
 	}
 	written, _ := log.Stats()
 	sg := &seg{id: id, base: log.Base(), ready: true, queuedEnd: written.End,
-		damage: rec.Damage, h: &handle{log: log, refs: 1}}
+		damage: rec.Damage, endPastDamage: rec.EndPastDamage, h: &handle{log: log, refs: 1}}
 	if log.ID() != uint64(id) {
 		sg.damage = fmt.Errorf("%w: %s holds segment %d", ErrCorrupt, path, log.ID())
 	}

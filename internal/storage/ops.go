@@ -25,6 +25,17 @@ func (s *Store) Read(id SegmentID, from uint64, maxBytes int, upTo uint64) (batc
 	return h.log.Read(from, maxBytes, upTo)
 }
 
+// Owner returns the owner tag in segment id's file header (0 when none
+// was recorded), opening a sealed segment's file if it is not open.
+func (s *Store) Owner(id SegmentID) (uint32, error) {
+	_, h, err := s.acquire(id)
+	if err != nil {
+		return 0, err
+	}
+	defer s.release(h)
+	return h.log.Owner(), nil
+}
+
 // Verify rereads segment id in full: every batch's framing and CRC and,
 // for a sealed segment, the footer's counts and content hash. Damage is
 // reported wrapping ErrCorrupt; nothing is modified.
@@ -177,7 +188,7 @@ func (s *Store) Quarantine(id SegmentID) (string, error) {
 		return "", err
 	}
 	qdir := filepath.Join(s.cfg.Dir, QuarantineDir)
-	if err := s.fs.MkdirAll(qdir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(qdir, vfs.DirMode); err != nil {
 		return "", err
 	}
 	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {

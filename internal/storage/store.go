@@ -21,7 +21,10 @@ type Config struct {
 	Dir string
 	FS  vfs.FS // default vfs.OS()
 	// MaxOpenFiles bounds the cache of open sealed-segment handles
-	// (default 256). Active segments stay open and are not counted.
+	// (default 256). Active segments stay open and are not counted: their
+	// handle carries the index and checksums appends extend, so the store
+	// does not close them; whoever creates active segments bounds how many
+	// exist (the broker, through its range limit).
 	MaxOpenFiles int
 	// MaxPendingBytes bounds the bytes queued but not yet acknowledged;
 	// AppendAsync blocks beyond it (default 64 MiB). A single batch larger
@@ -105,6 +108,14 @@ type Info struct {
 	// (its header, or a sealed segment's footer): Base, End and the counts
 	// are then unknown (zero), and Damage says why.
 	Readable bool
+	// Fenced is set once a Seal or Delete began: the segment takes no more
+	// appends. Fenced but not Sealed means a Seal failed part-way (or is in
+	// progress) and may be retried.
+	Fenced bool
+	// EndPastDamage, for a segment found damaged at Open, is the offset
+	// after the last valid batch anywhere in its file, past the damage:
+	// reads stop at DurableEnd, but offsets up to here were handed out.
+	EndPastDamage uint64
 	// Damage is non-nil (IsCorrupt) when Open, or opening a sealed file,
 	// found the segment's structure damaged; such a segment takes no
 	// appends and no seal. Damage that only a CRC check finds is reported
@@ -157,7 +168,9 @@ type seg struct {
 	gone      bool // deleted
 	footer    *Footer
 	damage    error
-	h         *handle // nil for a sealed segment not in the cache
+	// endPastDamage: see Info.EndPastDamage.
+	endPastDamage uint64
+	h             *handle // nil for a sealed segment not in the cache
 
 	sealMu sync.Mutex // serialises Seal and Delete (not guarded by Store.mu)
 	openMu sync.Mutex // serialises opening a sealed handle
@@ -246,7 +259,7 @@ func (s *Store) Info(id SegmentID) (Info, error) {
 
 func (s *Store) infoLocked(sg *seg) Info {
 	in := Info{ID: sg.id, Base: sg.base, End: sg.queuedEnd, Sealed: sg.sealed, Damage: sg.damage,
-		Readable: sg.footer != nil || sg.h != nil}
+		Readable: sg.footer != nil || sg.h != nil, Fenced: sg.fenced, EndPastDamage: sg.endPastDamage}
 	switch {
 	case sg.footer != nil:
 		ft := *sg.footer

@@ -36,7 +36,7 @@ func (f osFile) Size() (int64, error) {
 }
 
 func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
-	f, err := os.OpenFile(name, flag, perm)
+	f, err := os.OpenFile(name, flag, private(perm))
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func (osFS) Remove(name string) error             { return os.Remove(name) }
 func (osFS) RemoveAll(name string) error          { return os.RemoveAll(name) }
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
 func (osFS) MkdirAll(dir string, perm os.FileMode) error {
-	return os.MkdirAll(dir, perm)
+	return os.MkdirAll(dir, private(perm))
 }
 
 func (osFS) ReadDir(dir string) ([]string, error) {

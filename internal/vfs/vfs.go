@@ -15,6 +15,19 @@ import (
 	"os"
 )
 
+// Modes of everything a node creates. The data directory holds the cluster
+// secret (the cursor MAC key) and password hashes in the metadata log, and
+// the records themselves in the segments, so nothing is open to group or
+// others. Callers pass these; the OS filesystem also clears group and other
+// bits from any mode it is given, so a forgotten call site cannot widen them.
+const (
+	FileMode os.FileMode = 0o600
+	DirMode  os.FileMode = 0o700
+)
+
+// private clears the group and other bits of perm.
+func private(perm os.FileMode) os.FileMode { return perm &^ 0o077 }
+
 // ErrNotExist is returned (wrapped) when a file or directory is missing.
 // Test with errors.Is(err, fs.ErrNotExist) as well: OS errors satisfy both.
 var ErrNotExist = os.ErrNotExist

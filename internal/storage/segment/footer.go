@@ -93,7 +93,7 @@ const TempSuffix = ".tmp"
 // durable; until then a crash leaves the old file or none.
 func WriteFileAtomic(fs vfs.FS, path string, data []byte) error {
 	tmp := path + TempSuffix
-	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, vfs.FileMode)
 	if err != nil {
 		return err
 	}

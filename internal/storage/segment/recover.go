@@ -110,6 +110,10 @@ type Recovery struct {
 	// is followed by valid ones: that is damage, not a torn write, so
 	// nothing was truncated and the segment must take no more appends.
 	Damage error
+	// EndPastDamage, with Damage, is the offset after the last valid batch
+	// anywhere in the file, past the damage: offsets below it may have been
+	// handed out, so whatever follows this segment must start at or above it.
+	EndPastDamage uint64
 }
 
 // Recover opens the active segment at path, verifies every batch (CRC,
@@ -149,8 +153,11 @@ func recoverFile(f vfs.File, o Options) (*Segment, Recovery, error) {
 	}
 	fh, err := parseFileHeader(hdr)
 	if err != nil {
-		if size == FileHeaderSize && bytes.Count(hdr, []byte{0}) == FileHeaderSize {
-			return nil, rec, ErrTornCreate // header space allocated, never written
+		if size == FileHeaderSize {
+			// Create fsyncs the header before any append, so a file no
+			// longer than its header holds no batch: a header torn or
+			// zero-filled by a crash during Create, never acknowledged data.
+			return nil, rec, ErrTornCreate
 		}
 		return nil, rec, err
 	}
@@ -168,6 +175,7 @@ func recoverFile(f vfs.File, o Options) (*Segment, Recovery, error) {
 		if next, found := findValidAfter(w, stop+1, s.written.End); found {
 			rec.Damage = fmt.Errorf("%w: segment %d: invalid batch at byte %d (%v) followed by a valid batch at byte %d",
 				ErrCorrupt, id, stop, serr, next)
+			rec.EndPastDamage = endPastDamage(w, next, s.written.End)
 			s.err = rec.Damage
 		} else {
 			if err := f.Truncate(stop); err != nil {
@@ -183,6 +191,24 @@ func recoverFile(f vfs.File, o Options) (*Segment, Recovery, error) {
 	}
 	s.durable = s.written
 	return s, rec, nil
+}
+
+// endPastDamage walks the valid batches from pos, the first valid batch
+// after damage, hopping over any further damage, and returns the offset
+// after the last of them (at least minBase).
+func endPastDamage(w *window, pos int64, minBase uint64) uint64 {
+	end := minBase
+	for {
+		stop, _ := scan(w, pos, end, true, func(h BatchHeader, _ int64, _ []byte) { end = h.LastOffset() + 1 })
+		if stop >= w.size {
+			return end
+		}
+		next, ok := findValidAfter(w, stop+1, end)
+		if !ok {
+			return end
+		}
+		pos = next
+	}
 }
 
 // findValidAfter searches [from, size) for the start of a batch that

@@ -150,7 +150,7 @@ func Create(fs vfs.FS, path string, id, base uint64, o Options) (*Segment, error
 // CreateFor is Create with an owner tag recorded in the header (see the
 // file header layout).
 func CreateFor(fs vfs.FS, path string, id, base uint64, owner uint32, o Options) (*Segment, error) {
-	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, vfs.FileMode)
 	if err != nil {
 		return nil, err
 	}

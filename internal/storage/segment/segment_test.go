@@ -402,3 +402,49 @@ func TestIndexFileRejectsNonsense(t *testing.T) {
 		t.Fatal("bad crc accepted")
 	}
 }
+
+// TestRecoverEndPastDamage: with damage followed by valid batches, and
+// more damage after those, Recovery reports the end of the last valid
+// batch in the file, so nothing after the segment reuses its offsets.
+func TestRecoverEndPastDamage(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := Create(mem, "/seg.log", 1, 0, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pos []int64
+	at := int64(FileHeaderSize)
+	for i, offs := range [][]uint64{{0}, {1, 2}, {3}, {4, 5, 6}, {7}} {
+		b := mkBatch(t, offs...)
+		if err := s.Append(b); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		pos = append(pos, at)
+		at += int64(len(b))
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	flipByte(t, mem, "/seg.log", pos[1]+HeaderSize+1) // batch {1,2}
+	flipByte(t, mem, "/seg.log", pos[3]+HeaderSize+1) // batch {4,5,6}
+	_, rec, err := Recover(mem, "/seg.log", Options{})
+	if err != nil || rec.Damage == nil {
+		t.Fatalf("err %v, recovery %+v", err, rec)
+	}
+	if rec.EndPastDamage != 8 {
+		t.Fatalf("EndPastDamage %d, want 8", rec.EndPastDamage)
+	}
+}
+
+// TestRecoverTornHeaderIsTornCreate: a file no longer than its header whose
+// header is torn (not all zeros) cannot hold a batch: it is an interrupted
+// Create, not damage.
+func TestRecoverTornHeaderIsTornCreate(t *testing.T) {
+	mem := vfs.NewMem()
+	f, _ := mem.OpenFile("/seg.log", os.O_CREATE|os.O_RDWR, 0o644)
+	_, _ = f.Write(append([]byte("MLOG\x01\x00\x00\x00\x01"), make([]byte, FileHeaderSize-9)...))
+	if _, _, err := Recover(mem, "/seg.log", Options{}); !errors.Is(err, ErrTornCreate) {
+		t.Fatalf("err %v", err)
+	}
+}
