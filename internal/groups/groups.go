@@ -4,13 +4,16 @@
 //
 // # Membership
 //
-// A member joins implicitly with its first Poll (the fetch path) and stays
-// while it polls or heartbeats at least once per session timeout (default
-// 30 s). Leave removes it at once; Expire, called by the owner on a tick,
-// evicts members silent for longer than the timeout. Poll, Heartbeat and
-// Leave also evict the silent members of the group they touch, so an
-// assignment never includes a member known to be gone. Membership is soft
-// state: after a restart members simply join again.
+// A member joins implicitly with its first Poll or Join (the fetch path) and
+// stays while it polls or heartbeats at least once per session timeout
+// (default 30 s). Leave removes it at once; Expire, called by the owner on a
+// tick, evicts members silent for longer than the timeout. Poll, Join,
+// Heartbeat and Leave also evict the silent members of the group they touch,
+// so an assignment never includes a member known to be gone. Membership is
+// soft state: after a restart members simply join again. A group is
+// forgotten the moment it has no members (its idle timeout is zero): nothing
+// about an empty group is worth keeping, and its committed position lives
+// in the metadata, not here.
 //
 // # Generations
 //
@@ -26,12 +29,18 @@
 // to the smaller name. This is deterministic (every node computes the same
 // answer from the same inputs) and sticky: when a member leaves only its own
 // ranges move, and a member that joins only takes ranges, never shuffling
-// them among the others.
+// them among the others. An assignment is computed once per generation and
+// cached. Computing it costs O(members × ranges), so Join hands the work out
+// as a Plan for the owner to compute outside its lock (Install caches the
+// result); Poll and Heartbeat compute in line, for owners with no lock.
 //
 // # Limits and concurrency
 //
-// Group and member names come from clients, so both the number of groups and
+// Group and member names come from clients, so the groups of the node, of
+// one topic and of one owner (the user whose member created the group), and
 // the members per group are bounded, and names are at most MaxNameLen bytes.
+// A join that would pass the topic's or the owner's bound first reclaims
+// that topic's or owner's groups whose members have all gone silent.
 // The package is pure: no I/O, no clock (time is the `now` argument, unix
 // milliseconds), no goroutines and no locks. A Coordinator is not safe for
 // concurrent use; its owner serialises calls.
@@ -39,12 +48,10 @@ package groups
 
 import (
 	"cmp"
-	"encoding/binary"
 	"errors"
+	"iter"
 	"maps"
 	"slices"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 const (
@@ -62,14 +69,39 @@ var (
 	// ErrTooManyMembers is returned when a join would exceed the member limit.
 	ErrTooManyMembers = errors.New("groups: too many members in the group")
 	// ErrTooManyGroups is returned when a join would create a group beyond
-	// the group limit.
+	// the node's group limit.
 	ErrTooManyGroups = errors.New("groups: too many groups")
+	// ErrTopicGroupLimit is returned when a join would create a group
+	// beyond the limit of groups per topic.
+	ErrTopicGroupLimit = errors.New("groups: too many groups on the topic")
+	// ErrOwnerGroupLimit is returned when a join would create a group
+	// beyond the limit of groups per owner.
+	ErrOwnerGroupLimit = errors.New("groups: too many groups of one owner")
 	// ErrUnknownMember is returned by Heartbeat for a member that never
 	// joined, left, or was evicted; it must poll to join again.
 	ErrUnknownMember = errors.New("groups: unknown member")
 	// ErrInvalidName is returned for an empty or over-long group or member name.
 	ErrInvalidName = errors.New("groups: invalid group or member name")
 )
+
+// Limits bound a Coordinator. Values <= 0 select the defaults; the per-topic
+// and per-owner bounds default to the node's.
+type Limits struct {
+	SessionTimeoutMs   int64
+	MaxMembersPerGroup int
+	MaxGroups          int
+	MaxGroupsPerTopic  int
+	MaxGroupsPerOwner  int
+}
+
+func (l Limits) withDefaults() Limits {
+	l.SessionTimeoutMs = cmp.Or(max(l.SessionTimeoutMs, 0), DefaultSessionTimeoutMs)
+	l.MaxMembersPerGroup = cmp.Or(max(l.MaxMembersPerGroup, 0), DefaultMaxMembersPerGroup)
+	l.MaxGroups = cmp.Or(max(l.MaxGroups, 0), DefaultMaxGroups)
+	l.MaxGroupsPerTopic = cmp.Or(max(l.MaxGroupsPerTopic, 0), l.MaxGroups)
+	l.MaxGroupsPerOwner = cmp.Or(max(l.MaxGroupsPerOwner, 0), l.MaxGroups)
+	return l
+}
 
 // Assignment is what a member reads: its ranges, ascending, under a
 // generation.
@@ -94,11 +126,11 @@ type Evicted struct {
 
 // Coordinator holds all consumer groups of a node.
 type Coordinator struct {
-	sessionTimeout int64
-	maxMembers     int
-	maxGroups      int
-	groups         map[groupKey]*group
-	lastGen        uint64
+	lim     Limits
+	groups  map[groupKey]*group
+	byTopic map[uint64]map[string]*group   // the groups of each topic
+	byOwner map[string]map[groupKey]*group // the groups each owner created
+	lastGen uint64
 }
 
 type groupKey struct {
@@ -107,53 +139,84 @@ type groupKey struct {
 }
 
 type group struct {
+	key     groupKey
+	owner   string           // who created it ("" = not accounted)
 	members map[string]int64 // name -> last seen
+	newest  int64            // the latest last-seen of any member it had
 	ranges  []uint64         // the topic's active ranges, ascending, unique
 	gen     uint64
 	assign  map[string][]uint64 // nil when stale
 }
 
-// New returns an empty Coordinator. Values <= 0 select the defaults.
+// New returns an empty Coordinator with the node-wide limits only. Values
+// <= 0 select the defaults.
 func New(sessionTimeoutMs int64, maxMembersPerGroup, maxGroups int) *Coordinator {
-	c := &Coordinator{
-		sessionTimeout: cmp.Or(max(sessionTimeoutMs, 0), DefaultSessionTimeoutMs),
-		maxMembers:     cmp.Or(max(maxMembersPerGroup, 0), DefaultMaxMembersPerGroup),
-		maxGroups:      cmp.Or(max(maxGroups, 0), DefaultMaxGroups),
-		groups:         make(map[groupKey]*group),
-	}
-	return c
+	return NewWithLimits(Limits{
+		SessionTimeoutMs: sessionTimeoutMs, MaxMembersPerGroup: maxMembersPerGroup, MaxGroups: maxGroups,
+	})
 }
 
-// Poll is the fetch path: it joins member to the group if needed, records it
-// as alive at now, adopts ranges (the topic's active range ids) as the
-// group's range set and returns the member's assignment.
+// NewWithLimits returns an empty Coordinator bounded by l.
+func NewWithLimits(l Limits) *Coordinator {
+	return &Coordinator{
+		lim:     l.withDefaults(),
+		groups:  make(map[groupKey]*group),
+		byTopic: make(map[uint64]map[string]*group),
+		byOwner: make(map[string]map[groupKey]*group),
+	}
+}
+
+// Poll is Join with no owner, computing the assignment in line.
 func (c *Coordinator) Poll(topic uint64, groupName, member string, ranges []uint64, now int64) (Assignment, error) {
+	a, plan, err := c.Join(topic, groupName, member, "", ranges, now)
+	return c.settlePlan(a, plan, member, err)
+}
+
+// Join is the fetch path: it joins member to the group if needed (a new
+// group is charged to owner, "" for none), records it as alive at now,
+// adopts ranges (the topic's active range ids) as the group's range set and
+// returns the member's assignment. When the generation's assignment is not
+// computed yet it returns a Plan instead, for the caller to compute and
+// Install; the Assignment is then empty.
+func (c *Coordinator) Join(topic uint64, groupName, member, owner string, ranges []uint64, now int64) (Assignment, *Plan, error) {
 	if !validName(groupName) || !validName(member) {
-		return Assignment{}, ErrInvalidName
+		return Assignment{}, nil, ErrInvalidName
 	}
 	k := groupKey{topic, groupName}
 	g := c.groups[k]
 	if g == nil {
-		if len(c.groups) >= c.maxGroups {
-			return Assignment{}, ErrTooManyGroups
+		if err := c.admit(k, owner, now); err != nil {
+			return Assignment{}, nil, err
 		}
-		g = &group{members: make(map[string]int64)}
+		g = &group{owner: owner, members: make(map[string]int64)}
 	}
 	changed := len(c.evictSilent(g, now, member)) > 0
 	if _, ok := g.members[member]; !ok {
-		if len(g.members) >= c.maxMembers {
+		if len(g.members) >= c.lim.MaxMembersPerGroup {
 			c.settle(k, g, changed)
-			return Assignment{}, ErrTooManyMembers
+			return Assignment{}, nil, ErrTooManyMembers
 		}
 		changed = true
 	}
-	g.members[member] = now
+	c.seen(g, member, now)
 	if norm := normalize(ranges); !slices.Equal(norm, g.ranges) {
 		g.ranges = norm
 		changed = true
 	}
 	c.settle(k, g, changed)
-	return g.assignment(member), nil
+	a, plan := c.answer(k, g, member)
+	return a, plan, nil
+}
+
+// Install caches a computed assignment if the group is still at the plan's
+// generation, and reports whether it did.
+func (c *Coordinator) Install(p *Plan, assign map[string][]uint64) bool {
+	g := c.groups[groupKey{p.Topic, p.Group}]
+	if g == nil || g.gen != p.Generation {
+		return false
+	}
+	g.assign = assign
+	return true
 }
 
 // Heartbeat records member as alive and returns its assignment, so a member
@@ -170,9 +233,10 @@ func (c *Coordinator) Heartbeat(topic uint64, groupName, member string, now int6
 		c.settle(k, g, changed)
 		return Assignment{}, ErrUnknownMember
 	}
-	g.members[member] = now
+	c.seen(g, member, now)
 	c.settle(k, g, changed)
-	return g.assignment(member), nil
+	a, plan := c.answer(k, g, member)
+	return c.settlePlan(a, plan, member, nil)
 }
 
 // Leave removes member from the group and reports whether it was a member.
@@ -192,6 +256,7 @@ func (c *Coordinator) Leave(topic uint64, groupName, member string, now int64) b
 
 // Expire evicts, across all groups, the members silent for longer than the
 // session timeout at now, and returns them sorted by topic, group, member.
+// Groups left without members are forgotten.
 func (c *Coordinator) Expire(now int64) []Evicted {
 	var out []Evicted
 	for k, g := range c.groups {
@@ -213,10 +278,10 @@ func (c *Coordinator) Expire(now int64) []Evicted {
 func (c *Coordinator) SetRanges(topic uint64, ranges []uint64) int {
 	norm := normalize(ranges)
 	n := 0
-	for k, g := range c.groups {
-		if k.topic == topic && !slices.Equal(norm, g.ranges) {
+	for name, g := range c.byTopic[topic] {
+		if !slices.Equal(norm, g.ranges) {
 			g.ranges = slices.Clone(norm)
-			c.settle(k, g, true)
+			c.settle(groupKey{topic, name}, g, true)
 			n++
 		}
 	}
@@ -224,16 +289,19 @@ func (c *Coordinator) SetRanges(topic uint64, ranges []uint64) int {
 }
 
 // Members returns the members of a group sorted by name, with their
-// assignments. It evicts nobody; the answer may include members that Expire
-// would remove.
+// assignments (computed in line if stale). It evicts nobody; the answer may
+// include members that Expire would remove.
 func (c *Coordinator) Members(topic uint64, groupName string) []Member {
-	g := c.groups[groupKey{topic, groupName}]
+	k := groupKey{topic, groupName}
+	g := c.groups[k]
 	if g == nil {
 		return nil
 	}
 	out := make([]Member, 0, len(g.members))
 	for _, name := range slices.Sorted(maps.Keys(g.members)) {
-		out = append(out, Member{Name: name, LastSeen: g.members[name], Ranges: g.assignment(name).Ranges})
+		a, plan := c.answer(k, g, name)
+		a, _ = c.settlePlan(a, plan, name, nil)
+		out = append(out, Member{Name: name, LastSeen: g.members[name], Ranges: a.Ranges})
 	}
 	return out
 }
@@ -250,14 +318,43 @@ func (c *Coordinator) Generation(topic uint64, groupName string) (gen uint64, ok
 
 // Groups returns the names of the groups of topic with members, sorted.
 func (c *Coordinator) Groups(topic uint64) []string {
-	var out []string
-	for k := range c.groups {
-		if k.topic == topic {
-			out = append(out, k.name)
+	return slices.Sorted(maps.Keys(c.byTopic[topic]))
+}
+
+// Owned returns how many groups owner created that still have members.
+func (c *Coordinator) Owned(owner string) int { return len(c.byOwner[owner]) }
+
+// admit checks that a new group k of owner fits every limit, first
+// reclaiming the topic's or the owner's wholly silent groups if one is full.
+func (c *Coordinator) admit(k groupKey, owner string, now int64) error {
+	if len(c.groups) >= c.lim.MaxGroups {
+		return ErrTooManyGroups
+	}
+	if len(c.byTopic[k.topic]) >= c.lim.MaxGroupsPerTopic {
+		c.reclaim(maps.Values(c.byTopic[k.topic]), now)
+		if len(c.byTopic[k.topic]) >= c.lim.MaxGroupsPerTopic {
+			return ErrTopicGroupLimit
 		}
 	}
-	slices.Sort(out)
-	return out
+	if owner != "" && len(c.byOwner[owner]) >= c.lim.MaxGroupsPerOwner {
+		c.reclaim(maps.Values(c.byOwner[owner]), now)
+		if len(c.byOwner[owner]) >= c.lim.MaxGroupsPerOwner {
+			return ErrOwnerGroupLimit
+		}
+	}
+	return nil
+}
+
+// reclaim forgets the groups whose members have all gone silent. It looks
+// only at each group's newest sighting, O(1) per group, so a join refused
+// at a limit costs at most the limit; partly silent groups free no slot and
+// are left to Expire.
+func (c *Coordinator) reclaim(gs iter.Seq[*group], now int64) {
+	for g := range gs {
+		if c.silent(g.newest, now) {
+			c.forget(g)
+		}
+	}
 }
 
 // evictSilent removes the members of g silent for longer than their session
@@ -274,17 +371,26 @@ func (c *Coordinator) evictSilent(g *group, now int64, keep string) []string {
 }
 
 func (c *Coordinator) silent(lastSeen, now int64) bool {
-	return now-lastSeen > c.sessionTimeout
+	return now-lastSeen > c.lim.SessionTimeoutMs
+}
+
+// seen records member as alive at now.
+func (c *Coordinator) seen(g *group, member string, now int64) {
+	g.members[member] = now
+	g.newest = max(g.newest, now)
 }
 
 // settle stores or drops g after a change: an empty group is forgotten, a
 // changed one gets a new generation and a stale assignment.
 func (c *Coordinator) settle(k groupKey, g *group, changed bool) {
+	g.key = k
 	if len(g.members) == 0 {
-		delete(c.groups, k)
+		c.forget(g)
 		return
 	}
-	c.groups[k] = g
+	if c.groups[k] == nil {
+		c.index(g)
+	}
 	if changed {
 		c.lastGen++
 		g.gen = c.lastGen
@@ -292,50 +398,62 @@ func (c *Coordinator) settle(k groupKey, g *group, changed bool) {
 	}
 }
 
-// assignment returns member's share under the current generation.
-func (g *group) assignment(member string) Assignment {
+func (c *Coordinator) index(g *group) {
+	c.groups[g.key] = g
+	if c.byTopic[g.key.topic] == nil {
+		c.byTopic[g.key.topic] = make(map[string]*group)
+	}
+	c.byTopic[g.key.topic][g.key.name] = g
+	if g.owner == "" {
+		return
+	}
+	if c.byOwner[g.owner] == nil {
+		c.byOwner[g.owner] = make(map[groupKey]*group)
+	}
+	c.byOwner[g.owner][g.key] = g
+}
+
+// forget removes g and its index entries (a no-op for a group never stored).
+func (c *Coordinator) forget(g *group) {
+	if c.groups[g.key] != g {
+		return
+	}
+	delete(c.groups, g.key)
+	deleteFrom(c.byTopic, g.key.topic, g.key.name)
+	if g.owner != "" {
+		deleteFrom(c.byOwner, g.owner, g.key)
+	}
+}
+
+// deleteFrom deletes inner from m[outer], and m[outer] once it is empty.
+func deleteFrom[O, I comparable](m map[O]map[I]*group, outer O, inner I) {
+	delete(m[outer], inner)
+	if len(m[outer]) == 0 {
+		delete(m, outer)
+	}
+}
+
+// answer returns member's share under the current generation, or the plan
+// to compute it when the generation's assignment is not cached.
+func (c *Coordinator) answer(k groupKey, g *group, member string) (Assignment, *Plan) {
 	if g.assign == nil {
-		g.assign = Assign(g.ranges, slices.Collect(maps.Keys(g.members)))
-	}
-	return Assignment{Generation: g.gen, Ranges: slices.Clone(g.assign[member])}
-}
-
-// Assign maps every range to one member by rendezvous hashing. The result
-// has a key for every member (nil when it gets no range), each value
-// ascending. Duplicate ranges or members count once; input order does not
-// matter. With no members the result is empty.
-func Assign(ranges []uint64, members []string) map[string][]uint64 {
-	out := make(map[string][]uint64, len(members))
-	for _, m := range members {
-		out[m] = nil
-	}
-	if len(members) == 0 {
-		return out
-	}
-	var buf []byte
-	for _, r := range normalize(ranges) {
-		var best string
-		var bestScore uint64
-		first := true
-		for m := range out {
-			buf = binary.BigEndian.AppendUint64(buf[:0], r)
-			buf = append(buf, m...)
-			s := xxhash.Sum64(buf)
-			if first || s > bestScore || s == bestScore && m < best {
-				best, bestScore, first = m, s, false
-			}
+		return Assignment{}, &Plan{
+			Topic: k.topic, Group: k.name, Generation: g.gen,
+			Ranges: slices.Clone(g.ranges), Members: slices.Sorted(maps.Keys(g.members)),
 		}
-		out[best] = append(out[best], r)
 	}
-	return out
+	return Assignment{Generation: g.gen, Ranges: slices.Clone(g.assign[member])}, nil
 }
 
-// Score is the rendezvous weight of member for range r: xxhash64 of r as
-// 8 big-endian bytes followed by the member name. Assign gives r to the
-// member with the highest score.
-func Score(r uint64, member string) uint64 {
-	buf := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(member)), r)
-	return xxhash.Sum64(append(buf, member...))
+// settlePlan computes and installs a plan in line, for callers that hold
+// no lock over the Coordinator.
+func (c *Coordinator) settlePlan(a Assignment, plan *Plan, member string, err error) (Assignment, error) {
+	if err != nil || plan == nil {
+		return a, err
+	}
+	assign := plan.Compute()
+	c.Install(plan, assign)
+	return plan.For(member, assign), nil
 }
 
 // normalize returns ranges sorted and without duplicates, as a new slice.

@@ -25,8 +25,10 @@ func mustPoll(t *testing.T, c *Coordinator, group, member string, ranges []uint6
 
 func TestNewDefaults(t *testing.T) {
 	c := New(0, -1, 0)
-	if c.sessionTimeout != DefaultSessionTimeoutMs || c.maxMembers != DefaultMaxMembersPerGroup || c.maxGroups != DefaultMaxGroups {
-		t.Fatalf("defaults not applied: %+v", c)
+	l := c.lim
+	if l.SessionTimeoutMs != DefaultSessionTimeoutMs || l.MaxMembersPerGroup != DefaultMaxMembersPerGroup ||
+		l.MaxGroups != DefaultMaxGroups || l.MaxGroupsPerTopic != DefaultMaxGroups || l.MaxGroupsPerOwner != DefaultMaxGroups {
+		t.Fatalf("defaults not applied: %+v", l)
 	}
 }
 
@@ -292,7 +294,9 @@ func TestPropAssignDeterministicAndSticky(t *testing.T) {
 func TestPropCoordinator(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		const to = 100
-		c := New(to, 4, 3)
+		c := NewWithLimits(Limits{SessionTimeoutMs: to, MaxMembersPerGroup: 4, MaxGroups: 3,
+			MaxGroupsPerTopic: 2, MaxGroupsPerOwner: 2})
+		owners := []string{"", "u", "v"}
 		groupNames := []string{"g1", "g2", "g3", "g4"}
 		memberNames := []string{"a", "b", "c", "d", "e"}
 		type key struct {
@@ -311,7 +315,9 @@ func TestPropCoordinator(t *testing.T) {
 			member := rapid.SampledFrom(memberNames).Draw(t, "member")
 			switch rapid.IntRange(0, 4).Draw(t, "op") {
 			case 0, 1:
-				_, err := c.Poll(topic, k.group, member, rangesOf[topic], now)
+				owner := rapid.SampledFrom(owners).Draw(t, "owner")
+				a, plan, err := c.Join(topic, k.group, member, owner, rangesOf[topic], now)
+				_, err = c.settlePlan(a, plan, member, err)
 				if err == nil {
 					if lastSeen[k] == nil {
 						lastSeen[k] = map[string]int64{}
@@ -369,6 +375,17 @@ func TestPropCoordinator(t *testing.T) {
 			}
 			if len(c.groups) > 3 {
 				t.Fatalf("%d groups over the limit", len(c.groups))
+			}
+			checkIndexes(t, c)
+			for _, o := range owners[1:] {
+				if c.Owned(o) > 2 {
+					t.Fatalf("owner %s has %d groups", o, c.Owned(o))
+				}
+			}
+			for topic := range rangesOf {
+				if len(c.Groups(topic)) > 2 {
+					t.Fatalf("topic %d has %d groups", topic, len(c.Groups(topic)))
+				}
 			}
 		}
 	})

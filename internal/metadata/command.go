@@ -57,6 +57,7 @@ type Command struct {
 	Now  int64  `json:"now"` // unix ms, stamped by the proposer
 
 	Topic  string `json:"topic,omitempty"`   // topic name: create/delete_topic, commit_offsets
+	Owner  string `json:"owner,omitempty"`   // create_topic: the user creating it ("" = the node itself)
 	Bits   uint8  `json:"bits,omitempty"`    // create_topic: keyspace bits, 0 = DefaultBits
 	Ranges int    `json:"ranges,omitempty"`  // create_topic: initial range count, 0 = 1
 	Range  uint64 `json:"range,omitempty"`   // open_segment, split_range, merge_ranges
@@ -88,6 +89,11 @@ type Command struct {
 
 	ClusterID     string `json:"cluster_id,omitempty"`     // init_cluster (optional)
 	ClusterSecret []byte `json:"cluster_secret,omitempty"` // init_cluster
+
+	// Quota (create_topic, split_range, merge_ranges, commit_offsets) is
+	// the limits the proposer asks Apply to hold this command to; nil sets
+	// none. See Quota for why limits travel in the command.
+	Quota *Quota `json:"quota,omitempty"`
 }
 
 // Result is the output of Apply. Err is nil when the command took effect;

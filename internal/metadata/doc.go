@@ -18,10 +18,11 @@
 // fields answer ErrInvalidCommand. A refused command changes nothing, and
 // Apply never panics on any input.
 //
-//	create_topic   Topic, Bits, Ranges  -> TopicID, RangeIDs
+//	create_topic   Topic, Bits, Ranges, Owner  -> TopicID, RangeIDs
 //	    name 1..249 bytes of [A-Za-z0-9._-], not "." or ".." (invalid_topic_name);
 //	    Bits 1..32, 0 = 16 (invalid_keyspace_bits); Ranges a power of two
-//	    <= min(2^Bits, 1024), 0 = 1 (invalid_range_count); already_exists.
+//	    <= min(2^Bits, 1024), 0 = 1 (invalid_range_count); already_exists;
+//	    quota_exceeded past Quota's topics, ranges or the Owner's share.
 //	delete_topic   Topic -> TopicID, Deleted (every freed segment, ascending)
 //	open_segment   Range, Base, Replicas, MinID -> SegmentID (>= MinID)
 //	    no_such_range; sealed (range sealed); active_segment_exists;
@@ -32,7 +33,8 @@
 //	delete_segment Segment -> Deleted   no_such_segment; segment_active.
 //	split_range    Range -> RangeIDs [lo, hi]
 //	    no_such_range; sealed; cannot_split (size 1); active_segment_exists
-//	    (seal first: the caller fences and seals the head before splitting).
+//	    (seal first: the caller fences and seals the head before splitting);
+//	    quota_exceeded past Quota.Ranges (merges too).
 //	merge_ranges   Range, RangeB -> RangeIDs [child]
 //	    no_such_range; different_topic; sealed; not_buddies (equal size and
 //	    startA XOR size == startB); active_segment_exists.
@@ -40,7 +42,8 @@
 //	    no_such_topic; merged into the stored position, never moving it back:
 //	    an entry implied by another of the same Source (a slice containing
 //	    its slice, an Offset at least its Offset) is dropped, whether stored
-//	    or new; at most MaxGroupEntries per group and topic.
+//	    or new; at most MaxGroupEntries per group and topic; a new group
+//	    past Quota.GroupsPerTopic is quota_exceeded.
 //	create_user    User, PasswordHash, Perms   user_exists; invalid_permissions
 //	delete_user    User (and its ACLs)         user_not_found
 //	set_password   User, PasswordHash          user_not_found
@@ -48,6 +51,16 @@
 //	    invalid_topic_name for a pattern that is not a topic name, "prefix*" or "*".
 //	revoke_acl     User, Operation, Pattern    idempotent
 //	init_cluster   ClusterSecret, ClusterID    once; then already_exists
+//
+// # Quotas
+//
+// A command may carry a Quota: limits the proposer configured, checked by
+// Apply against the state the command meets, so a check and its change are
+// one step and a logged command replays to the same result under any later
+// configuration. A topic records its Owner (the creating user); the
+// per-owner limits count an owner's topics and all their ranges, active and
+// sealed, through an index that Restore rebuilds and CheckInvariants
+// verifies. Snapshots written before owners existed load with no owners.
 //
 // # Ranges and lineage
 //

@@ -30,6 +30,8 @@ const (
 	ErrInvalidOperation    Error = "invalid_operation"
 	ErrUnknownCommand      Error = "unknown_command"
 	ErrInvalidCommand      Error = "invalid_command"
+	// ErrQuotaExceeded: the command would pass a limit its Quota carries.
+	ErrQuotaExceeded Error = "quota_exceeded"
 )
 
 // Errors lists every reason Apply can answer, for tables of wire reasons.
@@ -39,4 +41,5 @@ var Errors = []Error{
 	ErrNotBuddies, ErrActiveSegmentExists, ErrSegmentOverlap, ErrNoSuchSegment,
 	ErrSegmentActive, ErrAlreadySealed, ErrUserExists, ErrUserNotFound,
 	ErrInvalidPermissions, ErrInvalidOperation, ErrUnknownCommand, ErrInvalidCommand,
+	ErrQuotaExceeded,
 }

@@ -25,6 +25,9 @@ func (s *State) commitOffsets(c *Command) Result {
 			return failed(ErrInvalidCommand)
 		}
 	}
+	if !groupAllowed(c, tr) {
+		return failed(ErrQuotaExceeded)
+	}
 	merged := mergeEntries(tr.groups[c.Group], c.Entries)
 	if len(merged) > MaxGroupEntries {
 		return failed(ErrInvalidCommand)

@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -15,7 +16,8 @@ import (
 //   - a range has at most one active segment, none if sealed, and it is the
 //     last; segments are ordered and never overlap; NextOffset bounds them;
 //   - group entries are sorted, capped, and name ranges of their topic;
-//   - ids never exceed their counters; ACLs belong to existing users.
+//   - ids never exceed their counters; ACLs belong to existing users;
+//   - the owner index counts exactly each owner's topics and their ranges.
 func (s *State) CheckInvariants() error {
 	if len(s.byName) != len(s.topics) {
 		return fmt.Errorf("name index has %d topics, table %d", len(s.byName), len(s.topics))
@@ -36,6 +38,9 @@ func (s *State) CheckInvariants() error {
 	if nRanges != len(s.ranges) || nSegs != len(s.segments) {
 		return fmt.Errorf("orphans: %d/%d ranges, %d/%d segments reachable",
 			nRanges, len(s.ranges), nSegs, len(s.segments))
+	}
+	if !maps.Equal(s.owners, s.rebuildOwners()) {
+		return fmt.Errorf("owner index disagrees with the topics")
 	}
 	return s.checkAccess()
 }

@@ -157,8 +157,8 @@ func TestErrorsAreWireReasons(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 21 {
-		t.Errorf("%d reasons, want 21", len(seen))
+	if len(seen) != 22 {
+		t.Errorf("%d reasons, want 22", len(seen))
 	}
 }
 
@@ -168,6 +168,9 @@ func FuzzApply(f *testing.F) {
 	for _, s := range []string{
 		`{"v":1,"k":"create_topic","topic":"n","bits":5,"ranges":4}`,
 		`{"v":1,"k":"split_range","range":2}`,
+		`{"v":1,"k":"create_topic","topic":"o","owner":"u","ranges":2,"quota":{"topics":2,"owner_ranges":2}}`,
+		`{"v":1,"k":"split_range","range":2,"quota":{"ranges":5}}`,
+		`{"v":1,"k":"commit_offsets","group":"h","topic":"t","quota":{"groups_per_topic":1}}`,
 		`{"v":1,"k":"merge_ranges","range":3,"range_b":4}`,
 		`{"v":1,"k":"open_segment","range":1,"base":7,"replicas":["a","b"]}`,
 		`{"v":1,"k":"seal_segment","segment":1,"end":9,"records":2}`,
@@ -244,7 +247,7 @@ func TestOpenSegmentMinID(t *testing.T) {
 	}
 	// A refused open (range 1 has an active segment) must not move the counter.
 	wantErr(t, open(1, 100), ErrActiveSegmentExists)
-	wantErr(t, open(2, maxSegmentID+1), ErrInvalidCommand)
+	wantErr(t, open(2, MaxSegmentID+1), ErrInvalidCommand)
 	if r := open(2, 3); r.Err != nil || r.SegmentID != 8 {
 		t.Fatalf("a floor below the counter must not lower it: %+v", r)
 	}

@@ -171,7 +171,19 @@ func genCommand(t *rapid.T, st *State, now int64) Command {
 	default:
 		genUnknown(t, &c)
 	}
+	c.Quota = genQuota(t)
 	return c
+}
+
+// genQuota attaches small limits to some commands, so quota refusals meet
+// every kind of state.
+func genQuota(t *rapid.T) *Quota {
+	if rapid.IntRange(0, 2).Draw(t, "quota") != 0 {
+		return nil
+	}
+	limit := func(name string) int { return rapid.IntRange(0, 12).Draw(t, name) }
+	return &Quota{Topics: limit("q.topics"), Ranges: limit("q.ranges"), OwnerTopics: limit("q.owner_topics"),
+		OwnerRanges: limit("q.owner_ranges"), GroupsPerTopic: limit("q.groups")}
 }
 
 var topicNames = []string{"a", "b", "c"}
@@ -181,6 +193,7 @@ func genCreate(t *rapid.T, c *Command) {
 	c.Topic = rapid.SampledFrom(append(topicNames, "", "..")).Draw(t, "topic")
 	c.Bits = uint8(rapid.IntRange(0, 6).Draw(t, "bits"))
 	c.Ranges = rapid.SampledFrom([]int{0, 1, 2, 4, 3, 64}).Draw(t, "ranges")
+	c.Owner = rapid.SampledFrom([]string{"", "u", "v"}).Draw(t, "owner")
 }
 
 // pickRange returns an existing range id most of the time.

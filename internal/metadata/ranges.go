@@ -24,6 +24,9 @@ func (s *State) splitRange(c *Command) Result {
 	if rr.head != nil {
 		return failed(ErrActiveSegmentExists)
 	}
+	if !s.rangesAllowed(c, 2) {
+		return failed(ErrQuotaExceeded)
+	}
 	tr := s.topics[rr.r.Topic]
 	i := activeIndex(tr, rr.r.Start)
 	lineage := append(slices.Clone(rr.r.Lineage), rr.r.ID)
@@ -59,6 +62,8 @@ func (s *State) mergeRanges(c *Command) Result {
 		return failed(ErrNotBuddies)
 	case a.head != nil || b.head != nil:
 		return failed(ErrActiveSegmentExists)
+	case !s.rangesAllowed(c, 1):
+		return failed(ErrQuotaExceeded)
 	}
 	if b.r.Start < a.r.Start {
 		a, b = b, a

@@ -2,8 +2,8 @@ package metadata
 
 import "slices"
 
-// maxSegmentID bounds MinID far below the counter's overflow.
-const maxSegmentID = 1 << 62
+// MaxSegmentID bounds MinID far below the counter's overflow.
+const MaxSegmentID = 1 << 62
 
 // openSegment: Range, Base, Replicas, MinID. The range must be active, have
 // no active segment, and Base must not fall below NextOffset (offsets only
@@ -23,7 +23,7 @@ func (s *State) openSegment(c *Command) Result {
 		return failed(ErrActiveSegmentExists)
 	case c.Base < rr.r.NextOffset:
 		return failed(ErrSegmentOverlap)
-	case c.MinID > maxSegmentID:
+	case c.MinID > MaxSegmentID:
 		return failed(ErrInvalidCommand)
 	}
 	if c.MinID > s.lastSegment+1 {

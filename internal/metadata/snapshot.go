@@ -126,6 +126,7 @@ func load(img *image) (*State, error) {
 			return nil, err
 		}
 	}
+	s.owners = s.rebuildOwners()
 	return s, nil
 }
 

@@ -15,6 +15,7 @@ type State struct {
 	segments map[uint64]*Segment
 	users    map[string]*User
 	acls     map[string][]ACL // by user, sorted
+	owners   map[string]usage // by Topic.Owner: what the owner's topics hold (no "" key)
 
 	clusterID     string
 	clusterSecret []byte
@@ -43,6 +44,7 @@ func New() *State {
 		segments: make(map[uint64]*Segment),
 		users:    make(map[string]*User),
 		acls:     make(map[string][]ACL),
+		owners:   make(map[string]usage),
 	}
 }
 
@@ -53,6 +55,9 @@ func New() *State {
 func (s *State) Apply(cmd Command) Result {
 	if cmd.V != Version {
 		return failed(ErrUnknownCommand)
+	}
+	if !cmd.Quota.valid() {
+		return failed(ErrInvalidCommand)
 	}
 	c := &cmd
 	switch cmd.Kind {
@@ -104,5 +109,6 @@ func (s *State) addRange(tr *topicRec, r Range) *rangeRec {
 	rr := &rangeRec{r: r}
 	s.ranges[r.ID] = rr
 	tr.t.Ranges = append(tr.t.Ranges, r.ID)
+	s.charge(tr.t.Owner, usage{ranges: 1})
 	return rr
 }

@@ -21,11 +21,15 @@ func topicChar(c byte) bool {
 		c == '.' || c == '_' || c == '-'
 }
 
-// createTopic: Topic, Bits (0 = DefaultBits), Ranges (0 = 1). The initial
-// ranges are equal buddy blocks tiling the keyspace, ids ascending by Start.
+// createTopic: Topic, Bits (0 = DefaultBits), Ranges (0 = 1), Owner,
+// Quota. The initial ranges are equal buddy blocks tiling the keyspace, ids
+// ascending by Start.
 func (s *State) createTopic(c *Command) Result {
 	if !validTopicName(c.Topic) {
 		return failed(ErrInvalidTopicName)
+	}
+	if len(c.Owner) > MaxNameLen {
+		return failed(ErrInvalidCommand)
 	}
 	bits := c.Bits
 	if bits == 0 {
@@ -44,10 +48,14 @@ func (s *State) createTopic(c *Command) Result {
 	if _, ok := s.byName[c.Topic]; ok {
 		return failed(ErrAlreadyExists)
 	}
+	if err := s.createAllowed(c, n); err != "" {
+		return failed(err)
+	}
 	tr := &topicRec{
-		t:      Topic{ID: s.newTopicID(), Name: c.Topic, Bits: bits, CreatedAt: c.Now},
+		t:      Topic{ID: s.newTopicID(), Name: c.Topic, Bits: bits, CreatedAt: c.Now, Owner: c.Owner},
 		groups: make(map[string][]GroupEntry),
 	}
+	s.charge(tr.t.Owner, usage{topics: 1})
 	s.topics[tr.t.ID] = tr
 	s.byName[tr.t.Name] = tr
 	size := keyspaceSize(bits) / uint64(n)
@@ -81,6 +89,7 @@ func (s *State) deleteTopic(c *Command) Result {
 	}
 	delete(s.topics, tr.t.ID)
 	delete(s.byName, tr.t.Name)
+	s.charge(tr.t.Owner, usage{topics: -1, ranges: -len(tr.t.Ranges)})
 	slices.Sort(freed)
 	return Result{TopicID: tr.t.ID, Deleted: freed}
 }

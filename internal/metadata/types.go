@@ -12,6 +12,10 @@ type Topic struct {
 	Bits      uint8    `json:"bits"`
 	CreatedAt int64    `json:"created_at"`
 	Ranges    []uint64 `json:"ranges"` // every range ever created, in creation order
+	// Owner is the user that created the topic ("" for the node's own
+	// topics and for topics created before owners were recorded); the
+	// per-user quotas count a user's topics and their ranges by it.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Range is a buddy block [Start, End) of a topic's keyspace. An active range
