@@ -98,3 +98,9 @@ func Allowed(perms []string, grants []Grant, strict bool, op, topic string) bool
 	}
 	return false
 }
+
+// Visible reports whether a user with perms and grants may see topic in
+// listings: it may produce to it or consume from it.
+func Visible(perms []string, grants []Grant, strict bool, topic string) bool {
+	return Allowed(perms, grants, strict, OpConsume, topic) || Allowed(perms, grants, strict, OpProduce, topic)
+}

@@ -1,5 +1,6 @@
 // Package auth holds the security decisions of a node: password hashing and
-// verification, session tokens, permissions and per-topic ACL checks.
+// verification, session tokens, the login throttle, certificate and token
+// identities, permissions and per-topic ACL checks. It does no I/O.
 //
 // # Passwords
 //
@@ -23,9 +24,25 @@
 //
 // A successful login yields a token: 32 random bytes, base64url without
 // padding. Sessions keeps tokens (by their SHA-256, so the table does not
-// hold usable secrets) with a fixed time to live and a bound on how many live
-// at once. Time is passed in (unix milliseconds); expired sessions are
-// reaped lazily.
+// hold usable secrets) with a fixed time to live, bounded per user and
+// overall: a new session past a bound ends the oldest of that user (or of
+// the node), so the table never refuses a login and one user cannot fill
+// it for the others. Time is passed in (unix milliseconds); expired
+// sessions are reaped lazily.
+//
+// # Login throttle
+//
+// Guard is a pure state machine (time in, no locks, bounded tables): a
+// progressive lockout keyed by (user, client address) and token buckets
+// bounding failed logins per address and per user. Only failures count.
+//
+// # Certificates and tokens
+//
+// VerifiedLeaf and CertUser turn a TLS client certificate into a user name
+// by a documented rule (subject CN, or the first email, DNS or URI SAN).
+// VerifyToken checks a JWT against a KeySet parsed from a JSON Web Key Set,
+// accepting only RS256, ES256 and EdDSA, and checks iss, aud, exp, nbf and
+// iat with a leeway.
 //
 // # Permissions and ACLs
 //

@@ -2,7 +2,6 @@ package auth
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,10 +11,7 @@ import (
 func TestSessionLifecycle(t *testing.T) {
 	s := NewSessions(1000, 10)
 	perms := []string{"produce"}
-	tok, err := s.Create("alice", perms, 5000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := s.Create("alice", perms, 5000)
 	if raw, err := base64.RawURLEncoding.DecodeString(tok); err != nil || len(raw) != 32 || len(tok) != TokenLen {
 		t.Fatalf("token %q: %v", tok, err)
 	}
@@ -43,9 +39,9 @@ func TestSessionLifecycle(t *testing.T) {
 
 func TestSessionRevoke(t *testing.T) {
 	s := NewSessions(1000, 10)
-	a1, _ := s.Create("alice", nil, 0)
-	a2, _ := s.Create("alice", nil, 0)
-	b, _ := s.Create("bob", nil, 0)
+	a1 := s.Create("alice", nil, 0)
+	a2 := s.Create("alice", nil, 0)
+	b := s.Create("bob", nil, 0)
 	if a1 == a2 {
 		t.Fatal("duplicate token")
 	}
@@ -65,17 +61,13 @@ func TestSessionRevoke(t *testing.T) {
 
 func TestSessionLimitAndReap(t *testing.T) {
 	s := NewSessions(100, 3)
-	for i := range 3 {
-		if _, err := s.Create("u", nil, int64(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.Create("u", nil, 99); !errors.Is(err, ErrTooManySessions) {
-		t.Fatalf("fourth session: %v", err)
-	}
-	// At 100 the first session has expired and makes room.
-	if _, err := s.Create("u", nil, 100); err != nil {
-		t.Fatalf("create after expiry: %v", err)
+	first := s.Create("u", nil, 0)
+	s.Create("v", nil, 1)
+	s.Create("w", nil, 2)
+	// A full table ends its oldest session rather than refuse a login.
+	s.Create("x", nil, 99)
+	if _, ok := s.Lookup(first, 99); ok || s.Len() != 3 {
+		t.Fatalf("full table: oldest kept %v, %d sessions", ok, s.Len())
 	}
 	if n := s.Reap(101); n != 1 {
 		t.Fatalf("Reap(101) = %d, want 1", n)
@@ -85,14 +77,36 @@ func TestSessionLimitAndReap(t *testing.T) {
 	}
 }
 
+// TestSessionPerUserBound: one user logging in in a loop ends its own
+// oldest sessions and never anyone else's.
+func TestSessionPerUserBound(t *testing.T) {
+	s := NewSessions(1<<40, 100)
+	s.LimitPerUser(4)
+	bob := s.Create("bob", nil, 0)
+	var mallory []string
+	for i := range 1000 {
+		mallory = append(mallory, s.Create("mallory", nil, int64(i)))
+	}
+	if _, ok := s.Lookup(bob, 1000); !ok {
+		t.Fatal("another user's session was ended")
+	}
+	if s.Len() != 5 {
+		t.Fatalf("%d sessions held, want bob's 1 and mallory's 4", s.Len())
+	}
+	for i, tok := range mallory {
+		if _, ok := s.Lookup(tok, 1000); ok != (i >= 996) {
+			t.Fatalf("mallory's session %d live = %v", i, ok)
+		}
+	}
+	if n := s.RevokeUser("mallory"); n != 4 {
+		t.Fatalf("RevokeUser = %d, want 4", n)
+	}
+}
+
 func TestSessionOrderStaysBounded(t *testing.T) {
 	s := NewSessions(1<<40, 4)
 	for i := range 100 {
-		tok, err := s.Create("u", nil, int64(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Revoke(tok)
+		s.Revoke(s.Create("u", nil, int64(i)))
 	}
 	if len(s.order) > 2*s.max {
 		t.Fatalf("order holds %d entries for %d sessions", len(s.order), s.Len())
@@ -106,11 +120,7 @@ func TestSessionsConcurrent(t *testing.T) {
 		wg.Go(func() {
 			user := fmt.Sprint("u", g)
 			for i := range 50 {
-				tok, err := s.Create(user, nil, int64(i))
-				if err != nil {
-					t.Error(err)
-					return
-				}
+				tok := s.Create(user, nil, int64(i))
 				if _, ok := s.Lookup(tok, int64(i)); !ok {
 					t.Error("fresh session not found")
 				}

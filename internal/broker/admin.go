@@ -10,9 +10,15 @@ import (
 )
 
 // CreateTopic creates a topic with bits of keyspace (0 = default) and
-// ranges initial ranges (0 = 1).
+// ranges initial ranges (0 = 1) on the node's own account: it has no owner
+// and only the node-wide limits hold. A user's request goes through
+// CreateTopicAs.
 func (b *Broker) CreateTopic(ctx context.Context, name string, bits uint8, ranges int) error {
-	_, err := b.apply(ctx, metadata.Command{Kind: "create_topic", Topic: name, Bits: bits, Ranges: ranges})
+	if err := b.checkCreate("", true, name, ranges); err != nil {
+		return err
+	}
+	q := &metadata.Quota{Topics: b.cfg.Limits.MaxTopics, Ranges: b.cfg.Limits.MaxRanges}
+	_, err := b.apply(ctx, metadata.Command{Kind: "create_topic", Topic: name, Bits: bits, Ranges: ranges, Quota: q})
 	return err
 }
 
@@ -109,6 +115,7 @@ type TopicDescription struct {
 	ID        uint64
 	Name      string
 	Bits      uint8
+	Owner     string // the user that created it; "" for the node's own
 	CreatedAt time.Time
 	Ranges    []RangeDescription
 	Groups    []string
@@ -172,7 +179,7 @@ func (b *Broker) describeAll() []TopicDescription {
 }
 
 func describe(st *metadata.State, t metadata.Topic) TopicDescription {
-	d := TopicDescription{ID: t.ID, Name: t.Name, Bits: t.Bits, CreatedAt: msTime(t.CreatedAt), Groups: st.Groups(t.ID)}
+	d := TopicDescription{ID: t.ID, Name: t.Name, Bits: t.Bits, Owner: t.Owner, CreatedAt: msTime(t.CreatedAt), Groups: st.Groups(t.ID)}
 	for _, rid := range t.Ranges {
 		r, ok := st.Range(rid)
 		if !ok {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/malachi-log/malachi/internal/auth"
 	"github.com/malachi-log/malachi/internal/clock"
-	"github.com/malachi-log/malachi/internal/groups"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/metastore"
 	"github.com/malachi-log/malachi/internal/storage"
@@ -69,6 +68,14 @@ type Config struct {
 	ACLStrict bool
 	// AutoSplit configures automatic splitting and merging of ranges.
 	AutoSplit AutoSplit
+	// Auth configures logins, their limits and the audit log.
+	Auth AuthConfig
+	// Limits bound topics, ranges, groups and open files, node-wide and
+	// per user, so one ordinary user cannot exhaust the node.
+	Limits Limits
+	// AllowOpenPermissions lets the node start on a data directory that
+	// group or others may enter (see checkDataDir); it is then left as is.
+	AllowOpenPermissions bool
 }
 
 func (c Config) withDefaults() Config {
@@ -118,6 +125,8 @@ func (c Config) withDefaults() Config {
 		c.SessionTTL = time.Hour
 	}
 	c.AutoSplit = c.AutoSplit.withDefaults()
+	c.Auth = c.Auth.withDefaults()
+	c.Limits = c.Limits.withDefaults()
 	return c
 }
 
@@ -134,7 +143,7 @@ func (c Config) validate() error {
 	case c.MaxPendingBytes < 1<<20:
 		return fmt.Errorf("broker: MaxPendingBytes %d is below 1 MiB", c.MaxPendingBytes)
 	}
-	return nil
+	return c.Limits.validate(c.MaxGroups)
 }
 
 // Broker is one node: it owns the metadata store, the segment store, the
@@ -146,17 +155,20 @@ type Broker struct {
 	meta     *metastore.Store
 	store    *storage.Store
 	sessions *auth.Sessions
+	authn    *authState // logins, revocation and the audit log
 	secret   []byte
 	started  time.Time
 
 	// keyless spreads records without a key across a topic's ranges.
 	keyless atomic.Uint64
 
+	// coord is the consumer-group coordinator, under its own lock.
+	coord *coordinator
+
 	mu struct {
 		sync.Mutex
 		heads   map[uint64]*head       // range id -> write head
 		watches map[uint64]*watch      // topic id -> watch
-		groups  *groups.Coordinator    // consumer-group membership
 		meters  map[uint64]*rangeMeter // range id -> last reshard look
 	}
 
@@ -190,6 +202,10 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	var lock *os.File
 	if cfg.FS == vfs.OS() {
+		if err := checkDataDir(cfg.DataDir, cfg.AllowOpenPermissions, cfg.Logger); err != nil {
+			return nil, err
+		}
+		warnOpenFiles(cfg.Limits, cfg.Logger)
 		l, err := lockDataDir(cfg.DataDir)
 		if err != nil {
 			return nil, err
@@ -216,6 +232,7 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 		Dir:             filepath.Join(cfg.DataDir, "segments"),
 		FS:              cfg.FS,
 		MaxPendingBytes: cfg.MaxPendingBytes,
+		MaxOpenFiles:    cfg.Limits.MaxOpenSealedFiles,
 	})
 	if err != nil {
 		meta.Close()
@@ -231,7 +248,7 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b.mu.heads = make(map[uint64]*head)
 	b.mu.watches = make(map[uint64]*watch)
-	b.mu.groups = groups.New(cfg.GroupSessionTimeout.Milliseconds(), cfg.MaxMembersPerGroup, cfg.MaxGroups)
+	b.coord = newCoordinator(cfg)
 	b.life, b.endLife = context.WithCancel(context.Background())
 	if err := b.initCluster(ctx); err != nil {
 		b.endLife()
@@ -239,6 +256,11 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	if err := b.recover(); err != nil {
+		b.endLife()
+		b.closeStores()
+		return nil, err
+	}
+	if err := b.initAuth(); err != nil {
 		b.endLife()
 		b.closeStores()
 		return nil, err
@@ -254,7 +276,7 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 // itself survives a power loss: a created entry is durable only once its
 // parent directory is synced.
 func makeDurableDir(fs vfs.FS, dir string) error {
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := fs.MkdirAll(dir, vfs.DirMode); err != nil {
 		return err
 	}
 	for d := filepath.Clean(dir); ; {
@@ -314,10 +336,11 @@ func (b *Broker) Close() error {
 func (b *Broker) closeStores() error {
 	serr := b.store.Close()
 	merr := b.meta.Close()
+	aerr := b.closeAuth()
 	if b.lock != nil {
 		b.lock.Close()
 	}
-	return errors.Join(serr, merr)
+	return errors.Join(serr, merr, aerr)
 }
 
 func (b *Broker) nowMs() int64 { return b.cfg.Clock.Now().UnixMilli() }
@@ -357,10 +380,4 @@ func (b *Broker) maintenanceLoop(ctx context.Context) {
 		b.expireMembers()
 		b.reshardTick(ctx)
 	}
-}
-
-func (b *Broker) expireMembers() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.mu.groups.Expire(b.nowMs())
 }

@@ -28,7 +28,11 @@
 // durable append fires.
 package broker
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/malachi-log/malachi/internal/metadata"
+)
 
 // Reasons the broker answers with, besides the metadata state machine's
 // own (metadata.Error values). Their text is the wire reason.
@@ -40,4 +44,8 @@ var (
 	ErrPermission     = errors.New("permission_denied")
 	ErrCredentials    = errors.New("invalid_credentials")
 	ErrNotEnabled     = errors.New("not_enabled")
+	// ErrQuotaExceeded: the request would pass a limit of the node or of
+	// its user (see Limits). It is the state machine's own reason, so a
+	// refusal from either side answers quota_exceeded.
+	ErrQuotaExceeded error = metadata.ErrQuotaExceeded
 )

@@ -25,6 +25,10 @@ type FetchRequest struct {
 	Max int
 	// Wait holds an empty fetch until a record arrives or Wait passes.
 	Wait time.Duration
+	// Identity is the requester. A group its member creates is charged to
+	// it (Limits.MaxGroupsPerUser); the zero Identity is the node's own
+	// request and is not accounted.
+	Identity Identity
 }
 
 // Page is one fetch answer.
@@ -84,11 +88,16 @@ type position struct {
 	only    []uint64
 }
 
+// startPosition resolves where a request reads from. A group member's
+// poll runs after the metadata view is released: joining may wait for an
+// assignment to be computed, and metadata commits must not wait on that.
 func (b *Broker) startPosition(req FetchRequest) (position, error) {
 	var (
-		pos position
-		err error
+		pos    position
+		ranges []uint64
+		err    error
 	)
+	member := req.Group != nil && req.Member != nil
 	b.meta.View(func(st *metadata.State) {
 		t, ok := st.Topic(req.Topic)
 		if !ok {
@@ -97,9 +106,9 @@ func (b *Broker) startPosition(req FetchRequest) (position, error) {
 		}
 		pos.topicID = t.ID
 		switch {
-		case req.Group != nil && req.Member != nil:
+		case member:
 			pos.entries = toCursorEntries(st.GroupEntries(*req.Group, t.ID))
-			pos.only, err = b.pollMember(t.ID, *req.Group, *req.Member, activeIDs(st, t.ID))
+			ranges = activeIDs(st, t.ID)
 		case req.Cursor != nil:
 			var c cursor.Cursor
 			c, err = cursor.Decode(b.secret, t.ID, *req.Cursor)
@@ -112,6 +121,9 @@ func (b *Broker) startPosition(req FetchRequest) (position, error) {
 			pos.entries = toCursorEntries(st.GroupEntries(*req.Group, t.ID))
 		}
 	})
+	if err == nil && member {
+		pos.only, err = b.pollMember(pos.topicID, *req.Group, *req.Member, groupOwner(req.Identity), ranges)
+	}
 	return pos, err
 }
 
@@ -358,7 +370,7 @@ func (b *Broker) filterBatches(p *plan, src *source, self bool, entries []cursor
 			}
 			out = append(out, r)
 			bg.records--
-			bg.bytes -= len(r.Key) + len(r.Value) + 32
+			bg.bytes -= recordSize(r)
 		}
 	}
 	return out, next, false, nil
@@ -413,4 +425,16 @@ func (b *Broker) durableEnd(src *source) uint64 {
 		return last.Base
 	}
 	return info.DurableEnd
+}
+
+// recordSize is what one record costs a page's byte budget: its key,
+// value and headers as they travel, plus a little for framing. Headers
+// count too, or a page of records with large headers could grow far past
+// FetchMaxBytes.
+func recordSize(r Record) int {
+	n := len(r.Key) + len(r.Value) + 32
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 8
+	}
+	return n
 }

@@ -7,33 +7,14 @@ import (
 	"sort"
 
 	"github.com/malachi-log/malachi/internal/cursor"
-	"github.com/malachi-log/malachi/internal/groups"
 	"github.com/malachi-log/malachi/internal/keyspace"
 	"github.com/malachi-log/malachi/internal/metadata"
 )
 
 // pollMember joins or heartbeats a group member and returns its ranges.
-func (b *Broker) pollMember(topicID uint64, group, member string, ranges []uint64) ([]uint64, error) {
-	a, err := b.memberAssignment(topicID, group, member, ranges)
+func (b *Broker) pollMember(topicID uint64, group, member, owner string, ranges []uint64) ([]uint64, error) {
+	a, err := b.memberAssignment(topicID, group, member, owner, ranges)
 	return a.Ranges, err
-}
-
-// memberAssignment joins or heartbeats a group member and returns its
-// ranges (never nil) with the generation they belong to.
-func (b *Broker) memberAssignment(topicID uint64, group, member string, ranges []uint64) (groups.Assignment, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	a, err := b.mu.groups.Poll(topicID, group, member, ranges, b.nowMs())
-	if errors.Is(err, groups.ErrTooManyMembers) || errors.Is(err, groups.ErrTooManyGroups) {
-		return groups.Assignment{}, ErrTooManyMembers
-	}
-	if err != nil {
-		return groups.Assignment{}, err
-	}
-	if a.Ranges == nil {
-		a.Ranges = []uint64{}
-	}
-	return a, nil
 }
 
 // Commit merges a cursor into a group's stored position for a topic,
@@ -82,7 +63,11 @@ func (b *Broker) commitEntries(ctx context.Context, topic string, topicID uint64
 		Topic:   topic,
 		Group:   group,
 		Entries: toGroupEntries(add),
+		Quota:   &metadata.Quota{GroupsPerTopic: b.cfg.Limits.MaxGroupsPerTopic},
 	})
+	if errors.Is(err, ErrQuotaExceeded) {
+		return quotaError("the topic has %d consumer groups with a committed position", b.cfg.Limits.MaxGroupsPerTopic)
+	}
 	return err
 }
 
@@ -123,19 +108,6 @@ func (b *Broker) memberEntries(topicID uint64, ranges []uint64, entries []cursor
 		}
 	})
 	return cursor.Merge(nil, out)
-}
-
-// LeaveGroup removes a member so its ranges move to the others now rather
-// than after their session timeout.
-func (b *Broker) LeaveGroup(topic, group, member string) error {
-	topicID, err := b.topicID(topic)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.mu.groups.Leave(topicID, group, member, b.nowMs())
-	return nil
 }
 
 func (b *Broker) topicID(topic string) (uint64, error) {
@@ -223,13 +195,11 @@ func (b *Broker) ListGroups(topic string) ([]string, error) {
 	}
 	var names []string
 	b.meta.View(func(st *metadata.State) { names = st.Groups(topicID) })
-	b.mu.Lock()
-	for _, g := range b.mu.groups.Groups(topicID) {
+	for _, g := range b.liveGroups(topicID) {
 		if !containsString(names, g) {
 			names = append(names, g)
 		}
 	}
-	b.mu.Unlock()
 	sort.Strings(names)
 	return names, nil
 }

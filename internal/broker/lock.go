@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/malachi-log/malachi/internal/vfs"
 )
 
 // ErrDataDirLocked means another process serves the data directory.
@@ -16,7 +18,7 @@ var ErrDataDirLocked = errors.New("broker: data directory is in use by another p
 // can never write the same segments and metadata log. The lock dies with
 // the process, so a SIGKILL never leaves it behind.
 func lockDataDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, vfs.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("broker: lock file: %w", err)
 	}

@@ -30,10 +30,13 @@ func (b *Broker) SplitRange(ctx context.Context, topic string, rangeID uint64) (
 	if h.retired {
 		return nil, metadata.ErrSealed
 	}
+	if err := b.checkRangeRoom(2); err != nil {
+		return nil, err
+	}
 	if err := b.rollLocked(h); err != nil {
 		return nil, err
 	}
-	res, err := b.apply(ctx, metadata.Command{Kind: "split_range", Range: rangeID})
+	res, err := b.apply(ctx, metadata.Command{Kind: "split_range", Range: rangeID, Quota: b.rangeQuota()})
 	if err != nil {
 		return nil, err
 	}
@@ -75,12 +78,15 @@ func (b *Broker) MergeRanges(ctx context.Context, topic string, a, c uint64) (ui
 	if err := b.checkBuddies(a, c); err != nil {
 		return 0, err
 	}
+	if err := b.checkRangeRoom(1); err != nil {
+		return 0, err
+	}
 	for _, h := range []*head{h1, h2} {
 		if err := b.rollLocked(h); err != nil {
 			return 0, err
 		}
 	}
-	res, err := b.apply(ctx, metadata.Command{Kind: "merge_ranges", Range: a, RangeB: c})
+	res, err := b.apply(ctx, metadata.Command{Kind: "merge_ranges", Range: a, RangeB: c, Quota: b.rangeQuota()})
 	if err != nil {
 		return 0, err
 	}

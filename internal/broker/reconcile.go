@@ -79,7 +79,7 @@ func (b *Broker) viewRange(rangeID uint64) rangeView {
 func (b *Broker) reconcileLocked(h *head) error {
 	v := b.viewRange(h.rangeID)
 	if v.retired {
-		h.retired = true
+		b.retireLocked(h)
 		return nil
 	}
 	if !v.hasActive {
@@ -102,7 +102,18 @@ func (b *Broker) reconcileLocked(h *head) error {
 		if err := b.sealDamaged(v.active.ID, info); err != nil {
 			return err
 		}
-		h.sealedAt(info.DurableEnd)
+		h.sealedAt(damagedEnd(info))
+	case info.Fenced:
+		// A seal that failed after the fence (a write fault on the seal
+		// files): the segment takes no appends, so finish the roll.
+		footer, err := b.store.Seal(b.life, storage.SegmentID(v.active.ID))
+		if err != nil {
+			return fmt.Errorf("broker: finish seal of segment %d: %w", v.active.ID, err)
+		}
+		if err := b.sealInMetadata(v.active.ID, footer); err != nil {
+			return err
+		}
+		h.sealedAt(footer.End)
 	default:
 		h.segment, h.next = v.active.ID, info.End
 		h.bytes = info.Bytes
@@ -124,6 +135,12 @@ func (b *Broker) adoptable(seg metadata.Segment, rangeID uint64) (storage.Info, 
 		// its base could be right. The range refuses writes until the file
 		// is repaired or restored.
 		return storage.Info{}, fmt.Errorf("broker: active segment %d of range %d is unreadable: %w", seg.ID, rangeID, info.Damage)
+	}
+	if err == nil && info.Sealed {
+		// Only an open file reports its owner; a sealed one is read.
+		if info.Owner, err = b.store.Owner(id); err != nil {
+			return storage.Info{}, fmt.Errorf("broker: segment %d: %w", seg.ID, err)
+		}
 	}
 	if err == nil {
 		problem := activeMismatch(seg, info, rangeID)
@@ -160,22 +177,31 @@ func activeMismatch(seg metadata.Segment, info storage.Info, rangeID uint64) str
 	return ""
 }
 
+// damagedEnd is where a segment found damaged at open is sealed: past
+// every valid batch in its file, the ones after the damage included, since
+// their offsets were handed out and may be in readers' cursors. Reads
+// serve the good prefix; the offsets from there to the end are skipped.
+func damagedEnd(info storage.Info) uint64 {
+	return max(info.DurableEnd, info.EndPastDamage)
+}
+
 // sealDamaged seals, in the metadata, a segment whose file was found
-// damaged at its last good batch. The store keeps every byte: reads serve
-// the good prefix, the damage stays reported by the store.
+// damaged, at damagedEnd. The store keeps every byte and keeps reporting
+// the damage.
 func (b *Broker) sealDamaged(id uint64, info storage.Info) error {
+	end := damagedEnd(info)
 	res, err := b.apply(b.life, metadata.Command{
-		Kind: "seal_segment", Segment: id, End: info.DurableEnd,
+		Kind: "seal_segment", Segment: id, End: end,
 		Records: info.Records, Bytes: info.Bytes, MaxExpiry: info.MaxExpiry,
 	})
-	if errors.Is(err, metadata.ErrAlreadySealed) && res.Sealed != nil && res.Sealed.End == info.DurableEnd {
+	if errors.Is(err, metadata.ErrAlreadySealed) && res.Sealed != nil && res.Sealed.End == end {
 		err = nil
 	}
 	if err != nil {
 		return fmt.Errorf("broker: seal damaged segment %d: %w", id, err)
 	}
-	b.log.Error("a damaged active segment was sealed at its last good batch; its bytes are kept",
-		"segment", id, "end", info.DurableEnd, "damage", info.Damage)
+	b.log.Error("a damaged active segment was sealed past its last valid batch; its bytes are kept, reads stop at the damage",
+		"segment", id, "readable_end", info.DurableEnd, "sealed_end", end, "damage", info.Damage)
 	return nil
 }
 
@@ -208,6 +234,12 @@ func (b *Broker) recover() error {
 	})
 	var orphans []uint64
 	for _, info := range b.store.List() {
+		if uint64(info.ID) >= metadata.MaxSegmentID {
+			// No id this large was ever handed out: a stray file, which
+			// must not push the floor past what open_segment accepts.
+			b.log.Warn("a segment file's id is beyond any id the node hands out; kept and ignored", "segment", uint64(info.ID))
+			continue
+		}
 		b.raiseSegFloor(uint64(info.ID))
 		if !known[uint64(info.ID)] {
 			orphans = append(orphans, uint64(info.ID))
@@ -284,8 +316,8 @@ func sealedMismatch(s metadata.Segment, info storage.Info) string {
 		return fmt.Sprintf("content hash %016x, metadata %016x", info.Footer.ContentHash, s.ContentHash)
 	case info.Sealed:
 		return ""
-	case info.Damage != nil && info.DurableEnd == s.End:
-		return "" // sealed in the metadata at its last good batch
+	case info.Damage != nil && damagedEnd(info) == s.End:
+		return "" // sealed in the metadata past the damage
 	case info.Damage == nil && info.End == s.End:
 		return "finish"
 	}

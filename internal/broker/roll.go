@@ -49,7 +49,7 @@ func (b *Broker) openSegmentLocked(h *head) error {
 		MinID:    b.segFloor.Load(),
 	})
 	if errors.Is(err, metadata.ErrSealed) || errors.Is(err, metadata.ErrNoSuchRange) {
-		h.retired = true
+		b.retireLocked(h)
 		return errRetired
 	}
 	if err != nil {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/metadata"
@@ -17,6 +18,7 @@ type Subscription struct {
 	topic  string
 	group  *string
 	member *string
+	owner  string // whom a group the member creates is charged to
 	window int
 	max    int
 	pos    position
@@ -24,6 +26,9 @@ type Subscription struct {
 	// with (0: none yet).
 	gen  uint64
 	acks chan subAck
+	// ended is closed when Run returns: nothing drains acks after that, so
+	// an Ack waiting for room must stop waiting.
+	ended chan struct{}
 }
 
 type subAck struct {
@@ -31,21 +36,31 @@ type subAck struct {
 	count  int
 }
 
+// errStreamEnded: an Ack after the stream's Run returned.
+var errStreamEnded = errors.New("broker: stream ended")
+
 // maxQueuedAcks bounds the acks a connection may have waiting; a client
 // that outruns the subscription's commits is slowed down, not buffered.
 const maxQueuedAcks = 1024
 
-// Subscribe prepares a subscription starting at the group's committed
-// position (or the start without a group).
+// Subscribe is SubscribeAs for the node's own account (not accounted).
 func (b *Broker) Subscribe(topic string, group, member *string, window, max int) (*Subscription, error) {
-	pos, err := b.startPosition(FetchRequest{Topic: topic, Group: group, Member: member})
+	return b.SubscribeAs(Identity{}, topic, group, member, window, max)
+}
+
+// SubscribeAs prepares a subscription of id starting at the group's
+// committed position (or the start without a group). A group the member
+// creates is charged to id, as in Fetch.
+func (b *Broker) SubscribeAs(id Identity, topic string, group, member *string, window, max int) (*Subscription, error) {
+	pos, err := b.startPosition(FetchRequest{Topic: topic, Group: group, Member: member, Identity: id})
 	if err != nil {
 		return nil, err
 	}
 	return &Subscription{
-		b: b, topic: topic, group: group, member: member,
+		b: b, topic: topic, group: group, member: member, owner: groupOwner(id),
 		window: window, max: max, pos: pos,
-		acks: make(chan subAck, maxQueuedAcks),
+		acks:  make(chan subAck, maxQueuedAcks),
+		ended: make(chan struct{}),
 	}, nil
 }
 
@@ -55,6 +70,8 @@ func (s *Subscription) Ack(ctx context.Context, cur *string, count int) error {
 	select {
 	case s.acks <- subAck{cursor: cur, count: count}:
 		return nil
+	case <-s.ended:
+		return errStreamEnded
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -64,6 +81,7 @@ func (s *Subscription) Ack(ctx context.Context, cur *string, count int) error {
 // once, from the connection's own goroutine, and returns when the stream
 // ends; a member leaves its group then.
 func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
+	defer close(s.ended)
 	if s.member != nil && s.group != nil {
 		defer s.b.LeaveGroup(s.topic, *s.group, *s.member)
 	}
@@ -149,7 +167,7 @@ func (s *Subscription) refreshMember() error {
 	}
 	var ranges []uint64
 	s.b.meta.View(func(st *metadata.State) { ranges = activeIDs(st, s.pos.topicID) })
-	a, err := s.b.memberAssignment(s.pos.topicID, *s.group, *s.member, ranges)
+	a, err := s.b.memberAssignment(s.pos.topicID, *s.group, *s.member, s.owner, ranges)
 	if err != nil {
 		return err
 	}

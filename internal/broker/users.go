@@ -9,68 +9,6 @@ import (
 	"github.com/malachi-log/malachi/internal/metadata"
 )
 
-// Identity is an authenticated connection's user and permissions, fixed
-// for the connection's life.
-type Identity struct {
-	User  string
-	Perms []string
-	Token string
-}
-
-// Authenticate checks a password and opens a session. An unknown user
-// costs the same as a wrong password and gets the same answer.
-func (b *Broker) Authenticate(user, password string) (Identity, error) {
-	var (
-		u  metadata.User
-		ok bool
-	)
-	b.meta.View(func(st *metadata.State) { u, ok = st.User(user) })
-	if !ok {
-		auth.DummyVerify(password)
-		return Identity{}, ErrCredentials
-	}
-	if ok, err := auth.VerifyPassword(u.PasswordHash, password); !ok || err != nil {
-		return Identity{}, ErrCredentials
-	}
-	token, err := b.sessions.Create(u.Name, u.Perms, b.nowMs())
-	if err != nil {
-		return Identity{}, err
-	}
-	return Identity{User: u.Name, Perms: u.Perms, Token: token}, nil
-}
-
-// Operations a topic permission check asks about.
-const (
-	OpProduce = "produce"
-	OpConsume = "consume"
-)
-
-// Authorize decides whether id may perform op on topic.
-func (b *Broker) Authorize(id Identity, op, topic string) error {
-	var grants []auth.Grant
-	if b.cfg.ACLStrict {
-		b.meta.View(func(st *metadata.State) {
-			for _, a := range st.ACLs(id.User) {
-				grants = append(grants, auth.Grant{Operation: a.Operation, Pattern: a.Pattern})
-			}
-		})
-	}
-	if auth.Allowed(id.Perms, grants, b.cfg.ACLStrict, op, topic) {
-		return nil
-	}
-	return ErrPermission
-}
-
-// IsAdmin reports whether id holds the admin permission.
-func IsAdmin(id Identity) bool {
-	for _, p := range id.Perms {
-		if p == auth.PermAdmin {
-			return true
-		}
-	}
-	return false
-}
-
 // CreateUser adds a user with an argon2id-hashed password.
 func (b *Broker) CreateUser(ctx context.Context, user, password string, perms []string) error {
 	if !auth.ValidPerms(perms) {
@@ -81,26 +19,37 @@ func (b *Broker) CreateUser(ctx context.Context, user, password string, perms []
 		return err
 	}
 	_, err = b.apply(ctx, metadata.Command{Kind: "create_user", User: user, PasswordHash: hash, Perms: perms})
+	b.refreshPrincipals()
 	return err
 }
 
-// DeleteUser removes a user, its ACLs and its sessions.
+// DeleteUser removes a user, its ACLs and its sessions. Connections
+// already open as the user are refused from their next request.
 func (b *Broker) DeleteUser(ctx context.Context, user string) error {
-	if _, err := b.apply(ctx, metadata.Command{Kind: "delete_user", User: user}); err != nil {
+	_, err := b.apply(ctx, metadata.Command{Kind: "delete_user", User: user})
+	b.refreshPrincipals()
+	if err != nil {
 		return err
 	}
 	b.sessions.RevokeUser(user)
 	return nil
 }
 
-// ChangePassword replaces a user's password.
+// ChangePassword replaces a user's password. Its sessions end, and
+// connections that logged in with the old password are refused from their
+// next request.
 func (b *Broker) ChangePassword(ctx context.Context, user, password string) error {
 	hash, err := auth.HashPassword(password)
 	if err != nil {
 		return err
 	}
 	_, err = b.apply(ctx, metadata.Command{Kind: "set_password", User: user, PasswordHash: hash})
-	return err
+	b.refreshPrincipals()
+	if err != nil {
+		return err
+	}
+	b.sessions.RevokeUser(user)
+	return nil
 }
 
 // UserEntry is one user and its permissions.
@@ -124,12 +73,15 @@ func (b *Broker) ListUsers() []UserEntry {
 // GrantACL allows user to perform operation on topics matching pattern.
 func (b *Broker) GrantACL(ctx context.Context, user, operation, pattern string) error {
 	_, err := b.apply(ctx, metadata.Command{Kind: "grant_acl", User: user, Operation: operation, Pattern: pattern})
+	b.refreshPrincipals()
 	return err
 }
 
-// RevokeACL removes a grant; revoking a missing grant succeeds.
+// RevokeACL removes a grant; revoking a missing grant succeeds. It takes
+// effect on the user's open connections from their next request.
 func (b *Broker) RevokeACL(ctx context.Context, user, operation, pattern string) error {
 	_, err := b.apply(ctx, metadata.Command{Kind: "revoke_acl", User: user, Operation: operation, Pattern: pattern})
+	b.refreshPrincipals()
 	return err
 }
 

@@ -48,6 +48,18 @@ func (l smallListener) Accept() (net.Conn, error) {
 // on a loopback port with small socket buffers.
 func startServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
+	lc := net.ListenConfig{Control: smallBuffers}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveOn(t, cfg, smallListener{ln})
+}
+
+// serveOn runs a broker on a temporary directory and a server for it on
+// ln, until the test ends.
+func serveOn(t *testing.T, cfg Config, ln net.Listener) *Server {
+	t.Helper()
 	ctx := context.Background()
 	b, err := broker.Open(ctx, broker.Config{DataDir: t.TempDir()})
 	if err != nil {
@@ -57,16 +69,18 @@ func startServer(t *testing.T, cfg Config) *Server {
 		t.Fatal(err)
 	}
 	s := New(cfg, b)
-	lc := net.ListenConfig{Control: smallBuffers}
-	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
+	if err := s.prepare(); err != nil {
+		ln.Close()
+		b.Close()
 		t.Fatal(err)
 	}
-	s.ln = smallListener{ln}
+	s.ln = ln
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		s.Serve()
+		if err := s.Serve(); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	}()
 	t.Cleanup(func() {
 		s.Shutdown(context.Background())
@@ -186,10 +200,11 @@ func connCount(s *Server) int {
 }
 
 // waitFor polls cond until it holds, calling check on every round so an
-// invariant is watched for the whole wait.
+// invariant is watched for the whole wait. The deadline is generous: under
+// -race on a busy two-core machine a few thousand frames take seconds.
 func waitFor(t *testing.T, what string, check func(), cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		check()
 		if cond() {

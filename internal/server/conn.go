@@ -2,8 +2,11 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -27,14 +30,26 @@ import (
 // does not read therefore leaves every slot with an answer the writer cannot
 // get rid of, and the reader, waiting for a slot, stops reading: TCP pushes
 // back on the client. The writer's deadline then closes the connection.
+//
+// The byte budget (budget.go) bounds the same answers by size: a fetch
+// reserves room for the largest answer it could give before it runs, and
+// the reader also waits while queued answers fill the budget.
 type conn struct {
-	s  *Server
-	nc net.Conn
-	ip string
-	br *bufio.Reader
+	s *Server
+	// raw is the accepted socket: deadlines and Close go to it from any
+	// goroutine. nc is what frames are read from and written to — raw,
+	// or the TLS connection over it — set by serve before the writer
+	// starts and not changed after.
+	raw      net.Conn
+	nc       net.Conn
+	ip       string
+	accepted time.Time
+	br       *bufio.Reader
+	tls      atomic.Pointer[tls.ConnectionState] // set once the handshake completes
 
-	out   chan []byte   // frames for the writer, each holding a slot
-	slots chan struct{} // MaxInFlight answer slots
+	out    chan outFrame // frames for the writer, each holding a slot
+	slots  chan struct{} // MaxInFlight answer slots
+	budget *byteBudget
 	// ctx lives as long as the socket can be written; reqCtx ends when the
 	// reader stops, so long polls and streams give up then and answer.
 	ctx       context.Context
@@ -46,38 +61,80 @@ type conn struct {
 	drainMu   sync.Once
 	closeMu   sync.Once
 
-	id     broker.Identity
+	// ident is who the connection authenticated as (auth.go); authed,
+	// read only by the reader, says whether that happened yet.
+	ident  atomic.Pointer[broker.Identity]
 	authed bool
 	stream *broker.Subscription // set once the connection is in stream mode
+	// fullBuffers tells the writer the connection has authenticated and
+	// gets full-size buffers; until then both sides use small ones, so an
+	// unauthenticated connection costs a few KiB.
+	fullBuffers atomic.Bool
 
 	// Gauges tests read to check the bounds above: goroutines this
 	// connection started that have not ended (its writer, request
 	// goroutines, a subscription); slots whose frame is not queued yet; and
 	// whether the writer is writing a frame, which is where it waits when
-	// the socket is full.
-	goroutines atomic.Int32
-	owed       atomic.Int32
-	writing    atomic.Bool
+	// the socket is full; the capacity the reader keeps for the next
+	// frame; and how many requests the reader has admitted.
+	goroutines  atomic.Int32
+	owed        atomic.Int32
+	writing     atomic.Bool
+	frameBuffer atomic.Int64
+	admitted    atomic.Int64
 }
+
+// outFrame is one frame for the writer; its bytes are charged to the
+// budget until written.
+type outFrame struct {
+	b []byte
+}
+
+// Buffer sizes. Reads and writes go through buffers so pipelined frames
+// share syscalls; the frame buffer keeps the largest recent frame for
+// reuse unless that is above keepFrameBuffer, so one 16 MiB produce does
+// not pin 16 MiB for the rest of the connection's life.
+const (
+	smallIOBuffer   = 4 << 10
+	fullIOBuffer    = 64 << 10
+	keepFrameBuffer = 64 << 10
+)
 
 func newConn(s *Server, nc net.Conn, ip string) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	reqCtx, reqCancel := context.WithCancel(ctx)
 	return &conn{
 		reqCtx: reqCtx, reqCancel: reqCancel,
-		s: s, nc: nc, ip: ip,
-		br:       bufio.NewReaderSize(nc, 64<<10),
-		out:      make(chan []byte, s.cfg.MaxInFlight),
+		s: s, raw: nc, ip: ip, accepted: time.Now(),
+		out:      make(chan outFrame, s.cfg.MaxInFlight),
 		slots:    make(chan struct{}, s.cfg.MaxInFlight),
+		budget:   newByteBudget(s.cfg.MaxConnBytes),
 		ctx:      ctx,
 		cancel:   cancel,
 		draining: make(chan struct{}),
 	}
 }
 
+// tlsState returns the connection's TLS state once its handshake has
+// completed, or nil for a plaintext connection. With a client CA
+// configured (Server.verifiesClientCerts), a certificate the client
+// presented has been verified against it: VerifiedChains[0][0] is the
+// client's certificate. A client that presented none has empty
+// PeerCertificates and VerifiedChains. It is set before the first frame
+// is read and never changes.
+func (c *conn) tlsState() *tls.ConnectionState { return c.tls.Load() }
+
+// verifiesClientCerts reports whether TLS connections are asked for a
+// client certificate that is verified against the configured CAs.
+func (s *Server) verifiesClientCerts() bool { return s.tls != nil && s.cfg.TLSClientCAFile != "" }
+
 // serve runs the connection until the client leaves, an error closes it,
 // or the server drains it.
 func (c *conn) serve() {
+	if err := c.open(); err != nil {
+		c.close()
+		return
+	}
 	writerDone := make(chan struct{})
 	c.goroutines.Add(1)
 	go func() {
@@ -93,19 +150,59 @@ func (c *conn) serve() {
 	c.close()
 }
 
+// open settles what the connection speaks before any frame is read: with
+// TLS configured, its first byte tells a TLS handshake from a plaintext
+// frame (tls.go). The handshake must complete within the auth timeout,
+// which runs from accept.
+func (c *conn) open() error {
+	c.nc = c.raw
+	if c.s.tls != nil {
+		c.raw.SetDeadline(c.accepted.Add(c.s.cfg.AuthTimeout))
+		if c.isDraining() { // a drain's deadline set before ours was replaced
+			return errConnEnding
+		}
+		var first [1]byte
+		if _, err := io.ReadFull(c.raw, first[:]); err != nil {
+			return err
+		}
+		sniffed := &sniffedConn{Conn: c.raw, first: first[:]}
+		switch {
+		case first[0] == recordTypeHandshake:
+			tc := tls.Server(sniffed, c.s.tls.base)
+			if err := tc.HandshakeContext(c.ctx); err != nil {
+				c.s.handshakeErrors.Add(1)
+				c.s.cfg.Logger.Debug("TLS handshake failed", "remote", c.raw.RemoteAddr(), "err", err)
+				return err
+			}
+			state := tc.ConnectionState()
+			c.tls.Store(&state)
+			c.nc = tc
+		case c.s.cfg.TLSOnly:
+			c.s.plaintextRefused.Add(1)
+			c.raw.Write(wire.AppendErrorFrame(nil, 0, wire.ReasonTLSRequired))
+			return errPlaintextRefused
+		default:
+			c.nc = sniffed
+		}
+		c.raw.SetDeadline(time.Time{})
+	}
+	c.br = bufio.NewReaderSize(c.nc, smallIOBuffer)
+	return nil
+}
+
 // drain asks the connection to stop reading new requests; in-flight ones
 // complete and are answered.
 func (c *conn) drain() {
 	c.drainMu.Do(func() {
 		close(c.draining)
-		c.nc.SetReadDeadline(time.Now())
+		c.raw.SetReadDeadline(time.Now())
 	})
 }
 
 func (c *conn) close() {
 	c.closeMu.Do(func() {
 		c.cancel()
-		c.nc.Close()
+		c.raw.Close()
 	})
 }
 
@@ -119,39 +216,64 @@ func (c *conn) isDraining() bool {
 }
 
 // readLoop reads frames until the connection ends. The first frame must
-// authenticate; every later one is dispatched.
+// authenticate, within the auth timeout of accept and no larger than
+// MaxPreAuthFrame; every later one is dispatched.
 func (c *conn) readLoop() {
 	var buf []byte
 	for {
-		timeout := c.s.cfg.IdleTimeout
-		if !c.authed {
-			timeout = c.s.cfg.AuthTimeout
+		limit := c.s.cfg.MaxFrame
+		var deadline time.Time
+		switch {
+		case !c.authed:
+			limit = c.s.cfg.MaxPreAuthFrame
+			deadline = c.accepted.Add(c.s.cfg.AuthTimeout)
+		case c.stream != nil:
+			// a stream lives as long as its socket
+		case c.s.cfg.IdleTimeout > 0:
+			deadline = time.Now().Add(c.s.cfg.IdleTimeout)
 		}
-		if c.stream != nil {
-			timeout = 0 // a stream lives as long as its socket
-		}
-		if timeout > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(timeout))
-		} else {
-			c.nc.SetReadDeadline(time.Time{})
-		}
+		c.raw.SetReadDeadline(deadline)
 		// Checked after the deadline is set: a drain that set its own
 		// deadline just before ours replaced it is seen here.
 		if c.isDraining() {
 			return
 		}
-		body, err := wire.ReadFrame(c.br, c.s.cfg.MaxFrame, buf)
+		body, err := wire.ReadFrame(c.br, limit, buf)
 		if err != nil {
 			if errors.Is(err, wire.ErrFrameTooLarge) {
-				c.reply(wire.AppendErrorFrame(nil, 0, "frame_too_large"))
+				c.reply(wire.AppendErrorFrame(nil, 0, wire.ReasonFrameTooLarge))
 			}
 			return
 		}
-		buf = body[:0]
+		wasAuthed := c.authed
 		if !c.handleFrame(body) {
 			return
 		}
+		// Nothing decoded from body outlives handleFrame: produces are
+		// copied into their batch before ProduceAsync returns, and other
+		// requests hold strings, not slices of the frame.
+		buf = body[:0]
+		if cap(buf) > keepFrameBuffer {
+			buf = nil
+		}
+		c.frameBuffer.Store(int64(cap(buf)))
+		if c.authed && !wasAuthed {
+			c.growBuffers()
+		}
 	}
+}
+
+// growBuffers gives an authenticated connection full-size I/O buffers.
+// Bytes the small read buffer already holds (requests pipelined behind
+// the auth) are read first.
+func (c *conn) growBuffers() {
+	var r io.Reader = c.nc
+	if n := c.br.Buffered(); n > 0 {
+		held, _ := c.br.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(held)), c.nc)
+	}
+	c.br = bufio.NewReaderSize(r, fullIOBuffer)
+	c.fullBuffers.Store(true)
 }
 
 // handleFrame processes one frame; false closes the connection.
@@ -178,43 +300,15 @@ func (c *conn) handleFrame(body []byte) bool {
 	if c.stream != nil {
 		return c.handleStreamFrame(corr, req)
 	}
-	// Waiting here for a slot is the connection's backpressure: the reader
-	// reads nothing more until an earlier answer has been written.
-	if !c.acquire() {
+	// Waiting here for room in the budget and for a slot is the
+	// connection's backpressure: the reader reads nothing more until
+	// earlier answers have been written.
+	if !c.budget.room(c.ctx, c.draining) || !c.acquire() {
 		return false
 	}
+	c.admitted.Add(1)
 	c.dispatch(corr, req)
 	return true
-}
-
-// authenticate handles the first frame: only auth keys are accepted.
-func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
-	switch key {
-	case wire.KeyAuth:
-		req, err := wire.DecodeRequest(key, payload)
-		if err != nil {
-			c.reply(wire.AppendErrorFrame(nil, corr, "malformed_request"))
-			return false
-		}
-		a := req.(*wire.AuthRequest)
-		id, err := c.s.b.Authenticate(deref(a.User), deref(a.Password))
-		if err != nil {
-			c.reply(wire.AppendErrorFrame(nil, corr, reason(err)))
-			return false
-		}
-		c.id, c.authed = id, true
-		c.reply(wire.AppendOKFrame(nil, corr, &wire.TokenResponse{Token: id.Token}))
-		return true
-	case wire.KeyMTLSAuth:
-		c.reply(wire.AppendErrorFrame(nil, corr, "mtls_auth_disabled"))
-		return false
-	case wire.KeyTokenAuth:
-		c.reply(wire.AppendErrorFrame(nil, corr, "oidc_auth_disabled"))
-		return false
-	default:
-		c.reply(wire.AppendErrorFrame(nil, corr, "auth_required"))
-		return false
-	}
 }
 
 // handleStreamFrame accepts only stream_ack once a subscription runs.
@@ -249,10 +343,16 @@ func (c *conn) acquire() bool {
 }
 
 // queue hands a frame to the writer. The caller holds a slot, which passes
-// to the frame; out has room for every slot, so this never blocks.
-func (c *conn) queue(frame []byte) {
+// to the frame; out has room for every slot, so this never blocks. The
+// frame's bytes count against the budget until written.
+func (c *conn) queue(frame []byte) { c.queueSettled(frame, 0) }
+
+// queueSettled queues frame and gives back the reserved bytes that were
+// held for it, in one step so the budget never counts both or neither.
+func (c *conn) queueSettled(frame []byte, reserved int64) {
+	c.budget.settle(reserved, int64(len(frame)))
 	c.owed.Add(-1)
-	c.out <- frame
+	c.out <- outFrame{b: frame}
 }
 
 // unused gives back a slot that will carry no frame.
@@ -261,8 +361,8 @@ func (c *conn) unused() {
 	<-c.slots
 }
 
-// reply takes a slot and queues frame, for the frames the reader and a
-// subscription send; false if the connection failed or drains first.
+// reply takes a slot and queues frame, for the frames the reader sends;
+// false if the connection failed or drains first.
 func (c *conn) reply(frame []byte) bool {
 	if !c.acquire() {
 		return false
@@ -271,15 +371,36 @@ func (c *conn) reply(frame []byte) bool {
 	return true
 }
 
+// push takes a slot and queues frame once it fits in the budget, for
+// subscription pushes: the subscription reads its next page only after
+// this returns, so a subscriber that reads slowly holds at most the
+// budget plus the page waiting here.
+func (c *conn) push(frame []byte) bool {
+	if !c.acquire() {
+		return false
+	}
+	if !c.budget.queueWhenFits(c.reqCtx, c.draining, int64(len(frame))) {
+		c.unused()
+		return false
+	}
+	c.owed.Add(-1)
+	c.out <- outFrame{b: frame}
+	return true
+}
+
 // writeLoop writes queued frames, flushing when the queue runs dry so
-// pipelined answers share syscalls. Each frame's slot is given back once
-// the frame is written (or dropped, after the socket failed).
+// pipelined answers share syscalls. Each frame's slot and bytes are given
+// back once the frame is written (or dropped, after the socket failed).
 func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
-	for frame := range c.out {
+	bw := bufio.NewWriterSize(c.nc, smallIOBuffer)
+	for f := range c.out {
 		if c.ctx.Err() == nil {
-			c.write(bw, frame)
+			if bw.Size() < fullIOBuffer && c.fullBuffers.Load() && bw.Buffered() == 0 {
+				bw = bufio.NewWriterSize(c.nc, fullIOBuffer)
+			}
+			c.write(bw, f.b)
 		}
+		c.budget.written(int64(len(f.b)))
 		<-c.slots
 	}
 	if c.ctx.Err() == nil {
@@ -290,7 +411,7 @@ func (c *conn) writeLoop() {
 // write buffers one frame, flushing when nothing else is queued. A write
 // that does not complete within the write timeout fails the connection.
 func (c *conn) write(bw *bufio.Writer, frame []byte) {
-	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	c.raw.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 	c.writing.Store(true)
 	_, err := bw.Write(frame)
 	if err == nil && len(c.out) == 0 {
@@ -305,7 +426,7 @@ func (c *conn) write(bw *bufio.Writer, frame []byte) {
 // fail closes the socket after a write error; the reader then ends.
 func (c *conn) fail() {
 	c.cancel()
-	c.nc.Close()
+	c.raw.Close()
 }
 
 // spawn runs f on a request goroutine, tracked by wg so serve waits for it.

@@ -34,6 +34,9 @@ func clamp(v uint32, def, cap int) int {
 // are handled on the reader goroutine (their order matters); everything
 // else runs on a request goroutine, so at most MaxInFlight run at once.
 func (c *conn) dispatch(corr uint32, req wire.Request) {
+	if !isAuth(req) && !c.checkIdentity(corr) {
+		return // the identity was revoked: refused, and the connection closes
+	}
 	switch r := req.(type) {
 	case *wire.ProduceRequest:
 		c.produce(corr, r)
@@ -41,10 +44,10 @@ func (c *conn) dispatch(corr uint32, req wire.Request) {
 		c.subscribe(corr, r)
 	case *wire.StreamAckRequest:
 		c.refuse(corr, "unexpected_frame")
-	case *wire.AuthRequest:
-		c.reauth(corr, r)
-	case *wire.MTLSAuthRequest, *wire.TokenAuthRequest:
-		c.refuse(corr, "not_enabled")
+	case *wire.AuthRequest, *wire.MTLSAuthRequest, *wire.TokenAuthRequest:
+		c.reauth(corr, req)
+	case *wire.FetchRequest:
+		c.spawn(func() { c.fetchWithinBudget(corr, r) })
 	default:
 		c.spawn(func() {
 			resp, err := c.handle(req)
@@ -60,6 +63,31 @@ func (c *conn) answer(corr uint32, resp wire.Response, err error) {
 		return
 	}
 	c.queue(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
+}
+
+// fetchWithinBudget runs a fetch once the largest answer it could give
+// fits in the connection's byte budget, and queues the answer in place
+// of the reservation. A fetch that cannot get room before the connection
+// stops reading is refused: retry when the node drains (shutting_down),
+// else the client has gone and the answer is not read anyway.
+func (c *conn) fetchWithinBudget(corr uint32, r *wire.FetchRequest) {
+	need := c.s.fetchReserve
+	if !c.budget.reserve(c.reqCtx, c.draining, need) {
+		reason := wire.ReasonRetry
+		if c.isDraining() {
+			reason = wire.ReasonShuttingDown
+		}
+		c.refuse(corr, reason)
+		return
+	}
+	resp, err := c.handle(r)
+	var frame []byte
+	if err != nil {
+		frame = wire.AppendErrorFrame(nil, corr, reason(err))
+	} else {
+		frame = wire.AppendOKFrame(frameBuffer(resp), corr, resp)
+	}
+	c.queueSettled(frame, need)
 }
 
 // refuse queues an error answer of an admitted request on its slot.
@@ -84,17 +112,6 @@ func frameBuffer(resp wire.Response) []byte {
 	return make([]byte, 0, n)
 }
 
-// reauth lets a connection switch identity with a new password auth.
-func (c *conn) reauth(corr uint32, r *wire.AuthRequest) {
-	id, err := c.s.b.Authenticate(deref(r.User), deref(r.Password))
-	if err != nil {
-		c.answer(corr, nil, err)
-		return
-	}
-	c.id = id
-	c.answer(corr, &wire.TokenResponse{Token: id.Token}, nil)
-}
-
 // produce submits inline so consecutive produces on this connection are
 // enqueued in order; the answer goes out when the records are durable. The
 // request's slot is held until then, so a connection has at most
@@ -105,7 +122,7 @@ func (c *conn) produce(corr uint32, r *wire.ProduceRequest) {
 		c.refuse(corr, "no_such_topic")
 		return
 	}
-	if err := c.s.b.Authorize(c.id, broker.OpProduce, *r.Topic); err != nil {
+	if err := c.s.b.Authorize(c.identity(), broker.OpProduce, *r.Topic); err != nil {
 		c.answer(corr, nil, err)
 		return
 	}
@@ -113,10 +130,7 @@ func (c *conn) produce(corr uint32, r *wire.ProduceRequest) {
 		c.refuse(corr, "too_many_records")
 		return
 	}
-	recs := make([]broker.Record, len(r.Records))
-	for i, w := range r.Records {
-		recs[i] = segment.Record{Key: w.Key, Value: w.Value, Timestamp: int64(w.Timestamp), Headers: toSegmentHeaders(w.Headers)}
-	}
+	recs := toSegmentRecords(r.Records)
 	c.wg.Add(1)
 	err := c.s.b.ProduceAsync(c.reqCtx, *r.Topic, recs, func(n int, err error) {
 		// On the segment store's commit goroutine: queueing on the
@@ -130,15 +144,31 @@ func (c *conn) produce(corr uint32, r *wire.ProduceRequest) {
 	}
 }
 
-func toSegmentHeaders(hs []wire.Header) []segment.Header {
-	if len(hs) == 0 {
-		return nil
+// toSegmentRecords converts decoded records for the broker. The headers
+// of all records share one backing array sized by the headers actually
+// decoded: one allocation per produce, not one per record.
+func toSegmentRecords(ws []wire.Record) []broker.Record {
+	n := 0
+	for i := range ws {
+		n += len(ws[i].Headers)
 	}
-	out := make([]segment.Header, len(hs))
-	for i, h := range hs {
-		out[i] = segment.Header{Key: h.Key, Value: h.Value}
+	var headers []segment.Header
+	if n > 0 {
+		headers = make([]segment.Header, 0, n)
 	}
-	return out
+	recs := make([]broker.Record, len(ws))
+	for i, w := range ws {
+		recs[i] = segment.Record{Key: w.Key, Value: w.Value, Timestamp: int64(w.Timestamp)}
+		if len(w.Headers) == 0 {
+			continue
+		}
+		start := len(headers)
+		for _, h := range w.Headers {
+			headers = append(headers, segment.Header{Key: h.Key, Value: h.Value})
+		}
+		recs[i].Headers = headers[start:len(headers):len(headers)]
+	}
+	return recs
 }
 
 func toWireRecords(recs []broker.Record) []wire.Record {
@@ -159,20 +189,22 @@ func toWireRecords(recs []broker.Record) []wire.Record {
 
 // subscribe switches the connection to stream mode: the subscription runs
 // on its own goroutine and pushes pages on the subscribe's correlation id.
-// Each push takes a slot like any other frame, so a client that does not
-// read stops the pushes (and the reader) instead of growing the queue.
+// Each push takes a slot and room in the byte budget like any other
+// frame, so a client that does not read stops the pushes (and the reader)
+// instead of growing the queue.
 func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
 	if r.Topic == nil {
 		c.refuse(corr, "no_such_topic")
 		return
 	}
-	if err := c.s.b.Authorize(c.id, broker.OpConsume, *r.Topic); err != nil {
+	id := c.identity()
+	if err := c.s.b.Authorize(id, broker.OpConsume, *r.Topic); err != nil {
 		c.answer(corr, nil, err)
 		return
 	}
 	window := clamp(r.Window, windowDefault, windowCap)
 	max := clamp(r.Max, pushMaxDefault, pushMaxCap)
-	sub, err := c.s.b.Subscribe(*r.Topic, r.Group, r.Member, window, max)
+	sub, err := c.s.b.SubscribeAs(id, *r.Topic, r.Group, r.Member, window, max)
 	if err != nil {
 		c.answer(corr, nil, err)
 		return
@@ -181,8 +213,13 @@ func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
 	c.stream = sub
 	c.spawn(func() {
 		err := sub.Run(c.reqCtx, func(p broker.Page) error {
+			// Each push is checked like a request: a revoked grant or
+			// user ends the stream with the refusal.
+			if err := c.s.b.Authorize(id, broker.OpConsume, *r.Topic); err != nil {
+				return err
+			}
 			resp := &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}
-			if !c.reply(wire.AppendOKFrame(frameBuffer(resp), corr, resp)) {
+			if !c.push(wire.AppendOKFrame(frameBuffer(resp), corr, resp)) {
 				return errConnEnding
 			}
 			return nil

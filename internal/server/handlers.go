@@ -1,103 +1,152 @@
 package server
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/audit"
 	"github.com/malachi-log/malachi/internal/broker"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
-// handle runs one request that is neither produce nor subscribe.
+// handle runs one request that is neither produce nor subscribe, as the
+// connection's identity when it starts.
 func (c *conn) handle(req wire.Request) (wire.Response, error) {
+	id := c.identity()
 	switch r := req.(type) {
 	case *wire.CreateTopicRequest:
-		return c.createTopic(r.Topic, r.Bits, 1)
+		return c.createTopic(id, r.Topic, r.Bits, 1)
 	case *wire.CreateTopicExRequest:
-		return c.createTopic(r.Topic, r.Bits, int(r.Ranges))
+		return c.createTopic(id, r.Topic, r.Bits, int(r.Ranges))
 	case *wire.FetchRequest:
-		return c.fetch(r)
+		return c.fetch(id, r)
 	case *wire.CommitRequest:
-		return c.commit(r)
+		return c.commit(id, r)
 	case *wire.LeaveGroupRequest:
-		return c.leave(r)
+		return c.leave(id, r)
 	case *wire.ListTopicsRequest:
-		return c.listTopics()
+		return c.listTopics(id)
 	case *wire.DescribeTopicRequest:
-		return c.describeTopic(r)
+		return c.describeTopic(id, r)
 	case *wire.DescribeGroupRequest:
-		return c.describeGroup(r)
+		return c.describeGroup(id, r)
 	case *wire.ListGroupsRequest:
-		return c.listGroups(r)
+		return c.listGroups(id, r)
 	case *wire.StatusRequest:
-		return c.status()
+		return c.status(id)
 	case *wire.EndCursorRequest:
-		return c.endCursor(r)
+		return c.endCursor(id, r)
 	}
-	if !broker.IsAdmin(c.id) {
-		return nil, broker.ErrPermission
+	if err := c.s.b.RequireAdmin(id, wire.KeyName(req.APIKey())); err != nil {
+		return nil, err
 	}
-	return c.handleAdmin(req)
+	return c.handleAdmin(id, req)
 }
 
-// handleAdmin runs the requests that need the admin permission.
-func (c *conn) handleAdmin(req wire.Request) (wire.Response, error) {
+// handleAdmin runs the requests that need the admin permission; those
+// that change something are audited.
+func (c *conn) handleAdmin(id broker.Identity, req wire.Request) (wire.Response, error) {
+	switch r := req.(type) {
+	case *wire.ListUsersRequest:
+		var resp wire.ListUsersResponse
+		for _, u := range c.s.b.ListUsers() {
+			resp.Users = append(resp.Users, wire.UserEntry{User: u.User, Perms: u.Perms})
+		}
+		return &resp, nil
+	case *wire.ListACLsRequest:
+		var resp wire.ListACLsResponse
+		for _, a := range c.s.b.ListACLs(deref(r.User)) {
+			resp.ACLs = append(resp.ACLs, wire.ACLEntry{Operation: a.Operation, Resource: a.Resource})
+		}
+		return &resp, nil
+	}
+	return c.adminChange(id, req)
+}
+
+// adminChange runs an admin request that changes users, grants or topics,
+// and audits it with its outcome. Passwords are never part of the event.
+func (c *conn) adminChange(id broker.Identity, req wire.Request) (wire.Response, error) {
 	b, ctx := c.s.b, c.reqCtx
+	var (
+		resp   wire.Response
+		err    error
+		typ    string
+		target string
+		detail map[string]string
+	)
 	switch r := req.(type) {
 	case *wire.CreateUserRequest:
 		perms := make([]string, len(r.Perms))
 		for i, p := range r.Perms {
 			perms[i] = deref(p)
 		}
-		return nil, b.CreateUser(ctx, deref(r.User), deref(r.Password), perms)
+		typ, target, detail = audit.UserCreated, deref(r.User), map[string]string{"perms": strings.Join(perms, ",")}
+		err = b.CreateUser(ctx, target, deref(r.Password), perms)
 	case *wire.DeleteUserRequest:
-		return nil, b.DeleteUser(ctx, deref(r.User))
+		typ, target = audit.UserDeleted, deref(r.User)
+		err = b.DeleteUser(ctx, target)
 	case *wire.ChangePasswordRequest:
-		return nil, b.ChangePassword(ctx, deref(r.User), deref(r.NewPassword))
-	case *wire.ListUsersRequest:
-		var resp wire.ListUsersResponse
-		for _, u := range b.ListUsers() {
-			resp.Users = append(resp.Users, wire.UserEntry{User: u.User, Perms: u.Perms})
-		}
-		return &resp, nil
+		typ, target = audit.PasswordChanged, deref(r.User)
+		err = b.ChangePassword(ctx, target, deref(r.NewPassword))
 	case *wire.GrantACLRequest:
-		return nil, b.GrantACL(ctx, deref(r.User), deref(r.Operation), deref(r.Pattern))
+		typ, target, detail = audit.ACLGranted, deref(r.User), aclDetail(r.Operation, r.Pattern)
+		err = b.GrantACL(ctx, target, deref(r.Operation), deref(r.Pattern))
 	case *wire.RevokeACLRequest:
-		return nil, b.RevokeACL(ctx, deref(r.User), deref(r.Operation), deref(r.Pattern))
-	case *wire.ListACLsRequest:
-		var resp wire.ListACLsResponse
-		for _, a := range b.ListACLs(deref(r.User)) {
-			resp.ACLs = append(resp.ACLs, wire.ACLEntry{Operation: a.Operation, Resource: a.Resource})
-		}
-		return &resp, nil
+		typ, target, detail = audit.ACLRevoked, deref(r.User), aclDetail(r.Operation, r.Pattern)
+		err = b.RevokeACL(ctx, target, deref(r.Operation), deref(r.Pattern))
 	case *wire.DeleteTopicRequest:
-		return nil, b.DeleteTopic(ctx, deref(r.Topic))
+		typ, target = audit.TopicDeleted, deref(r.Topic)
+		err = b.DeleteTopic(ctx, target)
 	case *wire.SplitRangeRequest:
-		children, err := b.SplitRange(ctx, deref(r.Topic), r.Range)
-		return &wire.SplitRangeResponse{Children: children}, err
+		typ, target, detail = audit.RangeSplit, deref(r.Topic), map[string]string{"range": fmt.Sprint(r.Range)}
+		var children []uint64
+		children, err = b.SplitRange(ctx, target, r.Range)
+		resp = &wire.SplitRangeResponse{Children: children}
 	case *wire.MergeRangesRequest:
-		child, err := b.MergeRanges(ctx, deref(r.Topic), r.A, r.B)
-		return &wire.MergeRangesResponse{Child: child}, err
+		typ, target, detail = audit.RangesMerged, deref(r.Topic), map[string]string{"ranges": fmt.Sprint(r.A, ",", r.B)}
+		var child uint64
+		child, err = b.MergeRanges(ctx, target, r.A, r.B)
+		resp = &wire.MergeRangesResponse{Child: child}
+	default:
+		return nil, broker.ErrNotEnabled
 	}
-	return nil, broker.ErrNotEnabled
+	c.audit(id, typ, target, detail, err)
+	return resp, err
 }
 
-func (c *conn) createTopic(topic *string, bits uint8, ranges int) (wire.Response, error) {
+func aclDetail(op, pattern *string) map[string]string {
+	return map[string]string{"operation": deref(op), "pattern": deref(pattern)}
+}
+
+// audit records an operation's outcome with the wire reason of a refusal.
+func (c *conn) audit(id broker.Identity, typ, target string, detail map[string]string, err error) {
+	r := ""
+	if err != nil {
+		r = reason(err)
+	}
+	c.s.b.Audit(id, typ, target, detail, r)
+}
+
+func (c *conn) createTopic(id broker.Identity, topic *string, bits uint8, ranges int) (wire.Response, error) {
 	name := deref(topic)
-	if err := c.s.b.Authorize(c.id, broker.OpProduce, name); err != nil {
+	if err := c.s.b.Authorize(id, broker.OpProduce, name); err != nil {
 		return nil, err
 	}
-	return nil, c.s.b.CreateTopic(c.reqCtx, name, bits, ranges)
+	err := c.s.b.CreateTopicAs(c.reqCtx, id, name, bits, ranges)
+	c.audit(id, audit.TopicCreated, name, map[string]string{"ranges": fmt.Sprint(max(ranges, 1))}, err)
+	return nil, err
 }
 
-func (c *conn) fetch(r *wire.FetchRequest) (wire.Response, error) {
+func (c *conn) fetch(id broker.Identity, r *wire.FetchRequest) (wire.Response, error) {
 	topic := deref(r.Topic)
-	if err := c.s.b.Authorize(c.id, broker.OpConsume, topic); err != nil {
+	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		return nil, err
 	}
 	wait := min(time.Duration(r.WaitMs)*time.Millisecond, waitCap)
 	page, err := c.s.b.Fetch(c.reqCtx, broker.FetchRequest{
 		Topic: topic, Cursor: r.Cursor, Group: r.Group, Member: r.Member,
-		Max: clamp(r.Max, fetchMaxDefault, fetchMaxCap), Wait: wait,
+		Max: clamp(r.Max, fetchMaxDefault, fetchMaxCap), Wait: wait, Identity: id,
 	})
 	if err != nil && c.reqCtx.Err() == nil {
 		return nil, err
@@ -105,9 +154,9 @@ func (c *conn) fetch(r *wire.FetchRequest) (wire.Response, error) {
 	return &wire.FetchResponse{Records: toWireRecords(page.Records), NextCursor: page.Cursor}, nil
 }
 
-func (c *conn) commit(r *wire.CommitRequest) (wire.Response, error) {
+func (c *conn) commit(id broker.Identity, r *wire.CommitRequest) (wire.Response, error) {
 	topic := deref(r.Topic)
-	if err := c.s.b.Authorize(c.id, broker.OpConsume, topic); err != nil {
+	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		return nil, err
 	}
 	if r.Cursor == nil {
@@ -116,17 +165,23 @@ func (c *conn) commit(r *wire.CommitRequest) (wire.Response, error) {
 	return nil, c.s.b.Commit(c.reqCtx, topic, deref(r.Group), *r.Cursor)
 }
 
-func (c *conn) leave(r *wire.LeaveGroupRequest) (wire.Response, error) {
+func (c *conn) leave(id broker.Identity, r *wire.LeaveGroupRequest) (wire.Response, error) {
 	topic := deref(r.Topic)
-	if err := c.s.b.Authorize(c.id, broker.OpConsume, topic); err != nil {
+	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		return nil, err
 	}
 	return nil, c.s.b.LeaveGroup(topic, deref(r.Group), deref(r.Member))
 }
 
-func (c *conn) listTopics() (wire.Response, error) {
+// listTopics lists the topics; in strict ACL mode a non-admin sees only
+// those it may produce to or consume from.
+func (c *conn) listTopics(id broker.Identity) (wire.Response, error) {
+	visible := c.s.b.TopicFilter(id)
 	var resp wire.ListTopicsResponse
 	for _, t := range c.s.b.ListTopics() {
+		if visible != nil && !visible(t.Name) {
+			continue
+		}
 		resp.Topics = append(resp.Topics, wire.TopicSummary{
 			Name: t.Name, Bits: t.Bits, ActiveRanges: uint32(t.ActiveRanges), Ranges: uint32(t.Ranges),
 			Segments: uint32(t.Segments), Records: t.Records, Bytes: t.Bytes,
@@ -135,8 +190,8 @@ func (c *conn) listTopics() (wire.Response, error) {
 	return &resp, nil
 }
 
-func (c *conn) describeTopic(r *wire.DescribeTopicRequest) (wire.Response, error) {
-	if err := c.s.b.Authorize(c.id, broker.OpConsume, deref(r.Topic)); err != nil {
+func (c *conn) describeTopic(id broker.Identity, r *wire.DescribeTopicRequest) (wire.Response, error) {
+	if err := c.s.b.Authorize(id, broker.OpConsume, deref(r.Topic)); err != nil {
 		return nil, err
 	}
 	d, err := c.s.b.DescribeTopic(deref(r.Topic))
@@ -167,9 +222,9 @@ func ms(t time.Time) uint64 {
 	return uint64(t.UnixMilli())
 }
 
-func (c *conn) describeGroup(r *wire.DescribeGroupRequest) (wire.Response, error) {
+func (c *conn) describeGroup(id broker.Identity, r *wire.DescribeGroupRequest) (wire.Response, error) {
 	topic := deref(r.Topic)
-	if err := c.s.b.Authorize(c.id, broker.OpConsume, topic); err != nil {
+	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		return nil, err
 	}
 	g, err := c.s.b.DescribeGroup(topic, deref(r.Group))
@@ -183,8 +238,8 @@ func (c *conn) describeGroup(r *wire.DescribeGroupRequest) (wire.Response, error
 	return resp, nil
 }
 
-func (c *conn) listGroups(r *wire.ListGroupsRequest) (wire.Response, error) {
-	if err := c.s.b.Authorize(c.id, broker.OpConsume, deref(r.Topic)); err != nil {
+func (c *conn) listGroups(id broker.Identity, r *wire.ListGroupsRequest) (wire.Response, error) {
+	if err := c.s.b.Authorize(id, broker.OpConsume, deref(r.Topic)); err != nil {
 		return nil, err
 	}
 	names, err := c.s.b.ListGroups(deref(r.Topic))
@@ -194,17 +249,29 @@ func (c *conn) listGroups(r *wire.ListGroupsRequest) (wire.Response, error) {
 	return &wire.ListGroupsResponse{Groups: names}, nil
 }
 
-func (c *conn) status() (wire.Response, error) {
+// status reports the node; in strict ACL mode a non-admin's totals count
+// only the topics it may see, and the data directory is not shown.
+func (c *conn) status(id broker.Identity) (wire.Response, error) {
 	s := c.s.b.Status()
+	if visible := c.s.b.TopicFilter(id); visible != nil {
+		s.DataDir, s.Topics, s.Records, s.Bytes = "", 0, 0, 0
+		for _, t := range c.s.b.ListTopics() {
+			if visible(t.Name) {
+				s.Topics++
+				s.Records += t.Records
+				s.Bytes += t.Bytes
+			}
+		}
+	}
 	return &wire.StatusResponse{
 		NodeID: s.NodeID, Version: s.Version, DataDir: s.DataDir,
 		UptimeMs: uint64(s.Uptime.Milliseconds()), Topics: uint32(s.Topics), Records: s.Records, Bytes: s.Bytes,
 	}, nil
 }
 
-func (c *conn) endCursor(r *wire.EndCursorRequest) (wire.Response, error) {
+func (c *conn) endCursor(id broker.Identity, r *wire.EndCursorRequest) (wire.Response, error) {
 	topic := deref(r.Topic)
-	if err := c.s.b.Authorize(c.id, broker.OpConsume, topic); err != nil {
+	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		return nil, err
 	}
 	cur, err := c.s.b.EndCursor(topic)

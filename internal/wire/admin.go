@@ -191,17 +191,13 @@ func (r ListTopicsResponse) AppendPayload(dst []byte) []byte {
 
 func (r *ListTopicsResponse) Decode(payload []byte) error {
 	d := decoder{b: payload}
-	*r = ListTopicsResponse{}
-	if n := d.count(minTopicSummaryLen); n > 0 {
-		r.Topics = make([]TopicSummary, n)
-		for i := range r.Topics {
-			r.Topics[i] = TopicSummary{
-				Name: d.str(), Bits: d.u8(),
-				ActiveRanges: d.u32(), Ranges: d.u32(), Segments: d.u32(),
-				Records: d.u64(), Bytes: d.u64(),
-			}
+	*r = ListTopicsResponse{Topics: list(&d, minTopicSummaryLen, func() TopicSummary {
+		return TopicSummary{
+			Name: d.str(), Bits: d.u8(),
+			ActiveRanges: d.u32(), Ranges: d.u32(), Segments: d.u32(),
+			Records: d.u64(), Bytes: d.u64(),
 		}
-	}
+	})}
 	return d.finish("list_topics response")
 }
 
@@ -258,12 +254,7 @@ func (r DescribeTopicResponse) AppendPayload(dst []byte) []byte {
 func (r *DescribeTopicResponse) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = DescribeTopicResponse{ID: d.u64(), Name: d.str(), Bits: d.u8(), CreatedAt: d.u64()}
-	if n := d.count(minRangeInfoLen); n > 0 {
-		r.Ranges = make([]RangeInfo, n)
-		for i := range r.Ranges {
-			r.Ranges[i].decode(&d)
-		}
-	}
+	r.Ranges = list(&d, minRangeInfoLen, func() (ri RangeInfo) { ri.decode(&d); return ri })
 	r.Groups = d.strs()
 	return d.finish("describe_topic response")
 }
@@ -284,12 +275,7 @@ func (ri *RangeInfo) decode(d *decoder) {
 		ID: d.u64(), Start: d.u64(), End: d.u64(), Active: d.boolean(),
 		Parents: d.u64s(), CreatedAt: d.u64(), SealedAt: d.u64(),
 	}
-	if n := d.count(minSegmentInfoLen); n > 0 {
-		ri.Segments = make([]SegmentInfo, n)
-		for i := range ri.Segments {
-			ri.Segments[i].decode(d)
-		}
-	}
+	ri.Segments = list(d, minSegmentInfoLen, func() (s SegmentInfo) { s.decode(d); return s })
 }
 
 func (s *SegmentInfo) appendTo(dst []byte) []byte {
@@ -358,12 +344,7 @@ func (r DescribeGroupResponse) AppendPayload(dst []byte) []byte {
 func (r *DescribeGroupResponse) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = DescribeGroupResponse{Group: d.str(), Cursor: d.nstr(), Lag: d.u64()}
-	if n := d.count(minRangeLagLen); n > 0 {
-		r.Ranges = make([]RangeLag, n)
-		for i := range r.Ranges {
-			r.Ranges[i] = RangeLag{Range: d.u64(), Lag: d.u64()}
-		}
-	}
+	r.Ranges = list(&d, minRangeLagLen, func() RangeLag { return RangeLag{Range: d.u64(), Lag: d.u64()} })
 	return d.finish("describe_group response")
 }
 

@@ -39,9 +39,14 @@
 //
 // Decoders face hostile input. A list count is accepted only if that many
 // items of the smallest possible size fit in the bytes that remain, and a
-// length only if that many bytes remain, so no allocation is ever larger
-// than a small multiple of the input, and a count of 2^32-1 with ten bytes
-// left fails at once.
+// length only if that many bytes remain, so a count of 2^32-1 with ten
+// bytes left fails at once. A decoded item is larger in memory than its
+// smallest encoding (a Header is 48 bytes, two absent strs 2), so lists
+// are never preallocated for their declared count: the first allocation
+// is cut to what the remaining bytes could back, and the list grows only
+// as items actually decode. What a decode allocates is therefore bounded
+// by the items the payload really holds, and a payload that declares
+// huge counts and then fails costs at most about its own size.
 //
 // NB: byte slices in decoded records (keys, values, header keys and
 // values) alias the payload, with their capacity capped so appending to

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 )
 
 // Tags of the str primitive.
@@ -150,44 +151,45 @@ func (d *decoder) count(minItem int) int {
 	return int(n)
 }
 
-// strs reads list(str) with every item present.
-func (d *decoder) strs() []string {
-	n := d.count(minPresent)
+// list reads list(x), calling item for each of its count items. The
+// count has passed the minimum-size check, but an item in memory is
+// larger than its smallest encoding (a *string is 8 bytes, an absent str
+// 1), so the result is preallocated only for as many items as the
+// remaining bytes could back and grows as items actually decode. It stops
+// at the first failure, so a bad item early in a long list costs nothing
+// more. An empty list decodes as nil.
+func list[T any](d *decoder, minItem int, item func() T) []T {
+	n := d.count(minItem)
 	if n == 0 {
 		return nil
 	}
-	out := make([]string, n)
-	for i := range out {
-		out[i] = d.str()
+	out := make([]T, 0, room[T](d, n))
+	for range n {
+		v := item()
+		if d.err != nil {
+			return nil
+		}
+		out = append(out, v)
 	}
 	return out
 }
+
+// room is how many of n items of type T to preallocate: n, or as many as
+// the remaining bytes could back if that is fewer, so no allocation made
+// before the items decode is larger than the input left.
+func room[T any](d *decoder, n int) int {
+	var zero T
+	return min(n, len(d.b)/max(int(unsafe.Sizeof(zero)), 1))
+}
+
+// strs reads list(str) with every item present.
+func (d *decoder) strs() []string { return list(d, minPresent, d.str) }
 
 // nstrs reads list(str) with absent items allowed.
-func (d *decoder) nstrs() []*string {
-	n := d.count(minStrLen)
-	if n == 0 {
-		return nil
-	}
-	out := make([]*string, n)
-	for i := range out {
-		out[i] = d.nstr()
-	}
-	return out
-}
+func (d *decoder) nstrs() []*string { return list(d, minStrLen, d.nstr) }
 
 // u64s reads list(u64).
-func (d *decoder) u64s() []uint64 {
-	n := d.count(minU64Len)
-	if n == 0 {
-		return nil
-	}
-	out := make([]uint64, n)
-	for i := range out {
-		out[i] = d.u64()
-	}
-	return out
-}
+func (d *decoder) u64s() []uint64 { return list(d, minU64Len, d.u64) }
 
 // finish reports the first failure, or trailing bytes, naming the message.
 func (d *decoder) finish(what string) error {

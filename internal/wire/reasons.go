@@ -10,6 +10,7 @@ const (
 	ReasonUnknownAPIKey    = "unknown_api_key"
 	ReasonAuthRequired     = "auth_required"
 	ReasonUnexpectedFrame  = "unexpected_frame"
+	ReasonTLSRequired      = "tls_required"
 
 	// Authentication, authorisation and admission.
 	ReasonInvalidCredentials      = "invalid_credentials"
@@ -20,6 +21,7 @@ const (
 	ReasonTooManyRequests         = "too_many_requests"
 	ReasonTooManyRecords          = "too_many_records"
 	ReasonTooManyMembers          = "too_many_members"
+	ReasonQuotaExceeded           = "quota_exceeded"
 	ReasonPermissionDenied        = "permission_denied"
 	ReasonMTLSAuthDisabled        = "mtls_auth_disabled"
 	ReasonMTLSAuthUnavailable     = "mtls_auth_unavailable"
@@ -88,20 +90,22 @@ type ReasonInfo struct {
 // Reasons is the one table of every reason the server sends. docs/wire.md
 // renders the same table for client authors; a test keeps them in step.
 var Reasons = map[string]ReasonInfo{
-	ReasonFrameTooLarge:    {false, "The frame's length prefix exceeded the server's limit (16 MiB by default). Sent with correlation id 0; the connection is closed."},
+	ReasonFrameTooLarge:    {false, "The frame's length prefix exceeded the server's limit: 16 MiB by default, and 8 KiB until the connection has authenticated. Sent with correlation id 0; the connection is closed."},
 	ReasonMalformedRequest: {false, "The request did not decode exactly (short, trailing bytes, bad tag). A body shorter than the request header is answered on correlation id 0. The connection keeps serving."},
 	ReasonUnknownAPIKey:    {false, "The server does not know the request's api key."},
 	ReasonAuthRequired:     {false, "The first frame of a connection was not auth, mtls_auth or token_auth, or did not arrive in time. The connection is closed."},
 	ReasonUnexpectedFrame:  {false, "A frame other than stream_ack arrived on a connection in stream mode. The stream continues."},
+	ReasonTLSRequired:      {false, "The port accepts only TLS and the connection did not start a TLS handshake. Sent in the clear with correlation id 0; the connection is closed. Connect with TLS."},
 
-	ReasonInvalidCredentials:      {false, "Unknown user or wrong password (the same answer for both), or a token that did not verify."},
+	ReasonInvalidCredentials:      {false, "Unknown user or wrong password (the same answer for both), or a certificate or token that did not verify or names no user. On an authenticated connection: its user was deleted, its password changed, or its certificate or token expired; the connection is closed."},
 	ReasonAccountLocked:           {false, "Too many failed logins: the account is locked for a while; wait, or ask an administrator."},
-	ReasonRateLimitExceeded:       {true, "Too many authentication attempts from this address; back off."},
+	ReasonRateLimitExceeded:       {true, "Too many failed logins lately from this address or against this user, or too many logins waiting to be checked at once; back off."},
 	ReasonConnectionLimitExceeded: {true, "Too many connections from this address. Sent with correlation id 0, then the connection is closed; reconnect after a back-off."},
 	ReasonGlobalLimitExceeded:     {true, "The server is at its connection limit. Sent with correlation id 0, then the connection is closed; reconnect after a back-off."},
 	ReasonTooManyRequests:         {true, "A per-connection or per-user request limit was hit; back off."},
 	ReasonTooManyRecords:          {false, "A produce request carried more records than one request may; split it."},
 	ReasonTooManyMembers:          {true, "The consumer group (or the node's group table) is full; retry later or use fewer members."},
+	ReasonQuotaExceeded:           {false, "The request would pass a configured limit of the node or of the user (topics, ranges, initial ranges per topic, consumer groups); nothing changed. Delete something, or ask an operator to raise the limit."},
 	ReasonPermissionDenied:        {false, "The identity lacks the role or ACL the operation needs."},
 	ReasonMTLSAuthDisabled:        {false, "mtls_auth is not enabled on this server."},
 	ReasonMTLSAuthUnavailable:     {false, "mtls_auth needs a TLS listener that verifies client certificates; this one does not."},

@@ -55,20 +55,22 @@ func AppendRecords(dst []byte, recs []Record) []byte {
 
 // records reads list(record) into dst[:0], reusing its capacity.
 //
-// NB: allocation is bounded by the input: count checks the list against
-// the remaining bytes before dst grows, and headers of all records share
-// one backing array, sized on the first record that has headers and grown
-// by append, so a batch costs a few allocations rather than one per
-// record. Each record's Headers is capped at its own length, so appending
-// to it cannot clobber a neighbour.
+// NB: allocation is bounded by the bytes present, not by the counts the
+// payload declares: count checks each list against the remaining bytes,
+// and every preallocation is cut to what those bytes could back in
+// memory (room), growing by append only as records and headers actually
+// decode. Headers of all records share one backing array, sized on the
+// first record that has headers, so a batch costs a few allocations
+// rather than one per record. Each record's Headers is capped at its own
+// length, so appending to it cannot clobber a neighbour.
 func (d *decoder) records(dst []Record) []Record {
 	dst = dst[:0]
 	n := d.count(minRecordLen)
 	if n == 0 {
 		return dst
 	}
-	if cap(dst) < n {
-		dst = make([]Record, 0, n)
+	if want := room[Record](d, n); cap(dst) < want {
+		dst = make([]Record, 0, want)
 	}
 	var headers []Header
 	for i := range n {
@@ -76,13 +78,16 @@ func (d *decoder) records(dst []Record) []Record {
 		if hn := d.count(minHeaderLen); hn > 0 {
 			if headers == nil {
 				// Guess that the rest look like this one, within what the
-				// remaining bytes can hold.
-				guess := min(uint64(hn)*uint64(n-i), uint64(len(d.b)/minHeaderLen))
-				headers = make([]Header, 0, int(guess))
+				// remaining bytes can back.
+				headers = make([]Header, 0, room[Header](d, int(min(uint64(hn)*uint64(n-i), uint64(len(d.b))))))
 			}
 			start := len(headers)
 			for range hn {
-				headers = append(headers, Header{Key: d.bytes(), Value: d.bytes()})
+				h := Header{Key: d.bytes(), Value: d.bytes()}
+				if d.err != nil {
+					return dst
+				}
+				headers = append(headers, h)
 			}
 			rec.Headers = headers[start:len(headers):len(headers)]
 		}

@@ -83,13 +83,9 @@ func (r ListUsersResponse) AppendPayload(dst []byte) []byte {
 
 func (r *ListUsersResponse) Decode(payload []byte) error {
 	d := decoder{b: payload}
-	*r = ListUsersResponse{}
-	if n := d.count(minUserEntryLen); n > 0 {
-		r.Users = make([]UserEntry, n)
-		for i := range r.Users {
-			r.Users[i] = UserEntry{User: d.str(), Perms: d.strs()}
-		}
-	}
+	*r = ListUsersResponse{Users: list(&d, minUserEntryLen, func() UserEntry {
+		return UserEntry{User: d.str(), Perms: d.strs()}
+	})}
 	return d.finish("list_users response")
 }
 
@@ -111,12 +107,8 @@ func (r ListACLsResponse) AppendPayload(dst []byte) []byte {
 
 func (r *ListACLsResponse) Decode(payload []byte) error {
 	d := decoder{b: payload}
-	*r = ListACLsResponse{}
-	if n := d.count(minACLEntryLen); n > 0 {
-		r.ACLs = make([]ACLEntry, n)
-		for i := range r.ACLs {
-			r.ACLs[i] = ACLEntry{Operation: d.str(), Resource: d.str()}
-		}
-	}
+	*r = ListACLsResponse{ACLs: list(&d, minACLEntryLen, func() ACLEntry {
+		return ACLEntry{Operation: d.str(), Resource: d.str()}
+	})}
 	return d.finish("list_acls response")
 }
