@@ -20,6 +20,7 @@ import (
 // benchFlags are the flags of `malachi bench`, shared by its subcommands.
 type benchFlags struct {
 	server, user, password string
+	secure                 secureFlags
 	cfg                    bench.Config
 	linger                 time.Duration
 	json                   bool
@@ -77,6 +78,7 @@ func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.server, "server", benchEnv("MALACHI_SERVER", "127.0.0.1:4040"), "node address (env MALACHI_SERVER)")
 	fl.StringVar(&f.user, "user", benchEnv("MALACHI_USER", "app"), "user (env MALACHI_USER)")
 	fl.StringVar(&f.password, "password", benchEnv("MALACHI_PASSWORD", "app123"), "password (env MALACHI_PASSWORD)")
+	f.secure.register(fl)
 	c := &f.cfg
 	fl.StringVar(&c.Topic, "topic", "bench", "topic (e2e default: a fresh topic per run)")
 	fl.Int64Var(&c.Records, "records", 100000, "records to produce; to read per consumer (via fetch) or in all (via group)")
@@ -121,8 +123,17 @@ func (f *benchFlags) config(cmd *cobra.Command, m bench.Mode) bench.Config {
 func runBench(cmd *cobra.Command, f *benchFlags, m bench.Mode) error {
 	ctx, stop := signal.NotifyContext(benchContext(cmd), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	set := settings{Server: f.server, User: f.user, Password: f.password}
+	_, pwFrom := pickFrom(cmd.Flags(), "password", f.password, "MALACHI_PASSWORD", "")
+	if err := resolveSecurity(cmd.Flags(), &f.secure, nil, pwFrom >= fromEnv, &set); err != nil {
+		return err
+	}
+	opts, err := set.clientOptions()
+	if err != nil {
+		return err
+	}
 	dial := func(ctx context.Context) (*client.Client, error) {
-		return client.Dial(ctx, f.server, client.WithCredentials(f.user, f.password))
+		return client.Dial(ctx, f.server, opts...)
 	}
 	if o := cmd.Flags().Lookup("output"); o != nil && o.Value.String() == "json" {
 		f.json = true // the global -o json means --json too

@@ -72,6 +72,7 @@ type cli struct {
 	t   *testing.T
 	bin string
 	env []string
+	dir string // working directory; "" for the test's
 }
 
 func newCLI(t *testing.T, addr string) *cli {
@@ -105,6 +106,17 @@ func withNode(t *testing.T, opts ...clienttest.Option) (*cli, *clienttest.Node) 
 	return newCLI(t, n.Addr()), n
 }
 
+// configDir is the user config directory the binary sees.
+func (c *cli) configDir() string {
+	for _, kv := range c.env {
+		if v, ok := strings.CutPrefix(kv, "XDG_CONFIG_HOME="); ok {
+			return v
+		}
+	}
+	c.t.Fatal("no XDG_CONFIG_HOME in the test environment")
+	return ""
+}
+
 // without returns a copy of c whose environment lacks the variable.
 func (c *cli) without(name string) *cli {
 	cp := *c
@@ -129,6 +141,7 @@ func (c *cli) run(stdin io.Reader, args ...string) result {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.bin, args...)
 	cmd.Env = c.env
+	cmd.Dir = c.dir
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

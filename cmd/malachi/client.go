@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -33,6 +32,10 @@ type app struct {
 	output   string
 	context  string
 	timeout  time.Duration
+	secure   secureFlags
+	// useContextCreds sends a saved context's password or token to a
+	// server other than the context's.
+	useContextCreds bool
 }
 
 // addClientCommands registers the commands that talk to a node, and the
@@ -67,6 +70,8 @@ func (a *app) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	fs.StringVar(&a.context, "context", "", "use this saved context instead of the current one (env MALACHI_CONTEXT)")
 	fs.DurationVar(&a.timeout, "timeout", defaultTimeout, "how long to wait to connect and for each answer")
+	a.secure.register(fs)
+	fs.BoolVar(&a.useContextCreds, "use-context-credentials", false, "send the saved context's password or token even to a --server other than the context's")
 }
 
 // settings are the effective connection parameters of one command.
@@ -77,10 +82,29 @@ type settings struct {
 	Timeout  time.Duration
 	// Context names the saved context they came from, "" for none.
 	Context string
+
+	// TLS and the files and name it uses; see secureFlags.
+	TLS           bool
+	TLSCA         string
+	TLSCert       string
+	TLSKey        string
+	TLSServerName string
+	// Auth is authPassword, authMTLS or authToken; the token is Token, or
+	// read from TokenFile at each connection.
+	Auth      string
+	Token     string
+	TokenFile string
+
+	// Withheld, when not empty, says why the saved context's password or
+	// token is not used: the command points at another server and gave
+	// no credentials of its own. run refuses to go on.
+	Withheld string
 }
 
 // settings merges, highest first: flags set on the command line, the
-// environment, the selected saved context, the defaults.
+// environment, the selected saved context, the defaults. A context's
+// password and token are used only with the context's own server, unless
+// --use-context-credentials says otherwise.
 func (a *app) settings() (settings, error) {
 	s := settings{Server: defaultServer, User: defaultUser, Password: defaultPassword, Timeout: a.timeout}
 	name := a.pick("context", a.context, "MALACHI_CONTEXT", "")
@@ -88,31 +112,57 @@ func (a *app) settings() (settings, error) {
 	if err != nil {
 		return s, err
 	}
+	ctxServer := defaultServer
+	if ctx != nil {
+		ctxServer = orDefault(ctx.Server, defaultServer)
+	}
+	s.Server = a.pick("server", a.server, "MALACHI_SERVER", ctxServer)
 	if ctx != nil {
 		s.Context = ctx.Name
-		s.Server = orDefault(ctx.Server, s.Server)
 		s.User = orDefault(ctx.User, s.User)
+		if ctx.hasSecrets() && !a.useContextCreds && !sameServer(s.Server, ctxServer) {
+			// The secrets stay behind; the rest of the context (user name,
+			// TLS files, none of them secret) still applies.
+			ctx = ctx.withoutSecrets()
+			if !a.credentialsGiven() {
+				s.Withheld = fmt.Sprintf("context %s belongs to %s, and its saved credentials are not sent to %s: "+
+					"pass --user and --password (or --token, --token-file, --auth mtls), or --use-context-credentials to send them anyway",
+					s.Context, ctxServer, s.Server)
+			}
+		}
 		s.Password = orDefault(ctx.Password, s.Password)
 	}
-	s.Server = a.pick("server", a.server, "MALACHI_SERVER", s.Server)
 	s.User = a.pick("user", a.user, "MALACHI_USER", s.User)
 	s.Password = a.pick("password", a.password, "MALACHI_PASSWORD", s.Password)
+	_, pwFrom := pickFrom(a.flags, "password", a.password, "MALACHI_PASSWORD", "")
+	if err := resolveSecurity(a.flags, &a.secure, ctx, pwFrom >= fromEnv, &s); err != nil {
+		return s, err
+	}
 	if s.Timeout <= 0 {
 		return s, usageErr("--timeout must be positive")
 	}
 	return s, nil
 }
 
+// credentialsGiven reports whether the command line or the environment
+// says how to authenticate, so that a context's secrets are not needed.
+func (a *app) credentialsGiven() bool {
+	for _, fe := range [][2]string{
+		{"user", "MALACHI_USER"}, {"password", "MALACHI_PASSWORD"}, {"auth", "MALACHI_AUTH"},
+		{"token", "MALACHI_TOKEN"}, {"token-file", "MALACHI_TOKEN_FILE"},
+	} {
+		if _, from := pickFrom(a.flags, fe[0], "", fe[1], ""); from >= fromEnv {
+			return true
+		}
+	}
+	return false
+}
+
 // pick returns the flag's value if it was set, else the environment
 // variable's if set, else def.
 func (a *app) pick(flag, value, env, def string) string {
-	if a.flags.Changed(flag) {
-		return value
-	}
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		return v
-	}
-	return def
+	v, _ := pickFrom(a.flags, flag, value, env, def)
+	return v
 }
 
 func orDefault(v, def string) string {
@@ -140,12 +190,16 @@ func (a *app) run(cmd *cobra.Command, subject errSubject, f func(ctx context.Con
 	if err != nil {
 		return err
 	}
+	if set.Withheld != "" {
+		return usageErr("%s", set.Withheld)
+	}
 	subject.set = set
+	opts, err := set.clientOptions()
+	if err != nil {
+		return err
+	}
 	ctx := cmd.Context()
-	c, err := client.Dial(ctx, set.Server,
-		client.WithCredentials(set.User, set.Password),
-		client.WithDialTimeout(set.Timeout),
-		client.WithRequestTimeout(set.Timeout))
+	c, err := client.Dial(ctx, set.Server, opts...)
 	if err != nil {
 		return explain(err, subject)
 	}

@@ -130,7 +130,7 @@ func runConsume(ctx context.Context, c *consumer) error {
 	// The cursor is printed on failures too: whoever follows a topic wants
 	// to resume where the output stopped, whatever stopped it.
 	if c.cursor != "" && (c.f.printCursor || interrupted || c.f.follow && err != nil) {
-		fmt.Fprintf(c.s.out.errw, "cursor: %s\n", c.cursor)
+		fmt.Fprintf(c.s.out.errw, "cursor: %s\n", safeText(c.cursor))
 	}
 	if interrupted {
 		return nil
@@ -139,7 +139,7 @@ func runConsume(ctx context.Context, c *consumer) error {
 }
 
 func (c *consumer) status() string {
-	return fmt.Sprintf("consumed %d records from %s", c.seen.Load(), c.topic)
+	return fmt.Sprintf("consumed %d records from %s", c.seen.Load(), safeText(c.topic))
 }
 
 func (c *consumer) loop(ctx context.Context) error {

@@ -14,13 +14,38 @@ import (
 
 // savedContext is a named set of connection settings, like `nats context`
 // or an rpk profile. The password is stored in clear text in a file only
-// its owner may read.
+// its owner may read, and is sent only to the context's server (see
+// app.settings). File paths are stored absolute.
 type savedContext struct {
-	Name        string `json:"-"`
-	Server      string `json:"server,omitempty"`
-	User        string `json:"user,omitempty"`
-	Password    string `json:"password,omitempty"`
-	Description string `json:"description,omitempty"`
+	Name          string `json:"-"`
+	Server        string `json:"server,omitempty"`
+	User          string `json:"user,omitempty"`
+	Password      string `json:"password,omitempty"`
+	Description   string `json:"description,omitempty"`
+	TLS           bool   `json:"tls,omitempty"`
+	TLSCA         string `json:"tls_ca,omitempty"`
+	TLSCert       string `json:"tls_cert,omitempty"`
+	TLSKey        string `json:"tls_key,omitempty"`
+	TLSServerName string `json:"tls_server_name,omitempty"`
+	Auth          string `json:"auth,omitempty"`
+	// TokenFile is where to read a token at each connection. Tokens
+	// themselves are not saved: they expire.
+	TokenFile string `json:"token_file,omitempty"`
+}
+
+// hasSecrets reports whether the context holds credentials that must not
+// go to another server.
+func (c *savedContext) hasSecrets() bool { return c.Password != "" || c.TokenFile != "" }
+
+// withoutSecrets is a copy of c with its password and token file, and a
+// token authentication that would need them, removed.
+func (c *savedContext) withoutSecrets() *savedContext {
+	cp := *c
+	cp.Password, cp.TokenFile = "", ""
+	if cp.Auth == authToken {
+		cp.Auth = ""
+	}
+	return &cp
 }
 
 // contextFile is the whole file: the contexts and which one is current.
@@ -112,21 +137,45 @@ func newContextSaveCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "save NAME",
 		Short: "Save the connection settings given (or in effect) under a name",
-		Long: `Save --server, --user and --password (or the values in effect from the
-environment, the current context and the defaults) under NAME. The first
-context saved becomes the current one. Settings are stored in
-` + "`<user config dir>/malachi/contexts.json`" + `, readable by you only.`,
+		Long: `Save --server, --user, --password, the --tls* flags, --auth and --token-file
+(or the values in effect from the environment, the current context and the
+defaults) under NAME. The first context saved becomes the current one.
+Settings are stored in ` + "`<user config dir>/malachi/contexts.json`" + `, readable by
+you only. A --token is not saved, since tokens expire: save a --token-file.
+
+A context's password and token file are used only with its own server: a
+command pointed elsewhere with --server or MALACHI_SERVER needs credentials
+of its own, or --use-context-credentials.`,
 		Example: `  malachi context save local --server 127.0.0.1:4040 --user admin --password admin123
-  malachi context save prod --server prod-1:4040 --user ops --password s3cret --description "production"`,
+  malachi context save prod --server prod-1:4040 --user ops --password s3cret --description "production"
+  malachi context save secure --server prod-1:4040 --tls-ca ca.pem --tls-cert client.pem --tls-key client-key.pem --auth mtls`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set, err := a.settings()
 			if err != nil {
 				return err
 			}
+			saved := &savedContext{
+				Server: set.Server, User: set.User, Password: set.Password, Description: description,
+				TLS: set.TLS, TLSCA: absPath(set.TLSCA), TLSCert: absPath(set.TLSCert), TLSKey: absPath(set.TLSKey),
+				TLSServerName: set.TLSServerName, TokenFile: absPath(set.TokenFile),
+			}
+			if set.Auth != authPassword {
+				saved.Auth = set.Auth
+			}
+			if set.Withheld != "" {
+				// The current context's password belongs to its own
+				// server: do not copy it into a context for another.
+				saved.Password = ""
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: context %s's password and token file are not copied to a context for %s; pass --password to save one\n",
+					safeText(set.Context), safeText(set.Server))
+			}
+			if set.Token != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: the token is not saved (tokens expire); save a --token-file instead")
+			}
 			return updateContexts(func(cf *contextFile) (string, error) {
 				name := args[0]
-				cf.Contexts[name] = &savedContext{Server: set.Server, User: set.User, Password: set.Password, Description: description}
+				cf.Contexts[name] = saved
 				if cf.Current == "" {
 					cf.Current = name
 					return fmt.Sprintf("saved context %s (%s as %s) and made it current", name, set.Server, set.User), nil
@@ -153,7 +202,7 @@ func updateContexts(change func(*contextFile) (string, error), cmd *cobra.Comman
 	if err := cf.write(path); err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("saving contexts: %w", err)}
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), msg)
+	fmt.Fprintln(cmd.OutOrStdout(), safeText(msg))
 	return nil
 }
 
@@ -204,6 +253,8 @@ type contextJSON struct {
 	Current     bool   `json:"current"`
 	Server      string `json:"server"`
 	User        string `json:"user"`
+	Auth        string `json:"auth"`
+	TLS         bool   `json:"tls"`
 	Description string `json:"description"`
 }
 
@@ -238,12 +289,17 @@ func printContexts(out *printer, cf *contextFile) error {
 	rows := make([][]string, len(names))
 	for i, name := range names {
 		c := cf.Contexts[name]
-		docs[i] = contextJSON{name, name == cf.Current, c.Server, c.User, c.Description}
+		auth := orDefault(c.Auth, authPassword)
+		docs[i] = contextJSON{name, name == cf.Current, c.Server, c.User, auth, c.TLS, c.Description}
 		mark := " "
 		if name == cf.Current {
 			mark = "*"
 		}
-		rows[i] = []string{mark + " " + name, c.Server, c.User, orDefault(c.Description, "-")}
+		tls := "no"
+		if c.TLS {
+			tls = "yes"
+		}
+		rows[i] = []string{mark + " " + name, c.Server, c.User, auth, tls, orDefault(c.Description, "-")}
 	}
 	if out.json {
 		return out.doc(docs)
@@ -252,5 +308,5 @@ func printContexts(out *printer, cf *contextFile) error {
 		out.notef("no saved contexts: save one with 'malachi context save NAME --server HOST:PORT --user USER --password PASS'")
 		return nil
 	}
-	return out.table([]string{"  NAME", "SERVER", "USER", "DESCRIPTION"}, rows)
+	return out.table([]string{"  NAME", "SERVER", "USER", "AUTH", "TLS", "DESCRIPTION"}, rows)
 }

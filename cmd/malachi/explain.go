@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"syscall"
@@ -49,12 +50,33 @@ func explainText(err error, sub errSubject) string {
 		return fmt.Sprintf("no answer from %s within %s: is the address right? (raise --timeout for slow operations)", addr, sub.set.Timeout)
 	case errors.Is(err, client.ErrRequestTooLarge):
 		return "record too large: a request may not exceed the server's frame limit (16 MiB by default)"
+	case errors.Is(err, client.ErrTLS):
+		return fmt.Sprintf("TLS with %s failed: %s: check --tls-ca (the CA that signed the server's certificate) and --tls-server-name, and --tls-cert/--tls-key if the server wants a client certificate",
+			addr, tlsReason(err, addr))
 	case errors.Is(err, client.ErrProtocol):
-		return fmt.Sprintf("%s does not speak the Malachi protocol this client expects: %v", addr, err)
+		return fmt.Sprintf("%s does not speak the Malachi protocol this client expects: %v%s", addr, err, plainHint(err, sub))
 	case errors.Is(err, client.ErrDisconnected):
-		return fmt.Sprintf("connection to %s failed: %s", addr, netReason(err))
+		return fmt.Sprintf("connection to %s failed: %s%s", addr, netReason(err), plainHint(err, sub))
 	}
 	return strings.TrimPrefix(err.Error(), "malachi: ")
+}
+
+// plainHint suggests TLS after a plain connection was cut or answered
+// with bytes that are no Malachi frame: that is how a server that
+// requires TLS treats a client that does not start with a handshake.
+func plainHint(err error, sub errSubject) string {
+	if sub.set.TLS {
+		return ""
+	}
+	if errors.Is(err, client.ErrProtocol) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		return " (if the server requires TLS, pass --tls or --tls-ca)"
+	}
+	return ""
+}
+
+// tlsReason is the TLS failure without the client's wrapping.
+func tlsReason(err error, addr string) string {
+	return strings.TrimPrefix(err.Error(), client.ErrTLS.Error()+": "+addr+": ")
 }
 
 // netReason is the innermost network error text, without the client's
@@ -79,7 +101,17 @@ func reasonHint(e *client.Error, sub errSubject) string {
 		return fmt.Sprintf("create it with 'malachi topic create %s'", topic)
 	case "already_exists":
 		return fmt.Sprintf("topic %s already exists; see 'malachi topic describe %s'", topic, topic)
+	case "tls_required":
+		return "the server accepts TLS connections only: pass --tls-ca with the CA that signed its certificate (or --tls to trust the system's roots)"
+	case "mtls_auth_disabled", "mtls_auth_unavailable", "no_peer_certificate":
+		return sentence(e) + " (--auth mtls needs a server started with a client CA and mtls_auth on, and --tls-cert/--tls-key here)"
 	case "invalid_credentials":
+		switch sub.set.Auth {
+		case authToken:
+			return "the server did not accept the token: check --token/--token-file (or MALACHI_TOKEN/MALACHI_TOKEN_FILE); it may have expired"
+		case authMTLS:
+			return "the server did not accept the identity of the client certificate (--tls-cert): is there a user of that name?"
+		}
 		return "check --user/--password (or MALACHI_USER/MALACHI_PASSWORD)"
 	case "permission_denied":
 		return fmt.Sprintf("user %s may not do this; an admin can grant it with 'malachi acl grant %s produce|consume %s'", sub.set.User, sub.set.User, topic)

@@ -105,9 +105,16 @@ func writeJSONRecord(w *bufio.Writer, r *client.Record) error {
 		}
 		j.Headers = append(j.Headers, jh)
 	}
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	return enc.Encode(j) // Encode ends the line
+	if err := enc.Encode(j); err != nil { // Encode ends the line
+		return err
+	}
+	// Keys and values are data, but a JSON line is text for a terminal or
+	// a log viewer: escape what encoding/json leaves raw, as for -o json.
+	_, err := w.Write(safeJSON(buf.Bytes()))
+	return err
 }
 
 // textOrBase64 returns b as a string if it is valid UTF-8, else its

@@ -9,7 +9,8 @@ import (
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		// Errors quote server reasons and names: escape them like output.
+		fmt.Fprintln(os.Stderr, "error:", safeText(err.Error()))
 		os.Exit(exitCode(err))
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,46 +23,63 @@ type printer struct {
 	errw io.Writer
 }
 
-// doc writes v as one indented JSON document.
+// doc writes v as one indented JSON document, with the characters a
+// terminal would act on escaped (see safeJSON).
 func (p *printer) doc(v any) error {
-	enc := json.NewEncoder(p.w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := p.w.Write(safeJSON(buf.Bytes()))
+	return err
 }
 
-// table writes rows under an upper-case header, columns aligned.
+// table writes rows under an upper-case header, columns aligned. Cells
+// are escaped (safeText), which also keeps a tab or newline in a name
+// from breaking the columns.
 func (p *printer) table(header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	fmt.Fprintln(tw, safeRow(header))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		fmt.Fprintln(tw, safeRow(r))
 	}
 	return tw.Flush()
 }
 
-// fields writes "Name  value" pairs, names aligned.
+func safeRow(cells []string) string {
+	safe := make([]string, len(cells))
+	for i, c := range cells {
+		safe[i] = safeText(c)
+	}
+	return strings.Join(safe, "\t")
+}
+
+// fields writes "Name  value" pairs, names aligned, values escaped.
 func (p *printer) fields(pairs [][2]string) error {
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
 	for _, kv := range pairs {
-		fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+		fmt.Fprintf(tw, "%s\t%s\n", safeText(kv[0]), safeText(kv[1]))
 	}
 	return tw.Flush()
 }
 
 // textf writes a line of the text result (nothing in JSON mode, where
-// the caller writes a document instead).
+// the caller writes a document instead). String arguments are escaped;
+// the format is the program's own.
 func (p *printer) textf(format string, args ...any) {
 	if !p.json {
-		fmt.Fprintf(p.w, format+"\n", args...)
+		fmt.Fprintf(p.w, format+"\n", safeArgs(args)...)
 	}
 }
 
 // notef writes a hint or note to stderr, in text mode only: JSON users
-// parse stdout and read nothing else.
+// parse stdout and read nothing else. Arguments are escaped as by textf.
 func (p *printer) notef(format string, args ...any) {
 	if !p.json {
-		fmt.Fprintf(p.errw, format+"\n", args...)
+		fmt.Fprintf(p.errw, format+"\n", safeArgs(args)...)
 	}
 }
 

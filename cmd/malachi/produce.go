@@ -134,7 +134,7 @@ func runProduce(ctx context.Context, s *session, topic string, in io.Reader, par
 	defer stop()
 	var t produceTally
 	prog := startProgress(s.out.errw, func() string {
-		return fmt.Sprintf("produced %d of %d records to %s", t.acked.Load(), t.sent.Load(), topic)
+		return fmt.Sprintf("produced %d of %d records to %s", t.acked.Load(), t.sent.Load(), safeText(topic))
 	})
 	p := client.NewProducer(s.c, client.ProducerOptions{})
 	readErr := feed(ctx, p, topic, in, parse, &t)
@@ -151,7 +151,7 @@ func runProduce(ctx context.Context, s *session, topic string, in io.Reader, par
 	if s.out.json {
 		return s.out.doc(map[string]any{"topic": topic, "records": acked})
 	}
-	fmt.Fprintf(s.out.errw, "produced %d record%s to %s\n", acked, plural(int(acked)), topic)
+	fmt.Fprintf(s.out.errw, "produced %d record%s to %s\n", acked, plural(int(acked)), safeText(topic))
 	return nil
 }
 

@@ -42,7 +42,16 @@ func tourLines(t *testing.T) []string {
 // returns its client address once it printed "ready".
 func startServe(t *testing.T, c *cli) string {
 	t.Helper()
-	cmd := exec.Command(c.bin, "serve", "--dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	addr, _ := startServeWith(t, c)
+	return addr
+}
+
+// startServeWith is startServe with extra serve flags; it also returns
+// the process, for signals.
+func startServeWith(t *testing.T, c *cli, extra ...string) (string, *os.Process) {
+	t.Helper()
+	args := append([]string{"serve", "--dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"}, extra...)
+	cmd := exec.Command(c.bin, args...)
 	cmd.Env = c.env
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -72,7 +81,7 @@ func startServe(t *testing.T, c *cli) string {
 		for sc.Scan() {
 		}
 	}()
-	return addr
+	return addr, cmd.Process
 }
 
 // TestReadmeTour runs the README's tour, line by line as written, against

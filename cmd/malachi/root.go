@@ -32,6 +32,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newBenchCmd())
+	root.AddCommand(newDevCertsCmd())
 	addClientCommands(root)
 	return root
 }

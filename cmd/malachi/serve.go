@@ -29,6 +29,12 @@ type serveFlags struct {
 	logLevel        string
 	autoSplit       broker.AutoSplit
 	pprof           bool
+	// TLS on the client port; see server.Config.
+	tlsCert, tlsKey   string
+	tlsClientCA       string
+	tlsOnly           bool
+	tlsReloadInterval time.Duration
+	security          securityFlags
 }
 
 func newServeCmd() *cobra.Command {
@@ -40,9 +46,17 @@ func newServeCmd() *cobra.Command {
 readiness on --http. Data lives in --data-dir. With --dev the development users
 (admin/admin123, producer/producer123, consumer/consumer123, app/app123) are
 created on first start; otherwise the admin password comes from
-MALACHI_ADMIN_PASS or is generated and printed once.`,
+MALACHI_ADMIN_PASS or is generated and printed once.
+
+With --tls-cert and --tls-key the client port speaks TLS as well as plain TCP
+(told apart by the first byte), or TLS alone with --tls-only. --tls-client-ca
+asks TLS clients for a certificate and verifies one presented against that CA,
+for mutual TLS and mtls_auth. The certificate files are read again when they
+change (checked every --tls-reload-interval) and on SIGHUP; a reload that fails
+keeps the certificate in use. 'malachi dev-certs DIR' makes files to try it.`,
 		Example: `  malachi serve --dev
-  MALACHI_ADMIN_PASS=s3cret malachi serve --data-dir /var/lib/malachi --listen 0.0.0.0:4040`,
+  MALACHI_ADMIN_PASS=s3cret malachi serve --data-dir /var/lib/malachi --listen 0.0.0.0:4040
+  malachi serve --dev --tls-cert certs/server.pem --tls-key certs/server-key.pem --tls-client-ca certs/ca.pem --tls-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f) },
 	}
@@ -60,6 +74,14 @@ MALACHI_ADMIN_PASS or is generated and printed once.`,
 	fl.Int64Var(&f.autoSplit.SplitRate, "auto-split-rate", envInt("MALACHI_AUTO_SPLIT_RATE", 0), "split a range automatically when written faster than this many bytes/s; 0 = off (env MALACHI_AUTO_SPLIT_RATE)")
 	fl.Int64Var(&f.autoSplit.MergeRate, "auto-merge-rate", envInt("MALACHI_AUTO_MERGE_RATE", 0), "merge buddy ranges both written slower than this many bytes/s; 0 = never (env MALACHI_AUTO_MERGE_RATE)")
 	fl.IntVar(&f.autoSplit.MaxRanges, "auto-split-max-ranges", int(envInt("MALACHI_AUTO_SPLIT_MAX_RANGES", 64)), "cap on a topic's active ranges for automatic splits")
+	// These shadow the client commands' global --tls-cert and --tls-key:
+	// here they are the node's own certificate.
+	fl.StringVar(&f.tlsCert, "tls-cert", envString("MALACHI_TLS_CERTFILE", ""), "PEM certificate (chain) of the client port; turns TLS on (env MALACHI_TLS_CERTFILE)")
+	fl.StringVar(&f.tlsKey, "tls-key", envString("MALACHI_TLS_KEYFILE", ""), "PEM private key of --tls-cert (env MALACHI_TLS_KEYFILE)")
+	fl.StringVar(&f.tlsClientCA, "tls-client-ca", envString("MALACHI_TLS_CACERTFILE", ""), "PEM CA certificates to verify client certificates against, for mutual TLS (env MALACHI_TLS_CACERTFILE)")
+	fl.BoolVar(&f.tlsOnly, "tls-only", os.Getenv("MALACHI_REQUIRE_TLS") == "true", "refuse plaintext connections on the client port (env MALACHI_REQUIRE_TLS=true)")
+	fl.DurationVar(&f.tlsReloadInterval, "tls-reload-interval", envDuration("MALACHI_TLS_RELOAD_INTERVAL_MS", 5*time.Second), "how often to check the TLS files for changes; negative: only on SIGHUP (env MALACHI_TLS_RELOAD_INTERVAL_MS)")
+	f.security.register(fl)
 	return cmd
 }
 
@@ -92,15 +114,16 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	b, err := broker.Open(ctx, broker.Config{
+	cfg := broker.Config{
 		DataDir:         f.dataDir,
 		Logger:          logger,
 		NodeID:          f.nodeID,
 		SegmentMaxBytes: f.segmentMaxBytes,
 		SegmentMaxAge:   f.segmentMaxAge,
-		ACLStrict:       os.Getenv("MALACHI_ACL_STRICT") == "true",
 		AutoSplit:       f.autoSplit,
-	})
+	}
+	f.security.apply(&cfg)
+	b, err := broker.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -110,18 +133,29 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		return fmt.Errorf("seeding users: %w", err)
 	}
 	srv := server.New(server.Config{
-		Addr:          f.listen,
-		MaxFrame:      uint32(envInt("MALACHI_MAX_FRAME_SIZE", 16<<20)),
-		AuthTimeout:   envDuration("MALACHI_AUTH_TIMEOUT_MS", 10*time.Second),
-		IdleTimeout:   envDuration("MALACHI_TCP_RECV_TIMEOUT", 5*time.Minute),
-		WriteTimeout:  envDuration("MALACHI_TCP_SEND_TIMEOUT", 30*time.Second),
-		MaxConns:      int(envInt("MALACHI_MAX_TOTAL_CONN", 10000)),
-		MaxConnsPerIP: int(envInt("MALACHI_MAX_CONN_PER_IP", 100)),
-		ShutdownGrace: envDuration("MALACHI_SHUTDOWN_GRACE_MS", 5*time.Second),
-		Logger:        logger,
+		Addr:            f.listen,
+		MaxFrame:        uint32(envInt("MALACHI_MAX_FRAME_SIZE", 16<<20)),
+		AuthTimeout:     envDuration("MALACHI_AUTH_TIMEOUT_MS", 10*time.Second),
+		IdleTimeout:     envDuration("MALACHI_TCP_RECV_TIMEOUT", 5*time.Minute),
+		WriteTimeout:    envDuration("MALACHI_TCP_SEND_TIMEOUT", 30*time.Second),
+		MaxConns:        int(envInt("MALACHI_MAX_TOTAL_CONN", 10000)),
+		MaxConnsPerIP:   int(envInt("MALACHI_MAX_CONN_PER_IP", 100)),
+		MaxPreAuthFrame: uint32(envInt("MALACHI_MAX_PREAUTH_FRAME_SIZE", 8<<10)),
+		MaxConnBytes:    envInt("MALACHI_MAX_CONN_BYTES", 64<<20),
+		ShutdownGrace:   envDuration("MALACHI_SHUTDOWN_GRACE_MS", 5*time.Second),
+		Logger:          logger,
+
+		TLSCertFile:       f.tlsCert,
+		TLSKeyFile:        f.tlsKey,
+		TLSClientCAFile:   f.tlsClientCA,
+		TLSOnly:           f.tlsOnly,
+		TLSReloadInterval: f.tlsReloadInterval,
 	}, b)
 	if err := srv.Listen(); err != nil {
 		return err
+	}
+	if f.tlsCert != "" {
+		go reloadOnHangup(ctx, srv, logger)
 	}
 	web := httpapi.New(f.http, b, f.pprof)
 	if err := web.Listen(); err != nil {
@@ -143,9 +177,40 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	return err
 }
 
+// reloadOnHangup reloads the TLS certificate and key on each SIGHUP
+// until ctx ends, the way operators rotate certificates without a
+// restart. Without TLS SIGHUP keeps its default effect.
+func reloadOnHangup(ctx context.Context, srv *server.Server, logger *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := srv.ReloadTLS(); err != nil {
+				logger.Error("SIGHUP: TLS reload failed; the previous certificate stays in use", "err", err)
+				continue
+			}
+			logger.Info("SIGHUP: TLS certificate reloaded")
+		}
+	}
+}
+
 func printBanner(f *serveFlags, client, web net.Addr, generated string) {
 	fmt.Fprintf(os.Stderr, "malachi %s node %q\n", broker.Version, f.nodeID)
 	fmt.Fprintf(os.Stderr, "  client protocol  %s\n", client)
+	if f.tlsCert != "" {
+		mode := "TLS or plain TCP"
+		if f.tlsOnly {
+			mode = "TLS only"
+		}
+		if f.tlsClientCA != "" {
+			mode += ", client certificates verified"
+		}
+		fmt.Fprintf(os.Stderr, "  tls              %s (certificate %s)\n", mode, f.tlsCert)
+	}
 	fmt.Fprintf(os.Stderr, "  http             http://%s/health\n", web)
 	fmt.Fprintf(os.Stderr, "  data             %s\n", f.dataDir)
 	if f.dev {

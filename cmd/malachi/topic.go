@@ -175,7 +175,7 @@ On a terminal it asks first; --yes skips the question.`,
 
 // confirm asks a yes/no question on the terminal; only "y" or "yes" agree.
 func confirm(cmd *cobra.Command, question string) bool {
-	fmt.Fprintf(cmd.ErrOrStderr(), "%s [y/N] ", question)
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s [y/N] ", safeText(question))
 	line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 	answer := strings.ToLower(strings.TrimSpace(line))
 	return answer == "y" || answer == "yes"

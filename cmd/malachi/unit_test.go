@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,6 +145,25 @@ func TestRecordFormats(t *testing.T) {
 	}
 }
 
+// TestJSONRecordEscapesControls: --format json lines carry no raw
+// terminal controls, and decode to the record's bytes.
+func TestJSONRecordEscapesControls(t *testing.T) {
+	rec := client.Record{Key: []byte("k\u009b"), Value: []byte("v\x1b[2J\x7f")}
+	var b bytes.Buffer
+	w := bufio.NewWriter(&b)
+	if err := writeJSONRecord(w, &rec); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	if bad := rawControl(strings.TrimSuffix(b.String(), "\n")); bad != "" {
+		t.Fatalf("%q carries %s", b.String(), bad)
+	}
+	var j jsonRecord
+	if err := json.Unmarshal(b.Bytes(), &j); err != nil || *j.Key != string(rec.Key) || j.Value != string(rec.Value) {
+		t.Fatalf("decoded %+v, %v", j, err)
+	}
+}
+
 func TestExplain(t *testing.T) {
 	set := settings{Server: "127.0.0.1:4040", User: "bob", Timeout: 10 * time.Second}
 	sub := errSubject{topic: "orders", set: set}
@@ -158,6 +179,12 @@ func TestExplain(t *testing.T) {
 		{client.ErrNotBuddies, "not_buddies: the ranges to merge are not two active halves of one block; see the ranges with 'malachi topic describe orders'"},
 		{client.ErrNoQuorum, "no_quorum: fewer than a quorum of replicas made the write durable in time; no record of the request is visible. Retry; gave up after retrying, try again shortly"},
 		{&client.Error{Reason: "brand_new"}, "brand_new: the server refused the request"},
+		{fmt.Errorf("%w: 127.0.0.1:4040: %w", client.ErrTLS, errors.New("x509: certificate signed by unknown authority")),
+			"TLS with 127.0.0.1:4040 failed: x509: certificate signed by unknown authority: check --tls-ca (the CA that signed the server's certificate) and --tls-server-name, and --tls-cert/--tls-key if the server wants a client certificate"},
+		{fmt.Errorf("%w: %w", client.ErrDisconnected, client.ErrTLSRequired),
+			"tls_required: the server accepts TLS connections only: pass --tls-ca with the CA that signed its certificate (or --tls to trust the system's roots)"},
+		{fmt.Errorf("%w: %w", client.ErrDisconnected, io.EOF),
+			"connection to 127.0.0.1:4040 failed: the connection broke; the request may or may not have taken effect (if the server requires TLS, pass --tls or --tls-ca)"},
 		{errors.New("plain"), "plain"},
 	}
 	for _, tc := range cases {

@@ -21,8 +21,9 @@ func newUserAddCmd(a *app) *cobra.Command {
 	var password string
 	var perms []string
 	cmd := &cobra.Command{
-		Use:   "add NAME",
-		Short: "Create a user",
+		Use:     "add NAME",
+		Aliases: []string{"create"},
+		Short:   "Create a user",
 		Long: `Create a user with a password and permissions: admin, produce, consume.
 produce and consume apply to every topic unless narrowed by ACLs (see
 'malachi acl'). Without --password on a terminal, it asks for one.
@@ -57,9 +58,14 @@ MALACHI_PASSWORD or the saved context (see 'malachi context').`,
 
 // passwordFlag returns the --password given to a user command, or asks
 // for one twice on a terminal. The global --password is the caller's own
-// login, so this flag shadows it on these commands.
+// login, so this flag shadows it on these commands. An empty password is
+// refused before anything is sent: it would let anyone who knows the name
+// log in.
 func passwordFlag(cmd *cobra.Command, value, prompt string) (string, error) {
 	if cmd.Flags().Changed("password") {
+		if value == "" {
+			return "", errEmptyPassword
+		}
 		return value, nil
 	}
 	if !isTerminal(os.Stdin) {
@@ -76,8 +82,13 @@ func passwordFlag(cmd *cobra.Command, value, prompt string) (string, error) {
 	if first != again {
 		return "", usageErr("the passwords differ")
 	}
+	if first == "" {
+		return "", errEmptyPassword
+	}
 	return first, nil
 }
+
+var errEmptyPassword = usageErr("the password may not be empty")
 
 func readSecret(cmd *cobra.Command, prompt string) (string, error) {
 	fmt.Fprint(cmd.ErrOrStderr(), prompt)

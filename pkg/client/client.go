@@ -29,15 +29,17 @@ type Client struct {
 	closed  bool
 }
 
-// Dial connects to the broker at addr ("host:port") and authenticates.
-// WithCredentials is required. The connection stays open until Close.
+// Dial connects to the broker at addr ("host:port"), over TLS if WithTLS
+// is given, and authenticates. One way to authenticate is required:
+// WithCredentials, WithMTLSAuth, WithToken or WithTokenSource. The
+// connection stays open until Close.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if !cfg.hasCredentials {
-		return nil, errors.New("malachi: Dial needs WithCredentials")
+	if err := cfg.prepare(addr); err != nil {
+		return nil, err
 	}
 	cn, err := dialConn(ctx, addr, &cfg)
 	if err != nil {

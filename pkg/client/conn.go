@@ -14,7 +14,8 @@ import (
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
-// conn is one authenticated TCP connection, multiplexed by correlation id.
+// conn is one authenticated connection, TCP or TLS over TCP, multiplexed
+// by correlation id.
 //
 // Any number of goroutines send requests; each registers a handler under a
 // fresh correlation id, then writes its frame under wmu. The reader
@@ -79,7 +80,8 @@ func putFrame(bp *[]byte) {
 	framePool.Put(bp)
 }
 
-// dialConn connects to addr, authenticates and starts the reader.
+// dialConn connects to addr, runs the TLS handshake if configured,
+// authenticates and starts the reader.
 func dialConn(ctx context.Context, addr string, cfg *config) (*conn, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.dialTimeout, ErrRequestTimeout)
 	defer cancel()
@@ -91,20 +93,31 @@ func dialConn(ctx context.Context, addr string, cfg *config) (*conn, error) {
 		}
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrDisconnected, addr, err)
 	}
-	c := newConn(nc, cfg)
-	user, pass := cfg.user, cfg.password
-	_, err = c.roundTrip(ctx, wire.AuthRequest{User: &user, Password: &pass})
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if cfg.tls != nil {
+		if nc, err = handshake(ctx, nc, cfg.tls, addr); err != nil {
+			return nil, err
+		}
+	}
+	req, err := cfg.authRequest(ctx)
 	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c := newConn(nc, cfg)
+	if _, err = c.roundTrip(ctx, req); err != nil {
 		c.close(ErrClosed)
+		if refusal := tlsRefusal(err); cfg.tls != nil && refusal != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrTLS, addr, refusal)
+		}
 		return nil, err
 	}
 	return c, nil
 }
 
 func newConn(nc net.Conn, cfg *config) *conn {
-	if tc, ok := nc.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
 	c := &conn{
 		nc:           nc,
 		maxFrame:     cfg.maxFrame,

@@ -27,6 +27,11 @@
 // next call dials and authenticates again. A Subscription takes a
 // connection of its own, because stream mode takes a connection over.
 //
+// WithTLS runs every connection over TLS. Besides a user and password
+// (WithCredentials), a connection can log in with its TLS client
+// certificate (WithMTLSAuth) or with a JWT (WithToken, or WithTokenSource
+// for a token fetched anew at each connection).
+//
 // Every blocking method takes a context first; cancelling it abandons the
 // wait (the broker may still carry out the request). Each request also
 // has a timeout, WithRequestTimeout, plus the wait of a long poll.

@@ -57,6 +57,11 @@ var (
 	// ErrRequestTooLarge means a request would exceed the frame limit
 	// (WithMaxFrame); it was not sent.
 	ErrRequestTooLarge = errors.New("malachi: request too large")
+	// ErrTLS means no TLS session could be made as configured: the server
+	// certificate is not trusted or does not name the host, the server
+	// does not speak TLS, or it refused the client certificate. Retrying
+	// does not help; IsRetriable reports false.
+	ErrTLS = errors.New("malachi: TLS failed")
 )
 
 // IsRetriable reports whether err is worth retrying after a back-off: a
@@ -97,6 +102,8 @@ var (
 	ErrUnknownAPIKey    = reasonError(wire.ReasonUnknownAPIKey)
 	ErrAuthRequired     = reasonError(wire.ReasonAuthRequired)
 	ErrUnexpectedFrame  = reasonError(wire.ReasonUnexpectedFrame)
+	// ErrTLSRequired: the port accepts TLS only; dial with WithTLS.
+	ErrTLSRequired = reasonError(wire.ReasonTLSRequired)
 
 	// Authentication, authorisation and admission.
 	ErrInvalidCredentials      = reasonError(wire.ReasonInvalidCredentials)
@@ -107,6 +114,7 @@ var (
 	ErrTooManyRequests         = reasonError(wire.ReasonTooManyRequests)
 	ErrTooManyRecords          = reasonError(wire.ReasonTooManyRecords)
 	ErrTooManyMembers          = reasonError(wire.ReasonTooManyMembers)
+	ErrQuotaExceeded           = reasonError(wire.ReasonQuotaExceeded)
 	ErrPermissionDenied        = reasonError(wire.ReasonPermissionDenied)
 	ErrMTLSAuthDisabled        = reasonError(wire.ReasonMTLSAuthDisabled)
 	ErrMTLSAuthUnavailable     = reasonError(wire.ReasonMTLSAuthUnavailable)

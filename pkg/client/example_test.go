@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/malachi-log/malachi/pkg/client"
@@ -164,4 +165,37 @@ func ExampleError() {
 	// no_such_topic false
 	// true
 	// true
+}
+
+// A client that logs in with its TLS client certificate. (Not run: it
+// needs a broker with TLS, a client CA and mtls_auth enabled.)
+func ExampleWithMTLSAuth() {
+	tlsCfg, err := client.NewTLSConfig("certs/ca.pem", "certs/client.pem", "certs/client-key.pem", "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.Dial(context.Background(), "broker.internal:4040", client.WithTLS(tlsCfg), client.WithMTLSAuth())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+}
+
+// A client that logs in with a JWT, asking for a fresh one whenever it
+// connects. (Not run: it needs a broker with token_auth enabled.)
+func ExampleWithTokenSource() {
+	tlsCfg, err := client.NewTLSConfig("certs/ca.pem", "", "", "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fetchToken := func(ctx context.Context) (string, error) {
+		// Ask the identity provider; a file a sidecar renews works too.
+		b, err := os.ReadFile("/var/run/secrets/malachi/token")
+		return string(b), err
+	}
+	c, err := client.Dial(context.Background(), "broker.internal:4040", client.WithTLS(tlsCfg), client.WithTokenSource(fetchToken))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
 }

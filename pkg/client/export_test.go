@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"testing"
 
 	"github.com/malachi-log/malachi/internal/wire"
 )
@@ -21,4 +22,12 @@ func (s *Subscription) Sync(ctx context.Context) (queued int, err error) {
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	return len(s.st.q), nil
+}
+
+// NewTestPKI writes a throwaway CA, a server certificate for localhost and
+// 127.0.0.1 and a client certificate for clientCN, for the external tests
+// of TLS against a real node.
+func NewTestPKI(t *testing.T, clientCN string) (caFile, serverCert, serverKey, clientCert, clientKey string) {
+	p := newTestPKI(t, clientCN)
+	return p.caFile, p.serverCertFile, p.serverKeyFile, p.clientCert, p.clientKey
 }

@@ -2,9 +2,12 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,16 +17,28 @@ import (
 
 // fakeBroker is a scripted wire server for tests of the client's own
 // machinery (multiplexing, retries, cancellation) that a real broker
-// cannot be made to exercise on demand. Auth always succeeds; every other
-// request goes to handle, which answers through fc.reply whenever it likes
-// (or never).
+// cannot be made to exercise on demand. Every authentication frame (auth,
+// mtls_auth, token_auth) succeeds, and the first frame of each connection
+// is kept for inspection; every other request goes to handle, which
+// answers through fc.reply whenever it likes (or never).
 type fakeBroker struct {
 	ln     net.Listener
 	handle func(fc *fakeConn, corr uint32, req wire.Request)
 
-	mu    sync.Mutex
-	auths int
-	conns []*fakeConn
+	mu     sync.Mutex
+	auths  int
+	conns  []*fakeConn
+	firsts []firstFrame
+}
+
+// firstFrame is the first request frame of a connection, as received.
+type firstFrame struct {
+	key     uint16
+	payload []byte
+	// tls is whether it arrived over TLS; peerCN is the subject CN of the
+	// client certificate the server verified, "" for none.
+	tls    bool
+	peerCN string
 }
 
 type fakeConn struct {
@@ -52,6 +67,20 @@ func startFake(t *testing.T, handle func(fc *fakeConn, corr uint32, req wire.Req
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveFake(t, ln, handle)
+}
+
+// startFakeTLS is startFake behind a TLS listener with cfg.
+func startFakeTLS(t *testing.T, cfg *tls.Config, handle func(fc *fakeConn, corr uint32, req wire.Request)) *fakeBroker {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveFake(t, ln, handle)
+}
+
+func serveFake(t *testing.T, ln net.Listener, handle func(fc *fakeConn, corr uint32, req wire.Request)) *fakeBroker {
 	f := &fakeBroker{ln: ln, handle: handle}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -86,9 +115,25 @@ func startFake(t *testing.T, handle func(fc *fakeConn, corr uint32, req wire.Req
 }
 
 func (f *fakeBroker) serve(fc *fakeConn) {
+	first := firstFrame{}
+	if tc, ok := fc.nc.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return
+		}
+		first.tls = true
+		if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
+			first.peerCN = certs[0].Subject.CommonName
+		}
+	}
+	defer fc.nc.Close()
 	br := bufio.NewReader(fc.nc)
-	for {
+	for n := 0; ; n++ {
 		body, err := wire.ReadFrame(br, 0, nil)
+		if errors.Is(err, wire.ErrFrameTooLarge) {
+			// As the broker does; a TLS ClientHello sent to a plain
+			// listener reads as such a frame.
+			fc.refuse(0, wire.ReasonFrameTooLarge)
+		}
 		if err != nil {
 			return
 		}
@@ -96,12 +141,19 @@ func (f *fakeBroker) serve(fc *fakeConn) {
 		if err != nil {
 			return
 		}
+		if n == 0 {
+			first.key, first.payload = key, bytes.Clone(payload)
+			f.mu.Lock()
+			f.firsts = append(f.firsts, first)
+			f.mu.Unlock()
+		}
 		req, err := wire.DecodeRequest(key, payload)
 		if err != nil {
 			fc.refuse(corr, wire.ReasonMalformedRequest)
 			continue
 		}
-		if _, ok := req.(*wire.AuthRequest); ok {
+		switch req.(type) {
+		case *wire.AuthRequest, *wire.MTLSAuthRequest, *wire.TokenAuthRequest:
 			f.mu.Lock()
 			f.auths++
 			f.mu.Unlock()
@@ -116,6 +168,13 @@ func (f *fakeBroker) authCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.auths
+}
+
+// firstFrames returns the first frame of every connection so far.
+func (f *fakeBroker) firstFrames() []firstFrame {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.firsts)
 }
 
 // dropAll closes every server-side connection.

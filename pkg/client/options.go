@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+	"crypto/tls"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/wire"
@@ -20,10 +22,15 @@ const (
 type Option func(*config)
 
 // config holds every Client option. Keep it in step with the With*
-// functions below.
+// functions below and in auth.go.
 type config struct {
+	// auth is how each connection authenticates; the last of
+	// WithCredentials, WithMTLSAuth, WithToken and WithTokenSource wins.
+	auth           authMethod
 	user, password string
-	hasCredentials bool
+	tokenSource    func(context.Context) (string, error)
+	// tls is nil for plain TCP. Dial clones it and fills in ServerName.
+	tls            *tls.Config
 	dialTimeout    time.Duration
 	requestTimeout time.Duration
 	maxFrame       uint32
@@ -41,10 +48,17 @@ func defaultConfig() config {
 	}
 }
 
-// WithCredentials sets the user and password the connection authenticates
-// with. It is required: the broker accepts nothing before authentication.
+// WithCredentials makes connections authenticate with a user and
+// password (wire key 0). One way to authenticate is required, this or
+// WithMTLSAuth, WithToken or WithTokenSource: the broker accepts nothing
+// before authentication. If several are given, the last one applies.
+//
+// The password crosses the network as it is: use WithTLS unless the
+// network is trusted.
 func WithCredentials(user, password string) Option {
-	return func(c *config) { c.user, c.password, c.hasCredentials = user, password, true }
+	return func(c *config) {
+		c.auth, c.user, c.password, c.tokenSource = authPassword, user, password, nil
+	}
 }
 
 // WithDialTimeout bounds connecting and authenticating (default 10 s).

@@ -44,6 +44,10 @@ type options struct {
 	logger          *slog.Logger
 	segmentMaxBytes int64
 	sessionTimeout  time.Duration
+	// TLS on the client port, as `malachi serve --tls-*` sets it.
+	tlsCert, tlsKey, tlsClientCA string
+	tlsOnly                      bool
+	mtlsAuth                     bool
 }
 
 // WithDataDir keeps the node's data in dir, which Close leaves in place.
@@ -67,6 +71,27 @@ func WithSegmentMaxBytes(n int64) Option {
 // ranges.
 func WithGroupSessionTimeout(d time.Duration) Option {
 	return func(o *options) { o.sessionTimeout = d }
+}
+
+// WithTLS serves TLS on the client port with the PEM certificate and key
+// files; plaintext connections are still accepted unless WithTLSOnly.
+// With clientCAFile (may be ""), TLS clients are asked for a certificate,
+// verified against it when given. Clients then dial with client.WithTLS.
+func WithTLS(certFile, keyFile, clientCAFile string) Option {
+	return func(o *options) { o.tlsCert, o.tlsKey, o.tlsClientCA = certFile, keyFile, clientCAFile }
+}
+
+// WithTLSOnly refuses plaintext connections (they get tls_required);
+// it needs WithTLS.
+func WithTLSOnly() Option {
+	return func(o *options) { o.tlsOnly = true }
+}
+
+// WithMTLSAuth enables mtls_auth: a client that presents a certificate
+// the listener verified logs in as the user its subject CN names. It
+// needs WithTLS with a client CA.
+func WithMTLSAuth() Option {
+	return func(o *options) { o.mtlsAuth = true }
 }
 
 // Node is one in-process broker and server.
@@ -205,6 +230,7 @@ func (n *Node) open() (*broker.Broker, error) {
 		SegmentMaxBytes:     n.opts.segmentMaxBytes,
 		GroupSessionTimeout: n.opts.sessionTimeout,
 	}
+	cfg.Auth.MTLS.Enabled = n.opts.mtlsAuth
 	b, err := broker.Open(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open broker: %w", err)
@@ -214,7 +240,11 @@ func (n *Node) open() (*broker.Broker, error) {
 
 // serve starts a server for b on addr.
 func (n *Node) serve(b *broker.Broker, addr string) error {
-	srv := server.New(server.Config{Addr: addr, Logger: n.opts.logger}, b)
+	srv := server.New(server.Config{
+		Addr: addr, Logger: n.opts.logger,
+		TLSCertFile: n.opts.tlsCert, TLSKeyFile: n.opts.tlsKey, TLSClientCAFile: n.opts.tlsClientCA,
+		TLSOnly: n.opts.tlsOnly,
+	}, b)
 	if err := srv.Listen(); err != nil {
 		return err
 	}
