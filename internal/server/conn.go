@@ -93,11 +93,14 @@ type outFrame struct {
 // Buffer sizes. Reads and writes go through buffers so pipelined frames
 // share syscalls; the frame buffer keeps the largest recent frame for
 // reuse unless that is above keepFrameBuffer, so one 16 MiB produce does
-// not pin 16 MiB for the rest of the connection's life.
+// not pin 16 MiB for the rest of the connection's life. 2 MiB holds a
+// typical producer batch (10,000 small records): below that, dropping the
+// buffer after every frame costs a fresh allocation and zeroing per
+// produce, about a tenth of produce throughput.
 const (
 	smallIOBuffer   = 4 << 10
 	fullIOBuffer    = 64 << 10
-	keepFrameBuffer = 64 << 10
+	keepFrameBuffer = 2 << 20
 )
 
 func newConn(s *Server, nc net.Conn, ip string) *conn {
