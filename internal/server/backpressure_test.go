@@ -249,9 +249,18 @@ func TestUnreadAnswersStopTheReader(t *testing.T) {
 	// bytes each) cannot all sit in the reader's 64 KiB buffer and the
 	// socket buffers either: the client's write can only finish if the
 	// server keeps admitting produces.
-	const n, first = 8000, 3
+	// 40,000 as the review's attack sent; fewer under -race, where each
+	// answer read back costs far more and the stall comes long before.
+	const first = 3
+	n := 40000
+	if raceEnabled {
+		n = 8000
+	}
 	frames := produceFrames("bp", first, n)
 	base := runtime.NumGoroutine()
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	wrote, werr := pipeline(t, c, frames)
 
 	bound := goroutineBound(cfg)
@@ -268,6 +277,14 @@ func TestUnreadAnswersStopTheReader(t *testing.T) {
 	}
 	waitFor(t, "the connection to stop reading", check, func() bool { return stalled(sc) })
 	check()
+	// Memory too: what the stalled connection holds is its slots' answers
+	// and buffers, not a share of every produce the client sent.
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 32<<20 {
+		t.Fatalf("the heap grew by %d MiB while the connection stalled", grew>>20)
+	}
 	select {
 	case <-wrote:
 		t.Fatalf("the client wrote all %d produces (%v) while reading nothing", n, *werr)
