@@ -44,6 +44,9 @@ var (
 	ErrPermission     = errors.New("permission_denied")
 	ErrCredentials    = errors.New("invalid_credentials")
 	ErrNotEnabled     = errors.New("not_enabled")
+	// ErrInvalidPassword: a new password that is empty (no secret at all)
+	// or longer than MaxPasswordLen.
+	ErrInvalidPassword = errors.New("invalid_password")
 	// ErrQuotaExceeded: the request would pass a limit of the node or of
 	// its user (see Limits). It is the state machine's own reason, so a
 	// refusal from either side answers quota_exceeded.

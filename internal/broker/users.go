@@ -14,6 +14,9 @@ func (b *Broker) CreateUser(ctx context.Context, user, password string, perms []
 	if !auth.ValidPerms(perms) {
 		return metadata.ErrInvalidPermissions
 	}
+	if !validPassword(password) {
+		return ErrInvalidPassword
+	}
 	hash, err := auth.HashPassword(password)
 	if err != nil {
 		return err
@@ -39,6 +42,9 @@ func (b *Broker) DeleteUser(ctx context.Context, user string) error {
 // connections that logged in with the old password are refused from their
 // next request.
 func (b *Broker) ChangePassword(ctx context.Context, user, password string) error {
+	if !validPassword(password) {
+		return ErrInvalidPassword
+	}
 	hash, err := auth.HashPassword(password)
 	if err != nil {
 		return err
@@ -137,3 +143,9 @@ func (b *Broker) SeedUsers(ctx context.Context, dev bool, adminPassword string) 
 	}
 	return generated, b.CreateUser(ctx, "admin", adminPassword, []string{auth.PermAdmin})
 }
+
+// MaxPasswordLen bounds a new password: longer ones protect nothing more
+// and only make every later login hash more bytes.
+const MaxPasswordLen = 1024
+
+func validPassword(p string) bool { return p != "" && len(p) <= MaxPasswordLen }

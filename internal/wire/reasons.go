@@ -67,6 +67,7 @@ const (
 	ReasonUserExists          = "user_exists"
 	ReasonUserNotFound        = "user_not_found"
 	ReasonInvalidPermissions  = "invalid_permissions"
+	ReasonInvalidPassword     = "invalid_password"
 	ReasonInvalidOperation    = "invalid_operation"
 	ReasonUnknownCommand      = "unknown_command"
 	ReasonInvalidCommand      = "invalid_command"
@@ -149,6 +150,7 @@ var Reasons = map[string]ReasonInfo{
 	ReasonUserExists:          {false, "A user with that name already exists."},
 	ReasonUserNotFound:        {false, "The user does not exist."},
 	ReasonInvalidPermissions:  {false, "Permissions are \"admin\", \"produce\" or \"consume\"."},
+	ReasonInvalidPassword:     {false, "A new password must be 1 to 1024 bytes."},
 	ReasonInvalidOperation:    {false, "ACL operations are \"produce\" or \"consume\"."},
 	ReasonUnknownCommand:      {false, "The control plane does not know the command (a node older than the cluster)."},
 	ReasonInvalidCommand:      {false, "The control plane rejected the command's fields."},

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,31 @@ func TestE2ETLS(t *testing.T) {
 	_, err = client.Dial(ctx, n.Addr(), client.WithCredentials("app", "app123"))
 	if !errors.Is(err, client.ErrTLSRequired) || client.IsRetriable(err) {
 		t.Fatalf("plaintext dial of a TLS-only node: %v, want tls_required, not retriable", err)
+	}
+}
+
+// TestNodeRefusesEmptyPassword: the node itself, not only the CLI, refuses
+// an empty (or over-long) new password and creates nothing.
+func TestNodeRefusesEmptyPassword(t *testing.T) {
+	n := clienttest.Start(t)
+	c, err := client.Dial(t.Context(), n.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateUser(t.Context(), "nopass", "", "consume"); !errors.Is(err, client.ErrInvalidPassword) {
+		t.Fatalf("create with an empty password: %v", err)
+	}
+	if err := c.ChangePassword(t.Context(), "admin", strings.Repeat("x", 1025)); !errors.Is(err, client.ErrInvalidPassword) {
+		t.Fatalf("change to a 1025-byte password: %v", err)
+	}
+	users, err := c.ListUsers(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		if u.Name == "nopass" {
+			t.Fatal("a user with an empty password was created")
+		}
 	}
 }

@@ -160,6 +160,7 @@ var (
 	ErrUserExists          = reasonError(wire.ReasonUserExists)
 	ErrUserNotFound        = reasonError(wire.ReasonUserNotFound)
 	ErrInvalidPermissions  = reasonError(wire.ReasonInvalidPermissions)
+	ErrInvalidPassword     = reasonError(wire.ReasonInvalidPassword)
 	ErrInvalidOperation    = reasonError(wire.ReasonInvalidOperation)
 	ErrUnknownCommand      = reasonError(wire.ReasonUnknownCommand)
 	ErrInvalidCommand      = reasonError(wire.ReasonInvalidCommand)
