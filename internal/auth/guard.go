@@ -9,11 +9,24 @@ package auth
 // Only failures are counted, so any number of successful logins from one
 // address (a client opening many connections at once) is never refused.
 type Guard struct {
-	cfg   GuardConfig
-	locks *lru[lockKey, lockState]
-	addrs *lru[string, bucket]
-	users *lru[string, bucket]
+	cfg     GuardConfig
+	locks   *lru[lockKey, lockState]
+	addrs   *lru[string, bucket]
+	users   *lru[string, bucket]
+	reports *lru[string, reportState]
 }
+
+// reportState is one address's reporting window for throttled refusals.
+type reportState struct {
+	until      int64 // no report before this instant
+	suppressed int   // refusals counted since the last report
+}
+
+// ReportEveryMs is how often throttled refusals from one address are
+// reported (logged and audited) at most: they cost the node nothing, so
+// one line each would let any client flood the logs and rotate the audit
+// history away.
+const ReportEveryMs = 60_000
 
 // GuardConfig configures a Guard. Zero fields take the defaults.
 type GuardConfig struct {
@@ -102,6 +115,7 @@ type lockKey struct{ user, addr string }
 
 type lockState struct {
 	failures    int
+	pending     int // attempts admitted by Begin and not yet finished
 	lastFailure int64
 	lockedUntil int64
 	level       int // locks applied so far
@@ -112,17 +126,36 @@ type lockState struct {
 // moves tat on by PeriodMs, and a failure is allowed while tat stays within
 // (Burst-1) × PeriodMs of now × Burst. A bucket whose tat is in the past is
 // full, the same as a missing one.
-type bucket struct{ tat int64 }
+type bucket struct {
+	tat     int64
+	pending int // tokens taken by attempts Begin admitted that are still running
+}
 
 // NewGuard returns an empty guard.
 func NewGuard(cfg GuardConfig) *Guard {
 	cfg = cfg.WithDefaults()
 	return &Guard{
-		cfg:   cfg,
-		locks: newLRU[lockKey, lockState](cfg.MaxEntries),
-		addrs: newLRU[string, bucket](cfg.MaxEntries),
-		users: newLRU[string, bucket](cfg.MaxEntries),
+		cfg:     cfg,
+		locks:   newLRU[lockKey, lockState](cfg.MaxEntries),
+		addrs:   newLRU[string, bucket](cfg.MaxEntries),
+		users:   newLRU[string, bucket](cfg.MaxEntries),
+		reports: newLRU[string, reportState](cfg.MaxEntries),
 	}
+}
+
+// Report decides whether a throttled refusal from addr is reported now.
+// The first of each ReportEveryMs window is, with the number suppressed
+// since the last report; the others are only counted.
+func (g *Guard) Report(addr string, now int64) (report bool, suppressed int) {
+	e := g.reports.put(addr, reportState{}, now)
+	if now < e.val.until {
+		e.val.suppressed++
+		return false, 0
+	}
+	suppressed = e.val.suppressed
+	e.val = reportState{until: now + ReportEveryMs}
+	e.forgetAt = now + 2*ReportEveryMs // long enough to carry the count
+	return true, suppressed
 }
 
 // Verdict is what Check decides about a login attempt.
@@ -133,6 +166,10 @@ const (
 	Allow       Verdict = iota
 	Locked              // the (user, address) pair is locked
 	RateLimited         // the address or the user has failed too often lately
+	// Busy: attempts still running may yet fail enough to lock the pair or
+	// empty a bucket; the caller should wait for one to settle (Finish)
+	// and ask again, rather than refuse a login that may be legitimate.
+	Busy
 )
 
 // Check decides whether a login of user from addr may be attempted at now.
@@ -152,13 +189,90 @@ func (g *Guard) Check(user, addr string, now int64) (v Verdict, wait int64) {
 	return Allow, 0
 }
 
-// Fail records a failed login of user from addr. It returns how long the
-// pair is now locked for, when this failure locked it, and 0 otherwise.
+// Begin admits a password login attempt of user from addr, or refuses it
+// as Check would. An admitted attempt is charged as a failure before the
+// password is checked (hashing takes tens of milliseconds), so attempts
+// sent in parallel cannot all pass the check before any failure lands:
+// it takes a token of the address's and the user's buckets, and counts
+// against the pair's lock while it runs. Finish settles it.
+func (g *Guard) Begin(user, addr string, now int64) (v Verdict, wait int64) {
+	if e, ok := g.locks.get(lockKey{user, addr}, now); ok && now < e.val.lockedUntil {
+		return Locked, e.val.lockedUntil - now
+	}
+	if v, wait = g.bucketVerdict(g.addrs, g.cfg.AddrFailures, addr, now); v != Allow {
+		return v, wait
+	}
+	if v, wait = g.bucketVerdict(g.users, g.cfg.UserFailures, user, now); v != Allow {
+		return v, wait
+	}
+	e := g.locks.put(lockKey{user, addr}, lockState{}, now)
+	s := &e.val
+	if now-max(s.lastFailure, s.lockedUntil) >= g.cfg.FailureTTLMs {
+		s.failures = 0
+	}
+	if s.failures+s.pending >= g.cfg.MaxFailures {
+		// As many attempts as may still fail before the lock are running.
+		return Busy, 0
+	}
+	s.pending++
+	e.forgetAt = max(e.forgetAt, now+g.cfg.FailureTTLMs)
+	g.take(g.addrs, g.cfg.AddrFailures, addr, now).pending++
+	g.take(g.users, g.cfg.UserFailures, user, now).pending++
+	return Allow, 0
+}
+
+// bucketVerdict is Allow while key's bucket holds a token; when it is
+// empty, Busy if running attempts hold tokens they may give back, else
+// RateLimited.
+func (g *Guard) bucketVerdict(t *lru[string, bucket], r Rate, key string, now int64) (Verdict, int64) {
+	w := g.waitFor(t, r, key, now)
+	if w == 0 {
+		return Allow, 0
+	}
+	if e, ok := t.get(key, now); ok && e.val.pending > 0 {
+		return Busy, 0
+	}
+	return RateLimited, w
+}
+
+// Finish settles an attempt Begin admitted. A success gives back the
+// tokens it was charged (so successes never cost, and never buy, guesses)
+// and forgets the pair's failures; a failure counts toward the pair's
+// lock. It returns how long the pair is now locked for, when this failure
+// locked it, and 0 otherwise.
+func (g *Guard) Finish(user, addr string, ok bool, now int64) (lockedFor int64) {
+	if e, found := g.locks.get(lockKey{user, addr}, now); found && e.val.pending > 0 {
+		e.val.pending--
+	}
+	g.settle(g.addrs, addr, now)
+	g.settle(g.users, user, now)
+	if ok {
+		g.refund(g.addrs, g.cfg.AddrFailures, addr, now)
+		g.refund(g.users, g.cfg.UserFailures, user, now)
+		g.Succeed(user, addr)
+		return 0
+	}
+	return g.count(user, addr, now)
+}
+
+// Fail records a failed login of user from addr that Begin did not admit.
+// It returns how long the pair is now locked for, when this failure locked
+// it, and 0 otherwise.
 func (g *Guard) Fail(user, addr string, now int64) (lockedFor int64) {
 	g.take(g.addrs, g.cfg.AddrFailures, addr, now)
 	g.take(g.users, g.cfg.UserFailures, user, now)
+	return g.count(user, addr, now)
+}
+
+// count adds a failure to the pair's lock state. Failures that land while
+// the pair is already locked (attempts admitted just before the lock) do
+// not raise its level: one burst must not jump a lock to its longest step.
+func (g *Guard) count(user, addr string, now int64) (lockedFor int64) {
 	e := g.locks.put(lockKey{user, addr}, lockState{}, now)
 	s := &e.val
+	if now < s.lockedUntil {
+		return 0
+	}
 	if now-max(s.lastFailure, s.lockedUntil) >= g.cfg.FailureTTLMs {
 		s.failures = 0
 	}
@@ -173,6 +287,16 @@ func (g *Guard) Fail(user, addr string, now int64) (lockedFor int64) {
 	}
 	e.forgetAt = max(s.lockedUntil, now) + g.cfg.FailureTTLMs
 	return lockedFor
+}
+
+// CheckAddr decides whether a login that names no password user (a
+// certificate or a token) may be attempted from addr at now: only the
+// address's bucket applies, never a user's.
+func (g *Guard) CheckAddr(addr string, now int64) (v Verdict, wait int64) {
+	if w := g.waitFor(g.addrs, g.cfg.AddrFailures, addr, now); w > 0 {
+		return RateLimited, w
+	}
+	return Allow, 0
 }
 
 // FailAddr records a failed login that names no password user (a
@@ -209,11 +333,30 @@ func (g *Guard) waitFor(t *lru[string, bucket], r Rate, key string, now int64) i
 }
 
 // take spends one token of key's bucket; an empty bucket stays empty
-// (failures while refused are not counted twice).
-func (g *Guard) take(t *lru[string, bucket], r Rate, key string, now int64) {
+// (failures while refused are not counted twice). It returns the bucket.
+func (g *Guard) take(t *lru[string, bucket], r Rate, key string, now int64) *bucket {
 	scaled := now * int64(r.Burst)
 	e := t.put(key, bucket{tat: scaled}, now)
 	e.val.tat = min(max(e.val.tat, scaled)+r.PeriodMs, scaled+int64(r.Burst)*r.PeriodMs)
+	e.forgetAt = max(e.forgetAt, ceilDiv(e.val.tat, int64(r.Burst)))
+	return &e.val
+}
+
+// settle marks one running attempt of key's bucket as finished.
+func (g *Guard) settle(t *lru[string, bucket], key string, now int64) {
+	if e, ok := t.get(key, now); ok && e.val.pending > 0 {
+		e.val.pending--
+	}
+}
+
+// refund gives back one token of key's bucket, taken by Begin for an
+// attempt that succeeded; never more than the bucket holds when full.
+func (g *Guard) refund(t *lru[string, bucket], r Rate, key string, now int64) {
+	e, ok := t.get(key, now)
+	if !ok {
+		return
+	}
+	e.val.tat = max(e.val.tat-r.PeriodMs, now*int64(r.Burst))
 	e.forgetAt = ceilDiv(e.val.tat, int64(r.Burst))
 }
 

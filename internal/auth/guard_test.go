@@ -157,3 +157,44 @@ func TestGuardForgetsExpiredEntries(t *testing.T) {
 		t.Fatalf("expired entries kept: %d %d %d", locks, addrs, users)
 	}
 }
+
+// TestBurstDoesNotEscalateLock: a burst of parallel attempts is admitted
+// only up to the lock threshold, and failures landing once the pair is
+// locked do not raise its level: one burst locks for the first step only.
+func TestBurstDoesNotEscalateLock(t *testing.T) {
+	g := NewGuard(GuardConfig{})
+	now := int64(1_000_000_000)
+	admitted := 0
+	for i := 0; i < 25; i++ {
+		if v, _ := g.Begin("admin", "10.0.0.1", now); v == Allow {
+			admitted++
+		}
+	}
+	if admitted != DefaultMaxFailures {
+		t.Fatalf("%d of 25 parallel attempts admitted, want %d", admitted, DefaultMaxFailures)
+	}
+	var longest int64
+	for i := 0; i < admitted; i++ {
+		longest = max(longest, g.Finish("admin", "10.0.0.1", false, now))
+	}
+	// Failures of the old kind (Fail, not admitted by Begin) while locked.
+	for i := 0; i < 20; i++ {
+		longest = max(longest, g.Fail("admin", "10.0.0.1", now))
+	}
+	if longest != DefaultLockoutMs {
+		t.Fatalf("locked for %d ms, want the first step %d", longest, DefaultLockoutMs)
+	}
+}
+
+// TestSuccessesCostNoTokens: successful logins give back what Begin took,
+// so a client opening many connections at once is never rate limited.
+func TestSuccessesCostNoTokens(t *testing.T) {
+	g := NewGuard(GuardConfig{})
+	now := int64(1_000_000_000)
+	for i := 0; i < 200; i++ {
+		if v, _ := g.Begin("app", "10.0.0.2", now); v != Allow {
+			t.Fatalf("login %d refused", i)
+		}
+		g.Finish("app", "10.0.0.2", true, now)
+	}
+}

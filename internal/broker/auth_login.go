@@ -8,6 +8,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/audit"
 	"github.com/malachi-log/malachi/internal/auth"
+	"github.com/malachi-log/malachi/internal/metadata"
 )
 
 // Login refusals; their text is the wire reason.
@@ -96,38 +97,82 @@ func (b *Broker) Login(ctx context.Context, cr Credentials) (*Identity, error) {
 
 func (b *Broker) loginPassword(ctx context.Context, cr Credentials) (*Identity, error) {
 	a := b.authn
-	if err := b.admitLogin(cr, cr.User); err != nil {
+	if cr.User == "" || len(cr.User) > metadata.MaxNameLen {
+		// No account can have such a name: refuse without a hash, and
+		// keep it away from any user's bucket (an empty name must not
+		// share one with certificate and token logins).
+		if err := b.admitLogin(cr); err != nil {
+			return nil, err
+		}
+		return nil, b.otherFailed(cr, "", ErrCredentials, errors.New("no user name, or one too long"))
+	}
+	if err := b.beginLogin(ctx, cr); err != nil {
 		return nil, err
 	}
 	p := a.principal(cr.User)
 	ok, err := b.verifyPassword(ctx, p, cr.Password)
+	a.guardMu.Lock()
+	lockedFor := a.guard.Finish(cr.User, cr.Addr, ok && err == nil, b.nowMs())
+	close(a.settled)
+	a.settled = make(chan struct{})
+	a.guardMu.Unlock()
 	if err != nil {
 		b.loginRefused(cr, cr.User, err, nil)
 		return nil, err
 	}
 	if !ok {
-		a.guardMu.Lock()
-		lockedFor := a.guard.Fail(cr.User, cr.Addr, b.nowMs())
-		a.guardMu.Unlock()
 		b.loginRefused(cr, cr.User, ErrCredentials, nil)
 		if lockedFor > 0 {
 			b.lockedOut(cr, time.Duration(lockedFor)*time.Millisecond)
 		}
 		return nil, ErrCredentials
 	}
-	a.guardMu.Lock()
-	a.guard.Succeed(cr.User, cr.Addr)
-	a.guardMu.Unlock()
 	return &Identity{User: cr.User, Perms: p.perms, gen: p.cred}, nil
 }
 
-// admitLogin asks the throttle whether a login naming user from cr.Addr
-// may be tried now; a refusal is logged and audited.
-func (b *Broker) admitLogin(cr Credentials, user string) error {
+// beginLogin asks the throttle to admit a password login: the attempt is
+// charged before the hash runs and settled after (see auth.Guard.Begin).
+// While attempts already running decide the outcome (Busy), it waits for
+// them, up to HashWait, as a login waits for a hashing slot.
+func (b *Broker) beginLogin(ctx context.Context, cr Credentials) error {
+	a := b.authn
+	var timeout <-chan time.Time
+	for {
+		a.guardMu.Lock()
+		v, wait := a.guard.Begin(cr.User, cr.Addr, b.nowMs())
+		settled := a.settled
+		a.guardMu.Unlock()
+		if v != auth.Busy {
+			return b.throttled(cr, cr.User, v, wait)
+		}
+		if timeout == nil {
+			t := b.cfg.Clock.NewTimer(a.cfg.HashWait)
+			defer t.Stop()
+			timeout = t.C()
+		}
+		select {
+		case <-settled:
+		case <-timeout:
+			return b.throttled(cr, cr.User, auth.RateLimited, 0)
+		case <-ctx.Done():
+			return b.throttled(cr, cr.User, auth.RateLimited, 0)
+		}
+	}
+}
+
+// admitLogin asks the throttle whether a certificate or token login from
+// cr.Addr may be tried now: only the address's failures count.
+func (b *Broker) admitLogin(cr Credentials) error {
 	a := b.authn
 	a.guardMu.Lock()
-	v, wait := a.guard.Check(user, cr.Addr, b.nowMs())
+	v, wait := a.guard.CheckAddr(cr.Addr, b.nowMs())
 	a.guardMu.Unlock()
+	return b.throttled(cr, "", v, wait)
+}
+
+// throttled turns the throttle's verdict into the refusal, logged and
+// audited.
+func (b *Broker) throttled(cr Credentials, user string, v auth.Verdict, wait int64) error {
 	var err error
 	switch v {
 	case auth.Allow:
@@ -137,9 +182,17 @@ func (b *Broker) admitLogin(cr Credentials, user string) error {
 	default:
 		err = ErrRateLimited
 	}
-	// How long remains goes to the server log only: telling the client
-	// would tell an attacker when to come back.
-	b.loginRefused(cr, user, err, []any{"retry_in", time.Duration(wait) * time.Millisecond})
+	// A throttled refusal costs the node nothing, so it is reported once
+	// per address and window, with a count, not once each. How long
+	// remains goes to the server log only: telling the client would tell
+	// an attacker when to come back.
+	a := b.authn
+	a.guardMu.Lock()
+	report, suppressed := a.guard.Report(cr.Addr, b.nowMs())
+	a.guardMu.Unlock()
+	if report {
+		b.loginRefused(cr, user, err, []any{"retry_in", time.Duration(wait) * time.Millisecond, "similar_refusals_not_reported", suppressed})
+	}
 	return err
 }
 
@@ -197,7 +250,7 @@ func (b *Broker) loginCert(cr Credentials) (*Identity, error) {
 		// Plaintext, or a listener that does not verify certificates.
 		return nil, ErrMTLSUnavailable
 	}
-	if err := b.admitLogin(cr, ""); err != nil {
+	if err := b.admitLogin(cr); err != nil {
 		return nil, err
 	}
 	leaf, err := auth.VerifiedLeaf(cr.TLS, nil, b.cfg.Clock.Now())
@@ -224,7 +277,7 @@ func (b *Broker) loginToken(ctx context.Context, cr Credentials) (*Identity, err
 	if a.jwks == nil {
 		return nil, ErrOIDCDisabled
 	}
-	if err := b.admitLogin(cr, ""); err != nil {
+	if err := b.admitLogin(cr); err != nil {
 		return nil, err
 	}
 	now := b.cfg.Clock.Now()
@@ -272,6 +325,7 @@ func (b *Broker) otherFailed(cr Credentials, user string, refusal, cause error) 
 // loginRefused logs and audits a refused login. Never the password or
 // the token.
 func (b *Broker) loginRefused(cr Credentials, user string, refusal error, extra []any) {
+	user = clip(user)
 	args := append([]any{"user", user, "method", cr.Method, "addr", cr.Addr, "reason", refusal.Error()}, extra...)
 	b.log.Warn("login refused", args...)
 	b.authn.audit.Record(audit.Event{
@@ -281,10 +335,20 @@ func (b *Broker) loginRefused(cr Credentials, user string, refusal error, extra 
 }
 
 func (b *Broker) lockedOut(cr Credentials, d time.Duration) {
-	b.log.Warn("login locked", "user", cr.User, "addr", cr.Addr, "for", d)
+	b.log.Warn("login locked", "user", clip(cr.User), "addr", cr.Addr, "for", d)
 	b.authn.audit.Record(audit.Event{
 		Time: b.cfg.Clock.Now(), Type: audit.AuthLockout, Result: audit.ResultRefused,
-		User: cr.User, Peer: cr.Addr, Method: cr.Method, Reason: ErrAccountLocked.Error(),
+		User: clip(cr.User), Peer: cr.Addr, Method: cr.Method, Reason: ErrAccountLocked.Error(),
 		Detail: map[string]string{"duration": d.String()},
 	})
+}
+
+// clip bounds a name a client sent before it reaches the logs and the
+// audit trail: nothing longer than a valid name can be an account, and a
+// long one would only let a client bloat both.
+func clip(name string) string {
+	if len(name) <= metadata.MaxNameLen {
+		return name
+	}
+	return name[:metadata.MaxNameLen] + "…"
 }

@@ -26,6 +26,9 @@ type authState struct {
 
 	guardMu sync.Mutex
 	guard   *auth.Guard // the pure lockout and rate-limit state machine
+	// settled is closed (and replaced) under guardMu whenever a password
+	// attempt finishes, waking logins the guard asked to wait (Busy).
+	settled chan struct{}
 
 	hashSlots chan struct{} // one per password hash allowed to run
 	hashing   atomic.Int32  // hashes running now
@@ -60,6 +63,7 @@ func (b *Broker) newAuthState() (*authState, error) {
 		cfg:       cfg,
 		guard:     auth.NewGuard(cfg.guardConfig()),
 		hashSlots: make(chan struct{}, cfg.HashConcurrency),
+		settled:   make(chan struct{}),
 	}
 	if cfg.OIDC.Enabled {
 		j, err := newJWKSCache(cfg.OIDC, b.log)

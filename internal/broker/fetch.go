@@ -428,13 +428,14 @@ func (b *Broker) durableEnd(src *source) uint64 {
 }
 
 // recordSize is what one record costs a page's byte budget: its key,
-// value and headers as they travel, plus a little for framing. Headers
-// count too, or a page of records with large headers could grow far past
-// FetchMaxBytes.
+// value and headers, and for each header what it costs in memory once
+// decoded (two slices), not the two bytes it may take on the wire, or a
+// page of records with many small headers could grow far past
+// FetchMaxBytes in memory.
 func recordSize(r Record) int {
 	n := len(r.Key) + len(r.Value) + 32
 	for _, h := range r.Headers {
-		n += len(h.Key) + len(h.Value) + 8
+		n += len(h.Key) + len(h.Value) + 48
 	}
 	return n
 }

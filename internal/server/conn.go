@@ -91,16 +91,15 @@ type outFrame struct {
 }
 
 // Buffer sizes. Reads and writes go through buffers so pipelined frames
-// share syscalls; the frame buffer keeps the largest recent frame for
-// reuse unless that is above keepFrameBuffer, so one 16 MiB produce does
-// not pin 16 MiB for the rest of the connection's life. 2 MiB holds a
-// typical producer batch (10,000 small records): below that, dropping the
-// buffer after every frame costs a fresh allocation and zeroing per
-// produce, about a tenth of produce throughput.
+// share syscalls. A connection keeps its own frame buffer only up to
+// keepFrameBuffer; a larger frame is read into a buffer lent by the
+// node-wide pool (framePool) and given back once handled. So a busy
+// producer reuses its large buffers, while an idle connection holds none,
+// whatever size of frame it once sent.
 const (
 	smallIOBuffer   = 4 << 10
 	fullIOBuffer    = 64 << 10
-	keepFrameBuffer = 2 << 20
+	keepFrameBuffer = 64 << 10
 )
 
 func newConn(s *Server, nc net.Conn, ip string) *conn {
@@ -241,7 +240,7 @@ func (c *conn) readLoop() {
 		if c.isDraining() {
 			return
 		}
-		body, err := wire.ReadFrame(c.br, limit, buf)
+		body, err := wire.ReadFrame(c.br, limit, c.frameBufFor(buf, limit))
 		if err != nil {
 			if errors.Is(err, wire.ErrFrameTooLarge) {
 				c.reply(wire.AppendErrorFrame(nil, 0, wire.ReasonFrameTooLarge))
@@ -255,9 +254,10 @@ func (c *conn) readLoop() {
 		// Nothing decoded from body outlives handleFrame: produces are
 		// copied into their batch before ProduceAsync returns, and other
 		// requests hold strings, not slices of the frame.
-		buf = body[:0]
-		if cap(buf) > keepFrameBuffer {
-			buf = nil
+		if cap(body) > keepFrameBuffer {
+			returnFrame(body)
+		} else {
+			buf = body[:0]
 		}
 		c.frameBuffer.Store(int64(cap(buf)))
 		if c.authed && !wasAuthed {

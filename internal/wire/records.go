@@ -63,8 +63,21 @@ func AppendRecords(dst []byte, recs []Record) []byte {
 // first record that has headers, so a batch costs a few allocations
 // rather than one per record. Each record's Headers is capped at its own
 // length, so appending to it cannot clobber a neighbour.
+// Header limits. A header costs two bytes on the wire and about fifty in
+// memory, once decoded here and again wherever records are copied, so an
+// unbounded count would let one frame of empty headers cost the node
+// gigabytes. Kafka's clients send a handful per record.
+const (
+	// MaxHeadersPerRecord bounds one record's headers.
+	MaxHeadersPerRecord = 1024
+	// MaxHeadersPerRequest bounds the headers of all records of one
+	// produce request (about 3 MiB decoded at the most).
+	MaxHeadersPerRequest = 64 << 10
+)
+
 func (d *decoder) records(dst []Record) []Record {
 	dst = dst[:0]
+	total := 0
 	n := d.count(minRecordLen)
 	if n == 0 {
 		return dst
@@ -76,6 +89,12 @@ func (d *decoder) records(dst []Record) []Record {
 	for i := range n {
 		rec := Record{Key: d.bytes(), Value: d.value(), Timestamp: d.u64()}
 		if hn := d.count(minHeaderLen); hn > 0 {
+			total += hn
+			if hn > MaxHeadersPerRecord || total > MaxHeadersPerRequest {
+				d.fail("too many headers: %d in a record, %d in the request (at most %d and %d)",
+					hn, total, MaxHeadersPerRecord, MaxHeadersPerRequest)
+				return dst
+			}
 			if headers == nil {
 				// Guess that the rest look like this one, within what the
 				// remaining bytes can back.
