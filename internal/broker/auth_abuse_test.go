@@ -82,3 +82,27 @@ func TestParallelGuessesCannotBypassLockout(t *testing.T) {
 		t.Errorf("%d passwords actually checked from one address (lock at 5, address bucket 30, user bucket 30)", verified)
 	}
 }
+
+// TestTokenWithinLeewayStaysValid: a token the login accepted thanks to
+// the clock-skew leeway (exp just passed) must not be refused on the very
+// next request.
+func TestTokenWithinLeewayStaysValid(t *testing.T) {
+	keys := authtest.NewSigners(t, "k-")
+	jwks := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(jwks, authtest.JWKS(t, keys...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, mc := openAuth(t, AuthConfig{OIDC: OIDCConfig{Enabled: true, Issuer: "i", Audience: "a", JWKSFile: jwks}})
+	tok := keys[0].Sign(t, jwt.MapClaims{"iss": "i", "aud": "a", "sub": "admin", "exp": mc.Now().Add(-10 * time.Second).Unix()})
+	id, err := b.Login(context.Background(), Credentials{Method: MethodToken, Token: tok, Addr: "192.0.2.1"})
+	if err != nil {
+		t.Fatalf("login within the leeway: %v", err)
+	}
+	if err := b.CheckIdentity(*id); err != nil {
+		t.Fatalf("the next request: %v", err)
+	}
+	mc.Advance(time.Minute)
+	if err := b.CheckIdentity(*id); err == nil {
+		t.Fatal("still valid past exp and the leeway")
+	}
+}

@@ -297,7 +297,9 @@ func (b *Broker) loginToken(ctx context.Context, cr Credentials) (*Identity, err
 	if err != nil {
 		return nil, b.otherFailed(cr, "", ErrCredentials, err)
 	}
-	id := &Identity{User: claims.User, expires: claims.ExpiresAt}
+	// The login accepted exp with Leeway of clock skew; so does every
+	// request after it, or the connection would be refused at once.
+	id := &Identity{User: claims.User, expires: claims.ExpiresAt.Add(o.Leeway)}
 	if o.PermsClaim != "" {
 		id.Perms, id.ownPerms = claims.Perms, true
 		return id, nil

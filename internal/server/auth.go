@@ -37,6 +37,7 @@ func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
 	}
 	c.ident.Store(id)
 	c.authed = true
+	c.s.loggedIn(c)
 	return c.reply(wire.AppendOKFrame(nil, corr, &wire.TokenResponse{Token: id.Token}))
 }
 

@@ -35,7 +35,9 @@ import (
 // reserves room for the largest answer it could give before it runs, and
 // the reader also waits while queued answers fill the budget.
 type conn struct {
-	s *Server
+	// countedAuthed: c has left Server.mu.preAuth (guarded by Server.mu).
+	countedAuthed bool
+	s             *Server
 	// raw is the accepted socket: deadlines and Close go to it from any
 	// goroutine. nc is what frames are read from and written to — raw,
 	// or the TLS connection over it — set by serve before the writer

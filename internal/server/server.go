@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,9 +59,13 @@ type Config struct {
 	// WriteTimeout bounds one write to a client; a write that does not
 	// complete in time closes the connection.
 	WriteTimeout time.Duration
-	// MaxConns and MaxConnsPerIP cap concurrent connections.
+	// MaxConns and MaxConnsPerIP cap concurrent connections (per client
+	// IPv4 address, or IPv6 /64).
 	MaxConns      int
 	MaxConnsPerIP int
+	// MaxPreAuthConns caps connections that have not logged in yet.
+	// Default a tenth of MaxConns (at least 16).
+	MaxPreAuthConns int
 	// MaxInFlight caps the requests one connection may have outstanding,
 	// counting those whose answers wait to be written; default 256.
 	MaxInFlight int
@@ -123,6 +128,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxConns == 0 {
 		c.MaxConns = 10000
 	}
+	if c.MaxPreAuthConns == 0 {
+		c.MaxPreAuthConns = max(c.MaxConns/10, 16)
+	}
 	if c.MaxConnsPerIP == 0 {
 		c.MaxConnsPerIP = 100
 	}
@@ -153,8 +161,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: MaxPreAuthFrame %d is outside [%d, min(MaxFrame, %d)]", c.MaxPreAuthFrame, wire.RequestHeaderSize, maxPreAuthFrame)
 	case c.AuthTimeout < 0, c.IdleTimeout < 0, c.WriteTimeout < 0, c.ShutdownGrace < 0:
 		return errors.New("server: timeouts cannot be negative")
-	case c.MaxConns < 1, c.MaxConnsPerIP < 1:
-		return errors.New("server: MaxConns and MaxConnsPerIP must be at least 1")
+	case c.MaxConns < 1, c.MaxConnsPerIP < 1, c.MaxPreAuthConns < 1:
+		return errors.New("server: MaxConns, MaxConnsPerIP and MaxPreAuthConns must be at least 1")
 	case c.MaxInFlight < 1:
 		return errors.New("server: MaxInFlight must be at least 1")
 	case c.MaxConnBytes < minConnBytes:
@@ -204,6 +212,7 @@ type Server struct {
 		sync.Mutex
 		conns    map[*conn]struct{}
 		perIP    map[string]int
+		preAuth  int // connections not yet logged in
 		draining bool
 	}
 	wg sync.WaitGroup
@@ -363,6 +372,11 @@ func (s *Server) admit(nc net.Conn) {
 		reason = "shutting_down"
 	case len(s.mu.conns) >= s.cfg.MaxConns:
 		reason = "global_limit_exceeded"
+	case s.mu.preAuth >= s.cfg.MaxPreAuthConns:
+		// Connections that have not logged in may hold only a share of
+		// the node's, so clients that never log in cannot crowd out
+		// those that do.
+		reason = "global_limit_exceeded"
 	case s.mu.perIP[ip] >= s.cfg.MaxConnsPerIP:
 		reason = "connection_limit_exceeded"
 	}
@@ -376,6 +390,7 @@ func (s *Server) admit(nc net.Conn) {
 	c := newConn(s, nc, ip)
 	s.mu.conns[c] = struct{}{}
 	s.mu.perIP[ip]++
+	s.mu.preAuth++
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
@@ -385,9 +400,22 @@ func (s *Server) admit(nc net.Conn) {
 	}()
 }
 
+// loggedIn moves c out of the not-yet-logged-in count, once.
+func (s *Server) loggedIn(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !c.countedAuthed {
+		c.countedAuthed = true
+		s.mu.preAuth--
+	}
+}
+
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !c.countedAuthed {
+		s.mu.preAuth--
+	}
 	delete(s.mu.conns, c)
 	s.mu.perIP[c.ip]--
 	if s.mu.perIP[c.ip] <= 0 {
@@ -430,10 +458,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// remoteIP is the client address that per-address limits and the login
+// throttle count by: the IPv4 address, or an IPv6 address's /64 (a single
+// site is routinely given a whole /64, so counting by full address would
+// give one client unlimited addresses).
 func remoteIP(nc net.Conn) string {
 	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
 		return nc.RemoteAddr().String()
 	}
-	return host
+	return addrKey(host)
+}
+
+func addrKey(host string) string {
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Is4() || ip.Is4In6() {
+		return host
+	}
+	return netip.PrefixFrom(ip.WithZone(""), 64).Masked().String()
 }
