@@ -47,6 +47,9 @@ var (
 	// ErrInvalidPassword: a new password that is empty (no secret at all)
 	// or longer than MaxPasswordLen.
 	ErrInvalidPassword = errors.New("invalid_password")
+	// ErrGroupNotFound: the group has no committed position on the topic
+	// and no live members.
+	ErrGroupNotFound = errors.New("not_found")
 	// ErrQuotaExceeded: the request would pass a limit of the node or of
 	// its user (see Limits). It is the state machine's own reason, so a
 	// refusal from either side answers quota_exceeded.

@@ -3,12 +3,15 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/keyspace"
 	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage"
+	"github.com/malachi-log/malachi/internal/storage/segment"
 )
 
 // pollMember joins or heartbeats a group member and returns its ranges.
@@ -142,7 +145,10 @@ type RangeLag struct {
 	Lag   uint64
 }
 
-// DescribeGroup reports a group's committed position and its lag.
+// DescribeGroup reports a group's committed position and its lag. A group
+// that has neither a committed position nor live members is unknown:
+// answering it with the whole topic as lag would describe a group that
+// does not exist (a typo reads as a real, far-behind group).
 func (b *Broker) DescribeGroup(topic, group string) (GroupStatus, error) {
 	st := GroupStatus{Group: group}
 	topicID, err := b.topicID(topic)
@@ -150,16 +156,24 @@ func (b *Broker) DescribeGroup(topic, group string) (GroupStatus, error) {
 		return st, err
 	}
 	pos := position{topicID: topicID}
+	var committed bool
 	b.meta.View(func(ms *metadata.State) {
 		pos.entries = toCursorEntries(ms.GroupEntries(group, topicID))
+		committed = containsString(ms.Groups(topicID), group)
 	})
+	if !committed && !containsString(b.liveGroups(topicID), group) {
+		return st, ErrGroupNotFound
+	}
 	if len(pos.entries) > 0 {
 		s := cursor.Encode(b.secret, cursor.Cursor{TopicID: topicID, Entries: pos.entries})
 		st.Cursor = &s
 	}
 	plans, lin := b.plans(pos)
 	for i := range plans {
-		lag := b.rangeLag(&plans[i], pos.entries, lin)
+		lag, err := b.rangeLag(&plans[i], pos.entries, lin)
+		if err != nil {
+			return GroupStatus{Group: group}, err
+		}
 		st.Ranges = append(st.Ranges, RangeLag{Range: plans[i].rangeID, Lag: lag})
 		st.Lag += lag
 	}
@@ -167,10 +181,12 @@ func (b *Broker) DescribeGroup(topic, group string) (GroupStatus, error) {
 }
 
 // rangeLag counts the records of a range's history the reader has not
-// passed. For ancestor sources it counts the whole unread span of offsets,
-// so after a split the figure is an upper bound until the reader reaches
-// the range's own segments.
-func (b *Broker) rangeLag(p *plan, entries []cursor.Entry, lin lineage) uint64 {
+// passed. The range's own records are counted by offset. An ancestor's
+// records are shared between its descendants by key, so they are read and
+// counted one by one: only those whose key lies in this range's slice and
+// that the entries leave undelivered. Counting the ancestor's unread
+// offsets instead would count each of its records once per child.
+func (b *Broker) rangeLag(p *plan, entries []cursor.Entry, lin lineage) (uint64, error) {
 	var lag uint64
 	bits := p.slice.Log2Size()
 	for i := range p.sources {
@@ -180,11 +196,78 @@ func (b *Broker) rangeLag(p *plan, entries []cursor.Entry, lin lineage) uint64 {
 			continue
 		}
 		end := b.durableEnd(src)
-		if end > start {
+		if end <= start {
+			continue
+		}
+		if src.id == p.rangeID {
 			lag += end - start
+			continue
+		}
+		n, err := b.countUnread(p, src, entries, lin, start, end)
+		if err != nil {
+			return 0, err
+		}
+		lag += n
+	}
+	return lag, nil
+}
+
+// countUnread counts the records of an ancestor source in [start, end)
+// whose key lies in the plan's slice and which entries do not deliver.
+func (b *Broker) countUnread(p *plan, src *source, entries []cursor.Entry, lin lineage, start, end uint64) (uint64, error) {
+	var n uint64
+	err := b.scanSlice(p, src, start, end, func(pos, offset uint64) bool {
+		if !cursor.Consumed(entries, src.id, pos, offset, lin.isAncestor) {
+			n++
+		}
+		return true
+	})
+	return n, err
+}
+
+// scanSlice calls fn, in offset order, with the key position and offset
+// of every durable record of src in [start, end) whose key lies in the
+// plan's slice, until fn returns false.
+func (b *Broker) scanSlice(p *plan, src *source, start, end uint64, fn func(pos, offset uint64) bool) error {
+	var recs []segment.Record
+	for _, seg := range src.segments {
+		if seg.End <= start && !seg.Active {
+			continue
+		}
+		from := max(start, seg.Base)
+		for from < end {
+			buf, next, err := b.store.Read(storage.SegmentID(seg.ID), from, 1<<20, end)
+			if err != nil {
+				return fmt.Errorf("broker: scan segment %d: %w", seg.ID, err)
+			}
+			if len(buf) == 0 {
+				break
+			}
+			batches, err := segment.SplitBatches(buf)
+			if err != nil {
+				return err
+			}
+			for _, batch := range batches {
+				if recs, err = segment.DecodeRecords(batch, recs[:0]); err != nil {
+					return fmt.Errorf("broker: scan decode: %w", err)
+				}
+				for _, r := range recs {
+					if r.Offset < from || r.Offset >= end {
+						continue
+					}
+					pos := src.span.Start // as filterBatches: a nil key sits at the source's first position
+					if r.Key != nil {
+						pos = keyspace.Position(r.Key, p.bits)
+					}
+					if p.slice.Contains(pos) && !fn(pos, r.Offset) {
+						return nil
+					}
+				}
+			}
+			from = next
 		}
 	}
-	return lag
+	return nil
 }
 
 // ListGroups names the groups with a committed position on the topic.

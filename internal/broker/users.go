@@ -27,9 +27,11 @@ func (b *Broker) CreateUser(ctx context.Context, user, password string, perms []
 }
 
 // DeleteUser removes a user, its ACLs and its sessions. Connections
-// already open as the user are refused from their next request.
+// already open as the user are refused from their next request. The last
+// user with the admin permission is refused (last_admin): without one
+// nothing can be administered until an offline ResetPassword.
 func (b *Broker) DeleteUser(ctx context.Context, user string) error {
-	_, err := b.apply(ctx, metadata.Command{Kind: "delete_user", User: user})
+	_, err := b.apply(ctx, metadata.Command{Kind: "delete_user", User: user, KeepAdmin: true})
 	b.refreshPrincipals()
 	if err != nil {
 		return err

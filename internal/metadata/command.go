@@ -15,6 +15,8 @@ const (
 	KindSplitRange    = "split_range"
 	KindMergeRanges   = "merge_ranges"
 	KindCommitOffsets = "commit_offsets"
+	KindSetOffsets    = "set_offsets"
+	KindDeleteGroup   = "delete_group"
 	KindCreateUser    = "create_user"
 	KindDeleteUser    = "delete_user"
 	KindSetPassword   = "set_password"
@@ -78,14 +80,18 @@ type Command struct {
 	// out again while its file still exists.
 	MinID uint64 `json:"min_id,omitempty"`
 
-	Group   string       `json:"group,omitempty"`   // commit_offsets
-	Entries []GroupEntry `json:"entries,omitempty"` // commit_offsets
+	Group   string       `json:"group,omitempty"`   // commit_offsets, set_offsets, delete_group
+	Entries []GroupEntry `json:"entries,omitempty"` // commit_offsets, set_offsets
 
 	User         string   `json:"user,omitempty"`          // user and ACL commands
 	PasswordHash string   `json:"password_hash,omitempty"` // create_user, set_password (opaque)
 	Perms        []string `json:"perms,omitempty"`         // create_user
-	Operation    string   `json:"operation,omitempty"`     // grant_acl, revoke_acl
-	Pattern      string   `json:"pattern,omitempty"`       // grant_acl, revoke_acl
+	// KeepAdmin (delete_user) refuses to delete the last user holding the
+	// admin permission. It travels in the command, like Quota, so a
+	// delete_user logged before the rule existed replays as it applied.
+	KeepAdmin bool   `json:"keep_admin,omitempty"`
+	Operation string `json:"operation,omitempty"` // grant_acl, revoke_acl
+	Pattern   string `json:"pattern,omitempty"`   // grant_acl, revoke_acl
 
 	ClusterID     string `json:"cluster_id,omitempty"`     // init_cluster (optional)
 	ClusterSecret []byte `json:"cluster_secret,omitempty"` // init_cluster

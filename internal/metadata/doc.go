@@ -44,8 +44,13 @@
 //	    its slice, an Offset at least its Offset) is dropped, whether stored
 //	    or new; at most MaxGroupEntries per group and topic; a new group
 //	    past Quota.GroupsPerTopic is quota_exceeded.
+//	set_offsets    Group, Topic, Entries -> TopicID
+//	    as commit_offsets, but replaces the stored position (it may move back):
+//	    an operator's reset. Empty Entries is the start of the topic.
+//	delete_group   Group, Topic -> TopicID     no_such_topic; not_found
 //	create_user    User, PasswordHash, Perms   user_exists; invalid_permissions
-//	delete_user    User (and its ACLs)         user_not_found
+//	delete_user    User (and its ACLs)         user_not_found; last_admin when
+//	    KeepAdmin is set and the user is the only one with admin
 //	set_password   User, PasswordHash          user_not_found
 //	grant_acl      User, Operation, Pattern    user_not_found; invalid_operation;
 //	    invalid_topic_name for a pattern that is not a topic name, "prefix*" or "*".

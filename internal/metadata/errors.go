@@ -32,6 +32,11 @@ const (
 	ErrInvalidCommand      Error = "invalid_command"
 	// ErrQuotaExceeded: the command would pass a limit its Quota carries.
 	ErrQuotaExceeded Error = "quota_exceeded"
+	// ErrNotFound: the named object (a consumer group) does not exist.
+	ErrNotFound Error = "not_found"
+	// ErrLastAdmin: the command would leave no user with the admin
+	// permission.
+	ErrLastAdmin Error = "last_admin"
 )
 
 // Errors lists every reason Apply can answer, for tables of wire reasons.
@@ -41,5 +46,5 @@ var Errors = []Error{
 	ErrNotBuddies, ErrActiveSegmentExists, ErrSegmentOverlap, ErrNoSuchSegment,
 	ErrSegmentActive, ErrAlreadySealed, ErrUserExists, ErrUserNotFound,
 	ErrInvalidPermissions, ErrInvalidOperation, ErrUnknownCommand, ErrInvalidCommand,
-	ErrQuotaExceeded,
+	ErrQuotaExceeded, ErrNotFound, ErrLastAdmin,
 }

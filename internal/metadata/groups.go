@@ -36,6 +36,46 @@ func (s *State) commitOffsets(c *Command) Result {
 	return Result{TopicID: tr.t.ID}
 }
 
+// setOffsets: Group, Topic (name), Entries. Unlike commit_offsets it
+// replaces the group's stored position, so it may move the group back: it
+// is an operator's explicit reset (a seek), never a member's commit. An
+// empty Entries positions the group at the start of the topic.
+func (s *State) setOffsets(c *Command) Result {
+	if !validName(c.Group) || len(c.Entries) > MaxGroupEntries {
+		return failed(ErrInvalidCommand)
+	}
+	tr, ok := s.byName[c.Topic]
+	if !ok {
+		return failed(ErrNoSuchTopic)
+	}
+	for _, e := range c.Entries {
+		if !s.validEntry(tr, e) {
+			return failed(ErrInvalidCommand)
+		}
+	}
+	if !groupAllowed(c, tr) {
+		return failed(ErrQuotaExceeded)
+	}
+	// Merging the entries with nothing keeps the stored form canonical:
+	// sorted, without entries another of the same source implies.
+	tr.groups[c.Group] = mergeEntries(nil, c.Entries)
+	return Result{TopicID: tr.t.ID}
+}
+
+// deleteGroup: Group, Topic (name). Removes the group's stored position;
+// not_found when the group has none.
+func (s *State) deleteGroup(c *Command) Result {
+	tr, ok := s.byName[c.Topic]
+	if !ok {
+		return failed(ErrNoSuchTopic)
+	}
+	if _, ok := tr.groups[c.Group]; !ok {
+		return failed(ErrNotFound)
+	}
+	delete(tr.groups, c.Group)
+	return Result{TopicID: tr.t.ID}
+}
+
 func (s *State) validEntry(tr *topicRec, e GroupEntry) bool {
 	if e.SliceBits > tr.t.Bits || !aligned(e.SliceStart, 1<<e.SliceBits) ||
 		e.sliceEnd() > keyspaceSize(tr.t.Bits) {

@@ -157,8 +157,8 @@ func TestErrorsAreWireReasons(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 22 {
-		t.Errorf("%d reasons, want 22", len(seen))
+	if len(seen) != 24 {
+		t.Errorf("%d reasons, want 24", len(seen))
 	}
 }
 

@@ -77,6 +77,10 @@ func (s *State) Apply(cmd Command) Result {
 		return s.mergeRanges(c)
 	case KindCommitOffsets:
 		return s.commitOffsets(c)
+	case KindSetOffsets:
+		return s.setOffsets(c)
+	case KindDeleteGroup:
+		return s.deleteGroup(c)
 	}
 	return s.applyAccess(c)
 }

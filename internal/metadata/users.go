@@ -38,12 +38,27 @@ func normalPerms(in []string) ([]string, bool) {
 
 // deleteUser: User. Its ACLs go with it.
 func (s *State) deleteUser(c *Command) Result {
-	if _, ok := s.users[c.User]; !ok {
+	u, ok := s.users[c.User]
+	if !ok {
 		return failed(ErrUserNotFound)
+	}
+	if c.KeepAdmin && slices.Contains(u.Perms, PermAdmin) && s.admins() == 1 {
+		return failed(ErrLastAdmin)
 	}
 	delete(s.users, c.User)
 	delete(s.acls, c.User)
 	return Result{}
+}
+
+// admins counts the users holding the admin permission.
+func (s *State) admins() int {
+	n := 0
+	for _, u := range s.users {
+		if slices.Contains(u.Perms, PermAdmin) {
+			n++
+		}
+	}
+	return n
 }
 
 // setPassword: User, PasswordHash.

@@ -37,6 +37,16 @@ func (c *conn) handle(req wire.Request) (wire.Response, error) {
 		return c.status(id)
 	case *wire.EndCursorRequest:
 		return c.endCursor(id, r)
+	case *wire.CursorAtTimeRequest:
+		return c.cursorAtTime(id, r)
+	case *wire.CursorFromEndRequest:
+		return c.cursorFromEnd(id, r)
+	case *wire.GroupSeekRequest:
+		return c.groupSeek(id, r)
+	case *wire.GroupDeleteRequest:
+		return c.groupDelete(id, r)
+	case *wire.DescribeGroupMembersRequest:
+		return c.describeGroupMembers(id, r)
 	}
 	if err := c.s.b.RequireAdmin(id, wire.KeyName(req.APIKey())); err != nil {
 		return nil, err
@@ -150,6 +160,17 @@ func (c *conn) fetch(id broker.Identity, r *wire.FetchRequest) (wire.Response, e
 	})
 	if err != nil && c.reqCtx.Err() == nil {
 		return nil, err
+	}
+	// A long poll may have waited while its user was deleted or its grant
+	// revoked: the records are handed over only if the identity still
+	// stands now, as for a subscription's pushes.
+	if len(page.Records) > 0 {
+		if err := c.s.b.CheckIdentity(id); err != nil {
+			return nil, err
+		}
+		if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
+			return nil, err
+		}
 	}
 	return &wire.FetchResponse{Records: toWireRecords(page.Records), NextCursor: page.Cursor}, nil
 }

@@ -367,3 +367,15 @@ func (s *Store) evictLocked() {
 		s.retireLocked(s.lru.Back().Value.(*seg))
 	}
 }
+
+// SeekTime returns the base offset of the first durable batch of segment
+// id whose max timestamp is at least t (unix ms), reading batch headers
+// only; ok is false when there is none. See segment.Segment.SeekTime.
+func (s *Store) SeekTime(id SegmentID, t int64) (base uint64, ok bool, err error) {
+	_, h, err := s.acquire(id)
+	if err != nil {
+		return 0, false, err
+	}
+	defer s.release(h)
+	return h.log.SeekTime(t)
+}

@@ -30,7 +30,7 @@ func newAdminRequest(key uint16) requestDecoder {
 	case KeyEndCursor:
 		return new(EndCursorRequest)
 	}
-	return nil
+	return newGroupAdminRequest(key)
 }
 
 // ListTopicsRequest (key 64) has an empty payload; ListTopicsResponse
@@ -398,7 +398,8 @@ func (r *EndCursorRequest) Decode(payload []byte) error {
 	return d.finish("end_cursor")
 }
 
-// CursorResponse answers end_cursor (73): str(cursor).
+// CursorResponse answers end_cursor (73), cursor_at_time (74) and
+// cursor_from_end (78): str(cursor).
 type CursorResponse struct{ Cursor *string }
 
 func (r CursorResponse) AppendPayload(dst []byte) []byte { return appendNStr(dst, r.Cursor) }

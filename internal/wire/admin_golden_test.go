@@ -1,4 +1,4 @@
-// Golden frames for keys 64–72. These layouts are frozen once shipped,
+// Golden frames for keys 64–78. These layouts are frozen once shipped,
 // like v1: the frames below (also quoted in docs/wire.md) must decode to
 // the listed values and the values must encode to the frames, byte for
 // byte. A change that breaks this test changes the protocol.
@@ -24,6 +24,11 @@ var adminGoldenRequests = []struct {
 	{"0000001d00460000000301000000066f72646572730100000007776f726b657273", &DescribeGroupRequest{Topic: new("orders"), Group: new("workers")}},
 	{"0000001100470000000801000000066f7264657273", &ListGroupsRequest{Topic: new("orders")}},
 	{"00000006004800000009", &StatusRequest{}},
+	{"00000019004a0000000a01000000066f72646572730000018bcfe56800", &CursorAtTimeRequest{Topic: new("orders"), TimeMs: 1700000000000}},
+	{"0000001e004b0000000b01000000066f72646572730100000007776f726b65727300", &GroupSeekRequest{Topic: new("orders"), Group: new("workers")}},
+	{"0000001d004c0000000c01000000066f72646572730100000007776f726b657273", &GroupDeleteRequest{Topic: new("orders"), Group: new("workers")}},
+	{"0000001d004d0000000d01000000066f72646572730100000007776f726b657273", &DescribeGroupMembersRequest{Topic: new("orders"), Group: new("workers")}},
+	{"00000019004e0000000e01000000066f7264657273000000000000000a", &CursorFromEndRequest{Topic: new("orders"), N: 10}},
 }
 
 var adminGoldenResponses = []struct {
@@ -48,6 +53,8 @@ var adminGoldenResponses = []struct {
 	{"0000002000000008000000000002010000000561756469740100000007776f726b657273", &ListGroupsResponse{Groups: []string{"audit", "workers"}}},
 	{"0000003d00000009000001000000026e310100000005302e312e3001000000052f64617461000000000000ea600000000100000000000003e80000000000010000",
 		&StatusResponse{NodeID: "n1", Version: "0.1.0", DataDir: "/data", UptimeMs: 60000, Topics: 1, Records: 1000, Bytes: 65536}},
+	{"000000350000000d000000000000000000020000000101000000026d310000018bcfe568000000000200000000000000050000000000000006",
+		&DescribeGroupMembersResponse{Generation: 2, Members: []GroupMember{{Member: "m1", LastSeenMs: 1700000000000, Ranges: []uint64{5, 6}}}}},
 }
 
 func mustHex(t *testing.T, s string) []byte {

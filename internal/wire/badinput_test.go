@@ -63,7 +63,7 @@ func TestTruncatedAndTrailing(t *testing.T) {
 }
 
 func TestUnknownAPIKey(t *testing.T) {
-	for _, key := range []uint16{17, 21, 22, 63, 74, 0xFFFF} {
+	for _, key := range []uint16{17, 21, 22, 63, 79, 0xFFFF} {
 		if _, err := DecodeRequest(key, nil); !errors.Is(err, ErrUnknownAPIKey) {
 			t.Errorf("key %d: err = %v, want ErrUnknownAPIKey", key, err)
 		}
@@ -125,6 +125,12 @@ func badCases() []badCase {
 		{"split_range children count", into(new(SplitRangeResponse)), payload(lots(big), zeros(10))},
 		{"describe_group range count", into(new(DescribeGroupResponse)), payload(str("g"), absent(), be64(0), lots(big), zeros(10))},
 		{"list_groups count", into(new(ListGroupsResponse)), payload(lots(huge), zeros(10))},
+		{"describe_group_members member count", into(new(DescribeGroupMembersResponse)), payload(be64(1), lots(big), zeros(10))},
+		{"describe_group_members range count", into(new(DescribeGroupMembersResponse)),
+			payload(be64(1), be32(1), str("m"), be64(0), lots(big), zeros(10))},
+		{"absent required member", into(new(DescribeGroupMembersResponse)), payload(be64(1), be32(1), absent(), be64(0), emptyList())},
+		{"group_seek str tag 2", decodeKey(KeyGroupSeek), payload(str("t"), str("g"), oneByte(2))},
+		{"cursor_at_time short time", decodeKey(KeyCursorAtTime), payload(str("t"), zeros(7))},
 		{"str tag 2", decodeKey(KeyDeleteUser), payload(oneByte(2))},
 		{"str tag 0xff", decodeKey(KeyProduce), payload(str("t"), be32(1), oneByte(0xff), be32(0), be64(0), emptyList())},
 		{"bool 2 in range", into(new(DescribeTopicResponse)),

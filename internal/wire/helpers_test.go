@@ -18,6 +18,7 @@ var allKeys = []uint16{
 	KeyTokenAuth, KeyGrantACL, KeyRevokeACL, KeyListACLs,
 	KeyListTopics, KeyDescribeTopic, KeyDeleteTopic, KeyCreateTopicEx, KeySplitRange,
 	KeyMergeRanges, KeyDescribeGroup, KeyListGroups, KeyStatus, KeyEndCursor,
+	KeyCursorAtTime, KeyGroupSeek, KeyGroupDelete, KeyDescribeGroupMembers, KeyCursorFromEnd,
 }
 
 func sampleRecords() []Record {
@@ -59,6 +60,11 @@ func sampleRequests() []Request {
 		&ListGroupsRequest{Topic: new("orders")},
 		&StatusRequest{},
 		&EndCursorRequest{Topic: new("orders")},
+		&CursorAtTimeRequest{Topic: new("orders"), TimeMs: 1_700_000_000_000},
+		&GroupSeekRequest{Topic: new("orders"), Group: new("g"), Cursor: new("Q1VSU09S")},
+		&GroupDeleteRequest{Topic: new("orders"), Group: new("g")},
+		&DescribeGroupMembersRequest{Topic: new("orders"), Group: new("g")},
+		&CursorFromEndRequest{Topic: new("orders"), N: 10},
 	}
 }
 
@@ -84,6 +90,10 @@ func sampleResponses() []responseDecoder {
 		&SplitRangeResponse{Children: []uint64{2, 3}},
 		&MergeRangesResponse{Child: 4},
 		&DescribeGroupResponse{Group: "g", Cursor: nil, Lag: 12, Ranges: []RangeLag{{Range: 2, Lag: 5}, {Range: 3, Lag: 7}}},
+		&DescribeGroupMembersResponse{Generation: 3, Members: []GroupMember{
+			{Member: "m1", LastSeenMs: 1_700_000_000_000, Ranges: []uint64{2}},
+			{Member: "m2", LastSeenMs: 1_700_000_000_500, Ranges: []uint64{3, 4}},
+		}},
 		&ListGroupsResponse{Groups: []string{"a", "b"}},
 		&StatusResponse{NodeID: "n1", Version: "0.1.0", DataDir: "/var/lib/malachi", UptimeMs: 1234, Topics: 2, Records: 3, Bytes: 4},
 	}

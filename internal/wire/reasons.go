@@ -66,6 +66,8 @@ const (
 	ReasonAlreadySealed       = "already_sealed"
 	ReasonUserExists          = "user_exists"
 	ReasonUserNotFound        = "user_not_found"
+	ReasonLastAdmin           = "last_admin"
+	ReasonGroupHasMembers     = "group_has_members"
 	ReasonInvalidPermissions  = "invalid_permissions"
 	ReasonInvalidPassword     = "invalid_password"
 	ReasonInvalidOperation    = "invalid_operation"
@@ -149,6 +151,8 @@ var Reasons = map[string]ReasonInfo{
 	ReasonAlreadySealed:       {false, "The segment is already sealed."},
 	ReasonUserExists:          {false, "A user with that name already exists."},
 	ReasonUserNotFound:        {false, "The user does not exist."},
+	ReasonLastAdmin:           {false, "The user is the only one with the admin permission; deleting it would leave the node without an administrator. Create or promote another admin first, or reset a password offline on a stopped node (malachi admin reset-password)."},
+	ReasonGroupHasMembers:     {false, "The consumer group has live members on the topic; stop them (or wait for their session to expire) and try again."},
 	ReasonInvalidPermissions:  {false, "Permissions are \"admin\", \"produce\" or \"consume\"."},
 	ReasonInvalidPassword:     {false, "A new password must be 1 to 1024 bytes."},
 	ReasonInvalidOperation:    {false, "ACL operations are \"produce\" or \"consume\"."},

@@ -33,6 +33,12 @@ const (
 	KeyListGroups    uint16 = 71
 	KeyStatus        uint16 = 72
 	KeyEndCursor     uint16 = 73
+
+	KeyCursorAtTime         uint16 = 74
+	KeyGroupSeek            uint16 = 75
+	KeyGroupDelete          uint16 = 76
+	KeyDescribeGroupMembers uint16 = 77
+	KeyCursorFromEnd        uint16 = 78
 )
 
 var keyNames = map[uint16]string{
@@ -45,6 +51,8 @@ var keyNames = map[uint16]string{
 	KeyListTopics: "list_topics", KeyDescribeTopic: "describe_topic", KeyDeleteTopic: "delete_topic",
 	KeyCreateTopicEx: "create_topic_ex", KeySplitRange: "split_range", KeyMergeRanges: "merge_ranges",
 	KeyDescribeGroup: "describe_group", KeyListGroups: "list_groups", KeyStatus: "status", KeyEndCursor: "end_cursor",
+	KeyCursorAtTime: "cursor_at_time", KeyGroupSeek: "group_seek", KeyGroupDelete: "group_delete",
+	KeyDescribeGroupMembers: "describe_group_members", KeyCursorFromEnd: "cursor_from_end",
 }
 
 // KeyName returns the snake_case name of an api key ("produce"), or

@@ -127,6 +127,21 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	KeyListGroups: req(func(t *rapid.T) Request { return &ListGroupsRequest{Topic: genNStr.Draw(t, "topic")} }),
 	KeyStatus:     rapid.Just[Request](&StatusRequest{}),
 	KeyEndCursor:  req(func(t *rapid.T) Request { return &EndCursorRequest{Topic: genNStr.Draw(t, "topic")} }),
+	KeyCursorAtTime: req(func(t *rapid.T) Request {
+		return &CursorAtTimeRequest{Topic: genNStr.Draw(t, "topic"), TimeMs: genU64.Draw(t, "time")}
+	}),
+	KeyCursorFromEnd: req(func(t *rapid.T) Request {
+		return &CursorFromEndRequest{Topic: genNStr.Draw(t, "topic"), N: genU64.Draw(t, "n")}
+	}),
+	KeyGroupSeek: req(func(t *rapid.T) Request {
+		return &GroupSeekRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Cursor: genNStr.Draw(t, "cursor")}
+	}),
+	KeyGroupDelete: req(func(t *rapid.T) Request {
+		return &GroupDeleteRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group")}
+	}),
+	KeyDescribeGroupMembers: req(func(t *rapid.T) Request {
+		return &DescribeGroupMembersRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group")}
+	}),
 }
 
 func req(fn func(*rapid.T) Request) *rapid.Generator[Request] { return rapid.Custom(fn) }
@@ -206,6 +221,14 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 	}),
 	resp(func(t *rapid.T) responseDecoder {
 		return &ListGroupsResponse{Groups: listOf(t, "groups", genString)}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &DescribeGroupMembersResponse{
+			Generation: genU64.Draw(t, "generation"),
+			Members: listOf(t, "members", rapid.Custom(func(t *rapid.T) GroupMember {
+				return GroupMember{Member: genString.Draw(t, "member"), LastSeenMs: genU64.Draw(t, "seen"), Ranges: listOf(t, "ranges", genU64)}
+			})),
+		}
 	}),
 	resp(func(t *rapid.T) responseDecoder { return &CursorResponse{Cursor: genNStr.Draw(t, "cursor")} }),
 	resp(func(t *rapid.T) responseDecoder {

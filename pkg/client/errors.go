@@ -159,6 +159,8 @@ var (
 	ErrAlreadySealed       = reasonError(wire.ReasonAlreadySealed)
 	ErrUserExists          = reasonError(wire.ReasonUserExists)
 	ErrUserNotFound        = reasonError(wire.ReasonUserNotFound)
+	ErrLastAdmin           = reasonError(wire.ReasonLastAdmin)
+	ErrGroupHasMembers     = reasonError(wire.ReasonGroupHasMembers)
 	ErrInvalidPermissions  = reasonError(wire.ReasonInvalidPermissions)
 	ErrInvalidPassword     = reasonError(wire.ReasonInvalidPassword)
 	ErrInvalidOperation    = reasonError(wire.ReasonInvalidOperation)

@@ -109,3 +109,36 @@ func (s *Segment) cut(out []byte, first, limit int64, upTo uint64) (int, uint64,
 func (s *Segment) corrupt(pos int64, err error) error {
 	return fmt.Errorf("%w: segment %d at byte %d: %v", ErrCorrupt, s.id, pos, err)
 }
+
+// SeekTime returns the base offset of the first durable batch whose
+// MaxTimestamp is at least t, walking batch headers only: no record is
+// read or decompressed. ok is false when no batch qualifies. Record
+// timestamps are the clients' and need not grow with offsets, so the walk
+// starts at the first batch: a search that assumed order could skip an
+// earlier batch that qualifies. A segment whose durable MaxTimestamp is
+// below t is answered without reading the file.
+func (s *Segment) SeekTime(t int64) (base uint64, ok bool, err error) {
+	s.mu.RLock()
+	d := s.durable
+	s.mu.RUnlock()
+	if d.Records == 0 || d.MaxTimestamp < t {
+		return 0, false, nil
+	}
+	limit := FileHeaderSize + d.Bytes
+	w := &window{f: s.f, size: limit, chunk: s.interval + 2*HeaderSize}
+	for pos := int64(FileHeaderSize); pos < limit; {
+		hb, err := w.at(pos, HeaderSize)
+		if err != nil {
+			return 0, false, s.corrupt(pos, shortOr(err))
+		}
+		h, err := ParseHeader(hb)
+		if err != nil {
+			return 0, false, s.corrupt(pos, err)
+		}
+		if h.MaxTimestamp >= t {
+			return h.BaseOffset, true, nil
+		}
+		pos += int64(h.Length)
+	}
+	return 0, false, nil
+}

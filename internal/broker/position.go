@@ -1,0 +1,181 @@
+package broker
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/malachi-log/malachi/internal/cursor"
+	"github.com/malachi-log/malachi/internal/storage"
+	"github.com/malachi-log/malachi/internal/storage/segment"
+)
+
+// CursorAt returns a cursor positioned at the first record of each active
+// range's history whose timestamp is at least atMs (unix ms): reading from
+// it starts there and goes on through the rest of the lineage (a sealed
+// parent's later records, then the range's own). A range with no such
+// record is positioned at its end. Records carry the clients' timestamps,
+// which need not grow with offsets; the first record in reading order
+// that qualifies is the one chosen, so an earlier-stamped record after it
+// is still read.
+//
+// Segments whose max timestamp is below atMs are skipped on their summary
+// alone; in the segment that may hold the answer only batch headers are
+// walked, and then the one batch found is decoded to place the cursor on
+// the exact record.
+func (b *Broker) CursorAt(topic string, atMs int64) (string, error) {
+	topicID, err := b.topicID(topic)
+	if err != nil {
+		return "", err
+	}
+	plans, lin := b.plans(position{topicID: topicID})
+	var entries []cursor.Entry
+	for i := range plans {
+		p := &plans[i]
+		bits := p.slice.Log2Size()
+		found := false
+		for j := range p.sources {
+			src := &p.sources[j]
+			off, ok, err := b.firstAtOrAfter(src, atMs)
+			if err != nil {
+				return "", err
+			}
+			if ok {
+				entries = cursor.Advance(entries, src.id, p.slice.Start, bits, off, lin.isAncestor)
+				found = true
+				break
+			}
+			// Nothing late enough in this source: it is done for the
+			// range's slice. An explicit entry is needed because after a
+			// merge an earlier source need not be an ancestor of a later
+			// one, so the later one's entry would not imply it.
+			entries = cursor.Advance(entries, src.id, p.slice.Start, bits, b.durableEnd(src), lin.isAncestor)
+		}
+		if !found {
+			self := &p.sources[len(p.sources)-1]
+			entries = cursor.Advance(entries, p.rangeID, p.slice.Start, bits, b.durableEnd(self), lin.isAncestor)
+		}
+	}
+	return cursor.Encode(b.secret, cursor.Cursor{TopicID: topicID, Entries: entries}), nil
+}
+
+// firstAtOrAfter returns the offset of the first durable record of src
+// whose timestamp is at least atMs.
+func (b *Broker) firstAtOrAfter(src *source, atMs int64) (uint64, bool, error) {
+	for _, seg := range src.segments {
+		id := storage.SegmentID(seg.ID)
+		info, err := b.store.Info(id)
+		if err != nil {
+			if seg.Active {
+				return 0, false, nil // registered a moment before its file: nothing durable yet
+			}
+			return 0, false, fmt.Errorf("broker: segment %d: %w", seg.ID, err)
+		}
+		if info.Records == 0 || info.MaxTimestamp < atMs {
+			continue
+		}
+		base, ok, err := b.store.SeekTime(id, atMs)
+		if err != nil {
+			return 0, false, fmt.Errorf("broker: seek segment %d by time: %w", seg.ID, err)
+		}
+		if !ok {
+			continue
+		}
+		buf, _, err := b.store.Read(id, base, 1, math.MaxUint64)
+		if err != nil {
+			return 0, false, fmt.Errorf("broker: read segment %d: %w", seg.ID, err)
+		}
+		batches, err := segment.SplitBatches(buf)
+		if err != nil || len(batches) == 0 {
+			return 0, false, fmt.Errorf("broker: segment %d at %d: no batch (%v)", seg.ID, base, err)
+		}
+		recs, err := segment.DecodeRecords(batches[0], nil)
+		if err != nil {
+			return 0, false, fmt.Errorf("broker: decode: %w", err)
+		}
+		for _, r := range recs {
+			if r.Timestamp >= atMs {
+				return r.Offset, true, nil
+			}
+		}
+	}
+	return 0, false, nil
+}
+
+// CursorFromEnd returns a cursor n records before the end of each active
+// range's history, so a read from it returns the last n records of every
+// range (all of a range's history when it holds fewer). The range's own
+// records are counted back by offset; when n reaches into sealed
+// ancestors, their records in the range's slice are counted by reading
+// them, newest source first.
+func (b *Broker) CursorFromEnd(topic string, n uint64) (string, error) {
+	if n == 0 {
+		return b.EndCursor(topic)
+	}
+	topicID, err := b.topicID(topic)
+	if err != nil {
+		return "", err
+	}
+	plans, lin := b.plans(position{topicID: topicID})
+	var entries []cursor.Entry
+	for i := range plans {
+		p := &plans[i]
+		bits := p.slice.Log2Size()
+		at, off, err := b.fromEnd(p, n)
+		if err != nil {
+			return "", err
+		}
+		if at < 0 {
+			continue // fewer than n records: no entry reads the whole history
+		}
+		for j := range at {
+			src := &p.sources[j]
+			entries = cursor.Advance(entries, src.id, p.slice.Start, bits, b.durableEnd(src), lin.isAncestor)
+		}
+		entries = cursor.Advance(entries, p.sources[at].id, p.slice.Start, bits, off, lin.isAncestor)
+	}
+	return cursor.Encode(b.secret, cursor.Cursor{TopicID: topicID, Entries: entries}), nil
+}
+
+// fromEnd finds where the last n records of a plan's history begin: the
+// index of the source and the offset in it, or at = -1 when the history
+// holds fewer than n records.
+func (b *Broker) fromEnd(p *plan, n uint64) (at int, off uint64, err error) {
+	remaining := n
+	for j := len(p.sources) - 1; j >= 0; j-- {
+		src := &p.sources[j]
+		base, end := sourceBase(src), b.durableEnd(src)
+		if end <= base {
+			continue
+		}
+		if src.id == p.rangeID {
+			// Every record of the range itself is in its slice, at
+			// consecutive offsets.
+			if end-base >= remaining {
+				return j, end - remaining, nil
+			}
+			remaining -= end - base
+			continue
+		}
+		var m uint64
+		if err := b.scanSlice(p, src, base, end, func(uint64, uint64) bool { m++; return true }); err != nil {
+			return 0, 0, err
+		}
+		if m < remaining {
+			remaining -= m
+			continue
+		}
+		// The first of the last `remaining` records in the slice is the
+		// (m-remaining)th, counting from 0.
+		skip := m - remaining
+		err := b.scanSlice(p, src, base, end, func(_, offset uint64) bool {
+			if skip == 0 {
+				off = offset
+				return false
+			}
+			skip--
+			return true
+		})
+		return j, off, err
+	}
+	return -1, 0, nil
+}
