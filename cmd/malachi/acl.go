@@ -4,14 +4,25 @@ import (
 	"context"
 
 	"github.com/spf13/cobra"
+
+	"github.com/malachi-log/malachi/pkg/client"
 )
 
+// aclModeHelp explains when grants matter; acl, serve and user add share it.
+const aclModeHelp = `ACL modes: by default a node is not strict, and a user's produce and consume
+permissions (see 'malachi user add --perms') apply to every topic, so grants
+are stored but change nothing a user can observe. A node started with
+--acl-strict (or MALACHI_ACL_STRICT=true) lets a non-admin user produce to and
+read only the topics its grants match, and shows it only those topics.`
+
 func newACLCmd(a *app) *cobra.Command {
-	return parentCmd("acl", "Grant, revoke and list users' access to topics (admin)",
+	cmd := parentCmd("acl", "Grant, revoke and list users' access to topics (admin)",
 		`  malachi acl grant alice consume 'orders.*'
   malachi acl list alice
   malachi acl revoke alice consume 'orders.*'`,
 		newACLChangeCmd(a, "grant"), newACLChangeCmd(a, "revoke"), newACLListCmd(a))
+	cmd.Long = "Grant, revoke and list users' access to topics (admin).\n\n" + aclModeHelp
+	return cmd
 }
 
 // newACLChangeCmd builds grant and revoke, which differ only in the call.
@@ -28,12 +39,14 @@ func newACLChangeCmd(a *app, verb string) *cobra.Command {
 		Short: short,
 		Long: short + `.
 OPERATION is produce or consume; PATTERN is a topic name or a prefix
-followed by .* (quote it in the shell).`,
+followed by .* (quote it in the shell).
+
+` + aclModeHelp,
 		Example: example,
 		Args:    exactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			user, op, pattern := args[0], args[1], args[2]
-			return a.run(cmd, errSubject{user: user, topic: pattern}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{user: user, topic: pattern, adminOnly: true}, func(ctx context.Context, s *session) error {
 				call := s.c.GrantACL
 				if verb == "revoke" {
 					call = s.c.RevokeACL
@@ -45,6 +58,13 @@ followed by .* (quote it in the shell).`,
 					return s.out.doc(map[string]any{"user": user, "operation": op, "pattern": pattern, done: true})
 				}
 				s.out.textf("%s %s %s on %s", done, user, op, pattern)
+				if verb == "grant" {
+					// The node does not report its mode, so the note is
+					// conditional; without it a grant looks like it did
+					// something on a default node, where it does not.
+					s.out.notef("note: grants restrict users only on a node started with --acl-strict; " +
+						"otherwise produce and consume permissions already cover every topic (see 'malachi acl --help')")
+				}
 				return nil
 			})
 		},
@@ -66,10 +86,18 @@ func newACLListCmd(a *app) *cobra.Command {
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			user := args[0]
-			return a.run(cmd, errSubject{user: user}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{user: user, adminOnly: true}, func(ctx context.Context, s *session) error {
 				acls, err := s.c.ListACLs(ctx, user)
 				if err != nil {
 					return err
+				}
+				if len(acls) == 0 {
+					// The node lists no grants for a user that does not
+					// exist, where grant says user_not_found: answer the
+					// same for the same name.
+					if err := userExists(ctx, s.c, user); err != nil {
+						return err
+					}
 				}
 				docs := make([]aclJSON, len(acls))
 				rows := make([][]string, len(acls))
@@ -88,4 +116,18 @@ func newACLListCmd(a *app) *cobra.Command {
 			})
 		},
 	}
+}
+
+// userExists fails with user_not_found unless the node has the user.
+func userExists(ctx context.Context, c *client.Client, name string) error {
+	users, err := c.ListUsers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, u := range users {
+		if u.Name == name {
+			return nil
+		}
+	}
+	return client.ErrUserNotFound
 }

@@ -123,7 +123,7 @@ func TestUsersAndACLs(t *testing.T) {
 	t.Parallel()
 	c, _ := withNode(t)
 	c.ok("topic", "create", "orders.eu")
-	c.ok("user", "add", "alice", "--password", "pw1", "--perms", "produce,consume")
+	c.ok("user", "add", "alice", "--new-password", "pw1", "--perms", "produce,consume")
 	users := userList(t, c)
 	if i := slices.IndexFunc(users, func(u userJSON) bool { return u.Name == "alice" }); i < 0 ||
 		!sameMultiset(users[i].Perms, []string{"produce", "consume"}) {
@@ -138,7 +138,7 @@ func TestUsersAndACLs(t *testing.T) {
 	if e := c.fails(1, "user", "list", "--user", "alice", "--password", "pw1"); !strings.Contains(e, "permission_denied") {
 		t.Fatalf("user list as alice: %q", e)
 	}
-	c.ok("user", "passwd", "alice", "--password", "pw2")
+	c.ok("user", "passwd", "alice", "--new-password", "pw2")
 	c.fails(1, "topic", "describe", "orders.eu", "--user", "alice", "--password", "pw1")
 	c.ok("topic", "describe", "orders.eu", "--user", "alice", "--password", "pw2")
 
@@ -180,7 +180,7 @@ func TestErrorsAndExitCodes(t *testing.T) {
 		stdin string
 	}{
 		{[]string{"consume", "nope"}, 1, "no_such_topic: create it with 'malachi topic create nope'", ""},
-		{[]string{"produce", "nope"}, 1, "no_such_topic: create it with 'malachi topic create nope' (0 of 1 records produced)", "x\n"},
+		{[]string{"produce", "nope"}, 1, "no_such_topic: create it with 'malachi topic create nope' (read 1 line, sent 1, skipped 0; 0 of 1 records produced)", "x\n"},
 		{[]string{"topic", "create", "here"}, 1, "already_exists", ""},
 		{[]string{"topic", "list", "--password", "wrong"}, 1, "invalid_credentials: check --user/--password (or MALACHI_USER/MALACHI_PASSWORD)", ""},
 		{[]string{"consume", "here", "--cursor", "forged"}, 1, "invalid_cursor", ""},

@@ -18,15 +18,15 @@ import (
 )
 
 // benchFlags are the flags of `malachi bench`, shared by its subcommands.
+// It connects like every client command: --server, --user, --password,
+// the --tls* flags, the environment and the saved context.
 type benchFlags struct {
-	server, user, password string
-	secure                 secureFlags
-	cfg                    bench.Config
-	linger                 time.Duration
-	json                   bool
+	cfg    bench.Config
+	linger time.Duration
+	json   bool
 }
 
-func newBenchCmd() *cobra.Command {
+func newBenchCmd(a *app) *cobra.Command {
 	f := &benchFlags{}
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -42,7 +42,9 @@ func newBenchCmd() *cobra.Command {
 Closed loop (the default) sends as fast as acks allow. --rate R is open loop:
 records are due on a fixed schedule and latency is measured from each record's
 due time, so stalls are not hidden (coordinated-omission correction).
-A progress bar is drawn on a terminal; --json prints one JSON document.`,
+A progress bar is drawn on a terminal; --json prints one JSON document.
+It connects like every other command (--server, --user, --password, the
+saved context; see 'malachi --help'); the dev admin may create the topic.`,
 		Example: `  malachi bench produce --records 1000000 --size 128
   malachi bench produce --sync --records 20000
   malachi bench produce --rate 50000 --producers 4 --keys 1000 --ranges 4
@@ -52,7 +54,7 @@ A progress bar is drawn on a terminal; --json prints one JSON document.`,
 	}
 	f.register(cmd.PersistentFlags())
 	for _, m := range []bench.Mode{bench.Produce, bench.Consume, bench.E2E} {
-		cmd.AddCommand(newBenchModeCmd(f, m))
+		cmd.AddCommand(newBenchModeCmd(a, f, m))
 	}
 	return cmd
 }
@@ -63,22 +65,18 @@ var benchShort = map[bench.Mode]string{
 	bench.E2E:     "Produce and consume at once and time each record end to end",
 }
 
-func newBenchModeCmd(f *benchFlags, m bench.Mode) *cobra.Command {
+func newBenchModeCmd(a *app, f *benchFlags, m bench.Mode) *cobra.Command {
 	return &cobra.Command{
 		Use:   string(m),
 		Short: benchShort[m],
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cmd, f, m)
+			return runBench(cmd, a, f, m)
 		},
 	}
 }
 
 func (f *benchFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&f.server, "server", benchEnv("MALACHI_SERVER", "127.0.0.1:4040"), "node address (env MALACHI_SERVER)")
-	fl.StringVar(&f.user, "user", benchEnv("MALACHI_USER", "app"), "user (env MALACHI_USER)")
-	fl.StringVar(&f.password, "password", benchEnv("MALACHI_PASSWORD", "app123"), "password (env MALACHI_PASSWORD)")
-	f.secure.register(fl)
 	c := &f.cfg
 	fl.StringVar(&c.Topic, "topic", "bench", "topic (e2e default: a fresh topic per run)")
 	fl.Int64Var(&c.Records, "records", 100000, "records to produce; to read per consumer (via fetch) or in all (via group)")
@@ -99,13 +97,6 @@ func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.json, "json", false, "print the result as JSON")
 }
 
-func benchEnv(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 // config completes the flags into the run's configuration.
 func (f *benchFlags) config(cmd *cobra.Command, m bench.Mode) bench.Config {
 	c := f.cfg
@@ -120,20 +111,26 @@ func (f *benchFlags) config(cmd *cobra.Command, m bench.Mode) bench.Config {
 	return c
 }
 
-func runBench(cmd *cobra.Command, f *benchFlags, m bench.Mode) error {
+func runBench(cmd *cobra.Command, a *app, f *benchFlags, m bench.Mode) error {
 	ctx, stop := signal.NotifyContext(benchContext(cmd), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	set := settings{Server: f.server, User: f.user, Password: f.password}
-	_, pwFrom := pickFrom(cmd.Flags(), "password", f.password, "MALACHI_PASSWORD", "")
-	if err := resolveSecurity(cmd.Flags(), &f.secure, nil, pwFrom >= fromEnv, &set); err != nil {
+	set, err := a.settings()
+	if err != nil {
 		return err
+	}
+	if set.Withheld != "" {
+		return usageErr("%s", set.Withheld)
 	}
 	opts, err := set.clientOptions()
 	if err != nil {
 		return err
 	}
 	dial := func(ctx context.Context) (*client.Client, error) {
-		return client.Dial(ctx, f.server, opts...)
+		c, err := client.Dial(ctx, set.Server, opts...)
+		if err != nil {
+			return nil, explain(err, errSubject{topic: f.cfg.Topic, set: set})
+		}
+		return c, nil
 	}
 	if o := cmd.Flags().Lookup("output"); o != nil && o.Value.String() == "json" {
 		f.json = true // the global -o json means --json too
@@ -147,6 +144,9 @@ func runBench(cmd *cobra.Command, f *benchFlags, m bench.Mode) error {
 	hide()
 	if errors.Is(err, bench.ErrConfig) {
 		return &exitError{code: 2, err: err}
+	}
+	if err != nil {
+		err = explain(err, errSubject{topic: f.cfg.Topic, set: set})
 	}
 	if res != nil && (err == nil || res.Records > 0) { // a partial result, if any
 		write := res.WriteText

@@ -12,14 +12,20 @@ import (
 // TestBenchCommand runs `malachi bench` produce, consume and e2e with tiny
 // workloads against an in-process node and checks their JSON reports.
 func TestBenchCommand(t *testing.T) {
+	// The command reads saved contexts and MALACHI_* like any other:
+	// keep the developer's own out of the test.
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	for _, v := range []string{"MALACHI_CONTEXT", "MALACHI_USER", "MALACHI_PASSWORD", "MALACHI_SERVER"} {
+		t.Setenv(v, "")
+	}
 	node := clienttest.Start(t)
 	run := func(t *testing.T, args ...string) bench.Result {
 		t.Helper()
-		cmd := newBenchCmd()
+		cmd := newRoot()
 		var out, errOut bytes.Buffer
 		cmd.SetOut(&out)
 		cmd.SetErr(&errOut)
-		cmd.SetArgs(append(args, "--server", node.Addr(), "--json"))
+		cmd.SetArgs(append(append([]string{"bench"}, args...), "--server", node.Addr(), "--json"))
 		if err := cmd.ExecuteContext(t.Context()); err != nil {
 			t.Fatalf("bench %v: %v\n%s%s", args, err, out.String(), errOut.String())
 		}

@@ -249,7 +249,13 @@ func (ch *child) expect(want ...string) []string {
 // the stdout lines not yet read.
 func (ch *child) interrupt() (int, []string) {
 	ch.t.Helper()
-	if err := ch.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	return ch.signal(syscall.SIGINT)
+}
+
+// signal is interrupt with another signal.
+func (ch *child) signal(sig os.Signal) (int, []string) {
+	ch.t.Helper()
+	if err := ch.cmd.Process.Signal(sig); err != nil {
 		ch.t.Fatal(err)
 	}
 	deadline := time.NewTimer(waitFor)

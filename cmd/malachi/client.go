@@ -60,7 +60,42 @@ consumers read them back with opaque cursors or as consumer groups.
 	root.AddCommand(
 		newTopicCmd(a), newProduceCmd(a), newConsumeCmd(a), newGroupCmd(a),
 		newUserCmd(a), newACLCmd(a), newStatusCmd(a), newContextCmd(a),
+		newBenchCmd(a), newVersionCmd(a), newAdminCmd(),
 	)
+	root.Version = clientVersion
+	root.SetVersionTemplate("malachi {{.Version}}\n")
+	addCompletions(root, a)
+}
+
+// completions says what the positional arguments of each command name,
+// for shell completion ('malachi completion --help').
+var completions = map[string][]string{
+	"consume":        {"topic"},
+	"produce":        {"topic"},
+	"topic describe": {"topic"},
+	"topic delete":   {"topic"},
+	"topic split":    {"topic"},
+	"topic merge":    {"topic"},
+	"group list":     {"topic"},
+	"group describe": {"topic", "group"},
+	"group seek":     {"topic", "group"},
+	"group delete":   {"topic", "group"},
+	"context use":    {"context"},
+	"context delete": {"context"},
+}
+
+func addCompletions(root *cobra.Command, a *app) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		path := strings.TrimPrefix(c.CommandPath(), root.Name()+" ")
+		if kinds, ok := completions[path]; ok {
+			c.ValidArgsFunction = completeNames(a, kinds...)
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
 
 func (a *app) register(fs *pflag.FlagSet) {

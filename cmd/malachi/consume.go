@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,6 +34,9 @@ type consumeFlags struct {
 	max         int
 	format      string
 	printCursor bool
+	text        textOptions
+	// fromTime is --from as a time, zero for start and end.
+	fromTime time.Time
 }
 
 func newConsumeCmd(a *app) *cobra.Command {
@@ -43,23 +48,46 @@ func newConsumeCmd(a *app) *cobra.Command {
 that 'malachi produce' and 'malachi consume' round-trip lines byte for byte.
 
 Where reading starts: --cursor (a cursor printed by an earlier consume), else
---group (the group's committed position), else --from start (the default) or
---from end (only records produced from now on).
+--group (the group's committed position), else --from: start (the default),
+end (only records produced from now on), a time in RFC 3339
+(2026-01-02T15:04:05Z) or a duration back from now (-1h, -90s). A time is
+resolved by the node from record timestamps, range by range: reading starts
+at each range's first record at or after it.
 
 Without --follow it stops once the topic is drained; with --follow it waits
-for new records until Ctrl-C, then prints the cursor to resume from.`,
+for new records until Ctrl-C, then prints the cursor to resume from. A
+follower that loses its node (a restart, a network cut) reconnects and
+resumes from its cursor, so nothing is printed twice or skipped.
+
+Output (--format):
+  value    each record's value on its own line (the default); --print-keys
+           and --print-headers put the key and the headers (name=value,
+           comma-separated) before it, TAB-separated, as kcat -K does
+  json     one JSON object per line: "key" (null for none), "value",
+           "headers" [{"key","value"}], "timestamp" (RFC 3339, UTC) and,
+           on the last record of each page, "cursor" (resume after it).
+           Keys, values and header values that are not UTF-8 are base64,
+           with "key_base64", "value_base64" set; 'malachi produce
+           --format json' reads these lines back, so the pair copies a topic
+  TEMPLATE a Go template over ` + templateFields + `;
+           \t and \n are tabs and newlines
+Any other word is an error.`,
 		Example: `  malachi consume orders --from start
+  malachi consume orders --from -1h
+  malachi consume orders --from 2026-01-02T15:04:05Z --max 10
   malachi consume orders --group billing --commit
   malachi consume orders --follow --print-cursor
+  malachi consume orders --print-keys --print-headers
   malachi consume orders --cursor "$CURSOR" --max 10
   malachi consume orders --format '{{.Key}}\t{{.Value}}\t{{.Timestamp}}'
-  malachi consume orders --format json | jq .value`,
+  malachi consume orders --format json | jq .value
+  malachi consume orders --format json | malachi produce orders-copy --format json`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(); err != nil {
 				return err
 			}
-			format, err := newRecordFormat(f.format, a.output == "json")
+			format, err := newRecordFormat(f.format, a.output == "json", f.text)
 			if err != nil {
 				return err
 			}
@@ -70,22 +98,31 @@ for new records until Ctrl-C, then prints the cursor to resume from.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.from, "from", "", "start or end, when neither --cursor nor --group says where to start (default start)")
+	fl.StringVar(&f.from, "from", "", "start, end, an RFC 3339 time or -DURATION (-1h), when neither --cursor nor --group says where to start (default start)")
 	fl.StringVar(&f.cursor, "cursor", "", "resume from this cursor")
 	fl.StringVar(&f.group, "group", "", "read from this consumer group's committed position")
 	fl.BoolVar(&f.commit, "commit", false, "commit the group's position after each page is printed (needs --group)")
 	fl.BoolVar(&f.follow, "follow", false, "keep waiting for new records until Ctrl-C")
 	fl.IntVar(&f.max, "max", 0, "stop after this many records (0: no limit)")
-	fl.StringVar(&f.format, "format", "", `"value" (default), "json" (JSON lines), or a Go template over .Key .Value .Headers .Timestamp`)
+	fl.StringVar(&f.format, "format", "", `"value" (default), "json" (JSON lines), or a Go template over .Key .Value .Headers .Timestamp .Cursor (see above)`)
+	fl.BoolVarP(&f.text.keys, "print-keys", "K", false, "print each record's key and a TAB before its value")
+	fl.BoolVar(&f.text.headers, "print-headers", false, "print each record's headers (name=value,...) and a TAB before its value")
 	fl.BoolVar(&f.printCursor, "print-cursor", false, "print the cursor to resume from on stderr at the end")
 	return cmd
 }
 
 // check rejects flag combinations that cannot mean anything.
 func (f *consumeFlags) check() error {
+	if f.from != "" && f.from != "start" && f.from != "end" {
+		t, err := parseFrom(f.from, time.Now())
+		if err != nil {
+			return err
+		}
+		f.fromTime = t
+	}
 	switch {
-	case f.from != "" && f.from != "start" && f.from != "end":
-		return usageErr("--from is start or end, not %q", f.from)
+	case (f.text.keys || f.text.headers) && f.format != "" && f.format != "value":
+		return usageErr("--print-keys and --print-headers go with the default value output; put .Key and .Headers in a --format template instead")
 	case f.from != "" && (f.cursor != "" || f.group != ""):
 		return usageErr("--from conflicts with --cursor and --group, which say where to start")
 	case f.commit && f.group == "":
@@ -94,6 +131,23 @@ func (f *consumeFlags) check() error {
 		return usageErr("--max must not be negative")
 	}
 	return nil
+}
+
+// parseFrom reads a --from time: RFC 3339, or a negative duration that
+// counts back from now.
+func parseFrom(v string, now time.Time) (time.Time, error) {
+	if d, ok := strings.CutPrefix(v, "-"); ok {
+		dur, err := time.ParseDuration(d)
+		if err != nil || dur < 0 {
+			return time.Time{}, usageErr("--from %s: a duration back from now looks like -1h, -15m or -90s", v)
+		}
+		return now.Add(-dur), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, usageErr("--from is start, end, an RFC 3339 time (2026-01-02T15:04:05Z) or -DURATION (-1h), not %q", v)
+	}
+	return t, nil
 }
 
 // consumer is one run of consume.
@@ -143,10 +197,20 @@ func (c *consumer) status() string {
 }
 
 func (c *consumer) loop(ctx context.Context) error {
-	if c.f.from == "end" {
+	switch {
+	case c.f.from == "end":
 		if err := c.skipToEnd(ctx); err != nil {
 			return err
 		}
+	case !c.f.fromTime.IsZero():
+		cur, err := c.s.c.CursorAt(ctx, c.topic, c.f.fromTime)
+		if err == nil && cur == "" {
+			err = client.ErrNoSuchTopic
+		}
+		if err != nil {
+			return err
+		}
+		c.cursor = cur
 	}
 	// The first fetch never waits, so a cursor exists even if Ctrl-C comes
 	// before any record does; later ones wait only once drained.
@@ -157,6 +221,16 @@ func (c *consumer) loop(ctx context.Context) error {
 			limit = min(limit, c.f.max-int(c.seen.Load()))
 		}
 		page, err := c.fetch(ctx, limit, wait)
+		if err != nil && c.f.follow && connectionLost(err) {
+			// The node went away (a restart, a network cut): wait for it
+			// and go on from the cursor, which moves only once a page
+			// is printed, so nothing is printed twice or skipped.
+			if err := c.reconnect(ctx, err); err != nil {
+				return err
+			}
+			wait = false
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -194,7 +268,11 @@ func (c *consumer) fetch(ctx context.Context, limit int, wait bool) (client.Page
 // runs ahead of what was printed.
 func (c *consumer) emit(ctx context.Context, page client.Page) error {
 	for i := range page.Records {
-		if err := c.format(c.w, &page.Records[i]); err != nil {
+		cursor := ""
+		if i == len(page.Records)-1 {
+			cursor = page.Cursor
+		}
+		if err := c.format(c.w, &page.Records[i], cursor); err != nil {
 			return err
 		}
 	}
@@ -219,3 +297,37 @@ func (c *consumer) skipToEnd(ctx context.Context) error {
 	c.cursor = cur
 	return nil
 }
+
+// connectionLost reports an error after which the same request may well
+// succeed once the node is back.
+func connectionLost(err error) bool {
+	return errors.Is(err, client.ErrDisconnected) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, client.ErrRequestTimeout)
+}
+
+// reconnect waits for the node to answer again, backing off up to
+// reconnectMax between attempts, until ctx ends (Ctrl-C).
+func (c *consumer) reconnect(ctx context.Context, cause error) error {
+	fmt.Fprintf(c.s.out.errw, "connection to %s lost (%s); reconnecting\n",
+		safeText(c.s.set.Server), safeText(explainText(cause, errSubject{set: c.s.set})))
+	delay := 50 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		// Status is cheap and needs no topic: it only proves the node is
+		// back and the session is logged in again.
+		if _, err := c.s.c.Status(ctx); err == nil {
+			fmt.Fprintf(c.s.out.errw, "reconnected to %s\n", safeText(c.s.set.Server))
+			return nil
+		} else if !connectionLost(err) {
+			return err
+		}
+		delay = min(delay*2, reconnectMax)
+	}
+}
+
+// reconnectMax bounds the back-off of a follower waiting for its node.
+const reconnectMax = 2 * time.Second

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/malachi-log/malachi/pkg/client"
 )
@@ -17,7 +18,14 @@ import (
 type errSubject struct {
 	topic string
 	user  string // the user a user or acl command is about
+	group string
 	set   settings
+	// adminOnly marks operations only an administrator may run, where a
+	// grant would not help.
+	adminOnly bool
+	// existing marks operations on a topic that must already exist
+	// (delete, describe), where creating it is no answer.
+	existing bool
 }
 
 // explain turns err into the one line main prints, "reason: what to do",
@@ -53,6 +61,9 @@ func explainText(err error, sub errSubject) string {
 	case errors.Is(err, client.ErrTLS):
 		return fmt.Sprintf("TLS with %s failed: %s: check --tls-ca (the CA that signed the server's certificate) and --tls-server-name, and --tls-cert/--tls-key if the server wants a client certificate",
 			addr, tlsReason(err, addr))
+	case (errors.Is(err, client.ErrProtocol) || errors.Is(err, client.ErrDisconnected)) && speaksHTTP(addr):
+		return fmt.Sprintf("%s is an HTTP server (the node's health port?), not a Malachi client port: nothing was done; "+
+			"point --server at the client protocol address ('malachi serve' prints it, 127.0.0.1:4040 by default)", addr)
 	case errors.Is(err, client.ErrProtocol):
 		return fmt.Sprintf("%s does not speak the Malachi protocol this client expects: %v%s", addr, err, plainHint(err, sub))
 	case errors.Is(err, client.ErrDisconnected):
@@ -98,6 +109,13 @@ func reasonHint(e *client.Error, sub errSubject) string {
 	topic, user := orDefault(sub.topic, "TOPIC"), orDefault(sub.user, "USER")
 	switch e.Reason {
 	case "no_such_topic":
+		switch {
+		case sub.topic != "" && !validTopicName(sub.topic):
+			return fmt.Sprintf("%q is not a topic name: names are letters, digits, '.', '_' and '-'; "+
+				"patterns such as orders.* are for 'malachi acl grant'; see the topics with 'malachi topic list'", sub.topic)
+		case sub.existing:
+			return fmt.Sprintf("there is no topic %s; see the topics with 'malachi topic list'", topic)
+		}
 		return fmt.Sprintf("create it with 'malachi topic create %s'", topic)
 	case "already_exists":
 		return fmt.Sprintf("topic %s already exists; see 'malachi topic describe %s'", topic, topic)
@@ -114,6 +132,9 @@ func reasonHint(e *client.Error, sub errSubject) string {
 		}
 		return "check --user/--password (or MALACHI_USER/MALACHI_PASSWORD)"
 	case "permission_denied":
+		if sub.adminOnly {
+			return fmt.Sprintf("only an administrator may do this, and %s is not one: log in as an admin with --user/--password or a saved context (see 'malachi context')", sub.set.User)
+		}
 		return fmt.Sprintf("user %s may not do this; an admin can grant it with 'malachi acl grant %s produce|consume %s'", sub.set.User, sub.set.User, topic)
 	case "invalid_cursor":
 		return "the cursor is not one this server issued for " + topic + "; start again with --from start or --group"
@@ -121,6 +142,12 @@ func reasonHint(e *client.Error, sub errSubject) string {
 		return fmt.Sprintf("that range is no longer active (split or merged already); see the active ranges with 'malachi topic describe %s'", topic)
 	case "no_such_range", "cannot_split", "not_buddies", "different_topic":
 		return fmt.Sprintf("%s; see the ranges with 'malachi topic describe %s'", sentence(e), topic)
+	case "group_has_members":
+		return fmt.Sprintf("group %s has live members on %s; stop them (or wait for their sessions to expire) and try again", orDefault(sub.group, "GROUP"), topic)
+	case "not_found":
+		if sub.group != "" {
+			return fmt.Sprintf("group %s has no committed position on %s; see 'malachi group list %s'", sub.group, topic, topic)
+		}
 	case "user_not_found":
 		return fmt.Sprintf("no user %s; see 'malachi user list'", user)
 	case "user_exists":
@@ -148,4 +175,39 @@ func sentence(e *client.Error) string {
 		return "the server refused the request"
 	}
 	return strings.ToLower(d[:1]) + d[1:]
+}
+
+// validTopicName mirrors the node's rule: 1 to 249 bytes of letters,
+// digits, '.', '_' and '-', and not "." or "..".
+func validTopicName(name string) bool {
+	if name == "" || len(name) > 249 || name == "." || name == ".." {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// speaksHTTP reports whether addr answers an HTTP request: the usual
+// reason a Malachi connection is cut at once is a --server pointing at the
+// node's HTTP port. Only failures pay for this probe.
+func speaksHTTP(addr string) bool {
+	if addr == "" {
+		return false
+	}
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(conn, "HEAD / HTTP/1.0\r\n\r\n"); err != nil {
+		return false
+	}
+	buf := make([]byte, 5)
+	_, err = io.ReadFull(conn, buf)
+	return err == nil && string(buf) == "HTTP/"
 }

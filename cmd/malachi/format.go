@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
 	"strings"
 	"text/template"
 	"time"
@@ -13,28 +16,53 @@ import (
 	"github.com/malachi-log/malachi/pkg/client"
 )
 
-// recordFormat writes one consumed record to w.
-type recordFormat func(w *bufio.Writer, r *client.Record) error
+// recordFormat writes one consumed record to w. cursor is where reading
+// resumes after r; the consumer knows it only for the last record of a
+// page, and passes "" for the others.
+type recordFormat func(w *bufio.Writer, r *client.Record, cursor string) error
+
+// textOptions add kcat-style fields to the default value-per-line output.
+type textOptions struct {
+	keys, headers bool
+}
+
+// templateFields documents what a --format template sees.
+const templateFields = `.Key (string), .Value (string), .Headers (map of name to value, e.g.
+{{.Headers.source}}), .Timestamp (a Go time.Time: {{.Timestamp.UnixMilli}},
+{{.Timestamp.Format "2006-01-02"}}) and .Cursor (where reading resumes
+after the record; set on the last record of each page read, else empty)`
 
 // newRecordFormat returns the format --format names: the value alone per
 // line (the default, so produce | consume round-trips lines), JSON lines,
-// or a Go template.
-func newRecordFormat(spec string, jsonOut bool) (recordFormat, error) {
+// or a Go template. Any other word is a usage error, not a template that
+// prints itself for every record.
+func newRecordFormat(spec string, jsonOut bool, opt textOptions) (recordFormat, error) {
 	switch {
 	case spec == "json", spec == "" && jsonOut:
 		return writeJSONRecord, nil
 	case spec == "" || spec == "value":
+		if opt.keys || opt.headers {
+			return opt.write, nil
+		}
 		return writeValue, nil
+	case !strings.Contains(spec, "{{"):
+		return nil, usageErr("--format is value, json or a Go template such as '{{.Key}}\\t{{.Value}}', not %q", spec)
 	}
 	tmpl, err := template.New("format").Option("missingkey=zero").Parse(unescape(spec))
 	if err != nil {
-		return nil, usageErr("--format: %v", err)
+		return nil, usageErr("--format: %s", templateError(err))
+	}
+	// Run the template once on a sample so that a wrong field is a usage
+	// error before anything is read, not a failure at the first record.
+	sample := client.Record{Key: []byte{}, Value: []byte{}, Timestamp: time.Unix(0, 0)}
+	if err := tmpl.Execute(io.Discard, newTemplateRecord(&sample, "")); err != nil {
+		return nil, usageErr("--format: %s", templateError(err))
 	}
 	var buf bytes.Buffer
-	return func(w *bufio.Writer, r *client.Record) error {
+	return func(w *bufio.Writer, r *client.Record, cursor string) error {
 		buf.Reset()
-		if err := tmpl.Execute(&buf, newTemplateRecord(r)); err != nil {
-			return usageErr("--format: %v", err)
+		if err := tmpl.Execute(&buf, newTemplateRecord(r, cursor)); err != nil {
+			return usageErr("--format: %s", templateError(err))
 		}
 		// One record per line unless the template ends lines itself.
 		if !bytes.HasSuffix(buf.Bytes(), []byte{'\n'}) {
@@ -45,13 +73,50 @@ func newRecordFormat(spec string, jsonOut bool) (recordFormat, error) {
 	}, nil
 }
 
+var unknownField = regexp.MustCompile(`can't evaluate field (\w+)`)
+
+// templateError says what is wrong with a template in the user's terms:
+// text/template names Go types, which mean nothing to someone who typed
+// {{.Vlaue}}.
+func templateError(err error) string {
+	msg := err.Error()
+	if m := unknownField.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("no field %s; the fields are %s", m[1], strings.Join(strings.Fields(templateFields), " "))
+	}
+	msg = strings.TrimPrefix(msg, "template: ")
+	msg = strings.TrimPrefix(msg, "format:")
+	return strings.NewReplacer("main.templateRecord", "record", "client.", "", "main.", "").Replace(msg)
+}
+
 // unescape turns \t, \n and \\ typed on a shell command line into the
 // characters they name, as printf does.
-var unescape = strings.NewReplacer(`\\`, `\`, `\t`, "\t", `\n`, "\n").Replace
+var unescape = strings.NewReplacer(`\\`, `\`, `\t`, "\t", `\n`, "\n", `\0`, "\x00").Replace
 
-func writeValue(w *bufio.Writer, r *client.Record) error {
+func writeValue(w *bufio.Writer, r *client.Record, _ string) error {
 	w.Write(r.Value)
 	return w.WriteByte('\n')
+}
+
+// write prints "key<TAB>headers<TAB>value": the key (empty for none), the
+// headers as name=value joined by commas, then the value, each field only
+// when asked for.
+func (o textOptions) write(w *bufio.Writer, r *client.Record, _ string) error {
+	if o.keys {
+		w.Write(r.Key)
+		w.WriteByte('\t')
+	}
+	if o.headers {
+		for i, h := range r.Headers {
+			if i > 0 {
+				w.WriteByte(',')
+			}
+			w.WriteString(h.Key)
+			w.WriteByte('=')
+			w.Write(h.Value)
+		}
+		w.WriteByte('\t')
+	}
+	return writeValue(w, r, "")
 }
 
 // templateRecord is what a --format template sees.
@@ -60,10 +125,11 @@ type templateRecord struct {
 	Value     string
 	Headers   map[string]string
 	Timestamp time.Time
+	Cursor    string
 }
 
-func newTemplateRecord(r *client.Record) templateRecord {
-	t := templateRecord{Key: string(r.Key), Value: string(r.Value), Timestamp: r.Timestamp, Headers: map[string]string{}}
+func newTemplateRecord(r *client.Record, cursor string) templateRecord {
+	t := templateRecord{Key: string(r.Key), Value: string(r.Value), Timestamp: r.Timestamp, Headers: map[string]string{}, Cursor: cursor}
 	for _, h := range r.Headers {
 		t.Headers[h.Key] = string(h.Value)
 	}
@@ -80,6 +146,9 @@ type jsonRecord struct {
 	ValueBase64 bool         `json:"value_base64,omitempty"`
 	Headers     []jsonHeader `json:"headers,omitempty"`
 	Timestamp   string       `json:"timestamp,omitempty"`
+	// Cursor resumes reading after this record; consume sets it on the
+	// last record of each page it read, produce ignores it.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 type jsonHeader struct {
@@ -88,8 +157,8 @@ type jsonHeader struct {
 	ValueBase64 bool    `json:"value_base64,omitempty"`
 }
 
-func writeJSONRecord(w *bufio.Writer, r *client.Record) error {
-	j := jsonRecord{Timestamp: jsonTime(r.Timestamp)}
+func writeJSONRecord(w *bufio.Writer, r *client.Record, cursor string) error {
+	j := jsonRecord{Timestamp: jsonTime(r.Timestamp), Cursor: cursor}
 	if r.Key != nil {
 		var k string
 		k, j.KeyBase64 = textOrBase64(r.Key)

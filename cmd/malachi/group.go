@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -10,10 +13,103 @@ import (
 )
 
 func newGroupCmd(a *app) *cobra.Command {
-	return parentCmd("group", "Inspect consumer groups: committed positions and lag",
+	return parentCmd("group", "Inspect, move and delete consumer groups' committed positions",
 		`  malachi group list orders
-  malachi group describe orders billing`,
-		newGroupDescribeCmd(a), newGroupListCmd(a))
+  malachi group describe orders billing
+  malachi group seek orders billing --to -1h
+  malachi group delete orders billing`,
+		newGroupDescribeCmd(a), newGroupListCmd(a), newGroupSeekCmd(a), newGroupDeleteCmd(a))
+}
+
+func newGroupSeekCmd(a *app) *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "seek TOPIC GROUP",
+		Short: "Move a group's committed position: start, end, a time or a cursor",
+		Long: `Set a consumer group's committed position, backwards as well as forwards:
+--to start (everything again), end (only records produced from now on), an
+RFC 3339 time or a duration back from now (-1h: each range's first record at
+or after that time, resolved by the node from record timestamps), or a
+cursor printed by 'malachi consume'. The group must have no live members.`,
+		Example: `  malachi group seek orders billing --to start
+  malachi group seek orders billing --to -1h
+  malachi group seek orders billing --to 2026-01-02T15:04:05Z
+  malachi group seek orders billing --to "$CURSOR"`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			topic, group := args[0], args[1]
+			if to == "" {
+				return usageErr("--to is required: start, end, a time, -DURATION or a cursor")
+			}
+			var at time.Time
+			if strings.HasPrefix(to, "-") || looksLikeTime(to) {
+				t, err := parseFrom(to, time.Now())
+				if err != nil {
+					return usageErr("--to: %v", err)
+				}
+				at = t
+			}
+			return a.run(cmd, errSubject{topic: topic, group: group, existing: true}, func(ctx context.Context, s *session) error {
+				cursor, err := seekTarget(ctx, s.c, topic, to, at)
+				if err != nil {
+					return err
+				}
+				if err := s.c.SeekGroup(ctx, topic, group, cursor); err != nil {
+					return err
+				}
+				if s.out.json {
+					return s.out.doc(map[string]any{"topic": topic, "group": group, "to": to, "cursor": cursor})
+				}
+				s.out.textf("moved group %s on %s to %s", group, topic, to)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "start, end, an RFC 3339 time, -DURATION (-1h) or a cursor")
+	return cmd
+}
+
+// looksLikeTime tells an RFC 3339 time from a cursor, which is opaque
+// but never starts with four digits and a dash.
+func looksLikeTime(v string) bool {
+	return len(v) > 5 && strings.IndexFunc(v[:4], func(r rune) bool { return r < '0' || r > '9' }) < 0 && v[4] == '-'
+}
+
+// seekTarget turns --to into the cursor SeekGroup takes.
+func seekTarget(ctx context.Context, c *client.Client, topic, to string, at time.Time) (string, error) {
+	switch {
+	case to == "start":
+		return "", nil
+	case to == "end":
+		return c.EndCursor(ctx, topic)
+	case !at.IsZero():
+		return c.CursorAt(ctx, topic, at)
+	}
+	return to, nil
+}
+
+func newGroupDeleteCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete TOPIC GROUP",
+		Short: "Forget a group's committed position on a topic",
+		Long: `Delete a consumer group's committed position on a topic; the group starts from
+the beginning if it is used again. The group must have no live members.`,
+		Example: `  malachi group delete orders billing`,
+		Args:    exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			topic, group := args[0], args[1]
+			return a.run(cmd, errSubject{topic: topic, group: group, existing: true}, func(ctx context.Context, s *session) error {
+				if err := s.c.DeleteGroup(ctx, topic, group); err != nil {
+					return err
+				}
+				if s.out.json {
+					return s.out.doc(map[string]any{"topic": topic, "group": group, "deleted": true})
+				}
+				s.out.textf("deleted group %s of %s", group, topic)
+				return nil
+			})
+		},
+	}
 }
 
 // groupJSON is `group describe -o json`.
@@ -23,6 +119,15 @@ type groupJSON struct {
 	Cursor string         `json:"cursor"` // "" when nothing is committed
 	Lag    uint64         `json:"lag"`
 	Ranges []rangeLagJSON `json:"ranges"`
+	// Generation and Members are the live membership (describe only).
+	Generation *uint64      `json:"generation,omitempty"`
+	Members    []memberJSON `json:"members,omitempty"`
+}
+
+type memberJSON struct {
+	Name     string   `json:"name"`
+	Ranges   []uint64 `json:"ranges"`
+	LastSeen string   `json:"last_seen"`
 }
 
 type rangeLagJSON struct {
@@ -34,8 +139,10 @@ func newGroupDescribeCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "describe TOPIC GROUP",
 		Short: "Show a group's committed position and its lag in records",
-		Long: `Show a consumer group's committed position in a topic (a cursor) and its lag:
-how many records lie after that position, in all and per active range.`,
+		Long: `Show a consumer group's committed position in a topic (a cursor), its lag
+(how many records lie after that position, in all and per active range) and
+its live members: each member's ranges and when it was last seen, and the
+group's generation, which counts membership changes.`,
 		Example: `  malachi group describe orders billing
   malachi group describe orders billing -o json | jq .lag`,
 		Args: exactArgs(2),
@@ -46,10 +153,32 @@ how many records lie after that position, in all and per active range.`,
 				if err != nil {
 					return err
 				}
-				if s.out.json {
-					return s.out.doc(toGroupJSON(topic, &g))
+				m, err := s.c.DescribeGroupMembers(ctx, topic, group)
+				// A node older than the members request still answers
+				// the rest; show what it knows.
+				older := errors.Is(err, client.ErrUnknownAPIKey)
+				if err != nil && !older && !errors.Is(err, client.ErrNotFound) {
+					return err
 				}
-				return printGroup(s.out, topic, &g)
+				if older {
+					if s.out.json {
+						return s.out.doc(toGroupJSON(topic, &g))
+					}
+					return printGroup(s.out, topic, &g)
+				}
+				if s.out.json {
+					j := toGroupJSON(topic, &g)
+					j.Generation = &m.Generation
+					j.Members = []memberJSON{}
+					for _, mb := range m.Members {
+						j.Members = append(j.Members, memberJSON{Name: mb.Name, Ranges: nonNil(mb.Ranges), LastSeen: jsonTime(mb.LastSeen)})
+					}
+					return s.out.doc(j)
+				}
+				if err := printGroup(s.out, topic, &g); err != nil {
+					return err
+				}
+				return printMembers(s.out, &m, time.Now())
 			})
 		},
 	}
@@ -83,6 +212,20 @@ func printGroup(out *printer, topic string, g *client.GroupStatus) error {
 	}
 	out.textf("")
 	return out.table([]string{"RANGE", "LAG"}, rows)
+}
+
+func printMembers(out *printer, m *client.GroupMembers, now time.Time) error {
+	out.textf("")
+	if len(m.Members) == 0 {
+		out.textf("No live members (generation %d)", m.Generation)
+		return nil
+	}
+	out.textf("Members (generation %d)", m.Generation)
+	rows := make([][]string, len(m.Members))
+	for i, mb := range m.Members {
+		rows[i] = []string{mb.Name, orDefault(joinUints(mb.Ranges), "-"), humanDuration(now.Sub(mb.LastSeen)) + " ago"}
+	}
+	return out.table([]string{"MEMBER", "RANGES", "LAST SEEN"}, rows)
 }
 
 func newGroupListCmd(a *app) *cobra.Command {

@@ -160,9 +160,9 @@ func TestEmptyPasswordRefused(t *testing.T) {
 	})
 	c := newCLI(t, f.addr())
 	for _, args := range [][]string{
-		{"user", "add", "bob", "--password", ""},
-		{"user", "create", "bob", "--password", ""},
-		{"user", "passwd", "bob", "--password", ""},
+		{"user", "add", "bob", "--perms", "consume", "--new-password", ""},
+		{"user", "create", "bob", "--perms", "consume", "--new-password", ""},
+		{"user", "passwd", "bob", "--new-password", ""},
 	} {
 		stderr := c.fails(2, args...)
 		if !strings.Contains(stderr, "password may not be empty") {

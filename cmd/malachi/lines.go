@@ -3,12 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/malachi-log/malachi/pkg/client"
 )
@@ -18,36 +21,71 @@ import (
 const maxLine = 16 << 20
 
 // parsedLine is one input line made into a record, or why it could not be.
+// n is the line's number, 0 for a failure to read the input itself.
 type parsedLine struct {
 	rec client.Record
 	err error
+	n   int
 }
 
 // lineParser makes line number n into a record. line is only valid during
 // the call: the record must not alias it.
 type lineParser func(line []byte, n int) (client.Record, error)
 
+// lineFormat is how produce reads its input: what separates records,
+// and how each becomes one.
+type lineFormat struct {
+	key       string
+	path      []string // --key-from
+	kv        bool
+	kvHeaders bool // --kv lines carry name=value headers after the value
+	json      bool // --format json: the lines of 'consume --format json'
+	headers   []client.Header
+	delimiter []byte // nil: newline
+	whole     bool   // the whole input is one value (--value-file)
+}
+
 // newLineParser returns the parser for the key flags: a fixed key, a key
-// at a JSON path, key<TAB>value lines, or no key.
-func newLineParser(key string, path []string, kv bool, headers []client.Header) lineParser {
+// at a JSON path, key<TAB>value lines, JSON records, or no key.
+func newLineParser(lf lineFormat) lineParser {
 	var fixed []byte
-	if key != "" {
-		fixed = []byte(key)
+	if lf.key != "" {
+		fixed = []byte(lf.key)
 	}
 	return func(line []byte, n int) (client.Record, error) {
-		rec := client.Record{Key: fixed, Value: bytes.Clone(line), Headers: headers}
+		if lf.json {
+			rec, err := parseJSONRecord(line)
+			if err != nil {
+				return rec, fmt.Errorf("line %d: %w", n, err)
+			}
+			rec.Headers = append(rec.Headers, lf.headers...)
+			return rec, nil
+		}
+		rec := client.Record{Key: fixed, Value: bytes.Clone(line), Headers: lf.headers}
 		if rec.Value == nil {
 			rec.Value = []byte{}
 		}
 		switch {
-		case kv:
+		case lf.kv:
 			k, v, ok := bytes.Cut(rec.Value, []byte{'\t'})
 			if !ok {
 				return rec, fmt.Errorf("line %d: no TAB between key and value (--kv)", n)
 			}
 			rec.Key, rec.Value = k, v
-		case path != nil:
-			k, err := keyAt(line, path)
+			if lf.kvHeaders {
+				fields := bytes.Split(v, []byte{'\t'})
+				rec.Value = fields[0]
+				rec.Headers = slices.Clone(lf.headers)
+				for _, f := range fields[1:] {
+					name, val, ok := bytes.Cut(f, []byte{'='})
+					if !ok || len(name) == 0 {
+						return rec, fmt.Errorf("line %d: header %q is not name=value (--kv-headers)", n, f)
+					}
+					rec.Headers = append(rec.Headers, client.Header{Key: string(name), Value: val})
+				}
+			}
+		case lf.path != nil:
+			k, err := keyAt(line, lf.path)
 			if err != nil {
 				return rec, fmt.Errorf("line %d: %w", n, err)
 			}
@@ -57,19 +95,77 @@ func newLineParser(key string, path []string, kv bool, headers []client.Header) 
 	}
 }
 
-// readLines sends every line of in, parsed, to out and closes out. It
-// stops after the first bad line or when done closes. Lines keep a final
-// carriage return: values round-trip byte for byte.
-func readLines(in io.Reader, parse lineParser, out chan<- parsedLine, done <-chan struct{}) {
+// parseJSONRecord reads one line of 'consume --format json'.
+func parseJSONRecord(line []byte) (client.Record, error) {
+	var j jsonRecord
+	if err := json.Unmarshal(line, &j); err != nil {
+		return client.Record{}, fmt.Errorf("not a JSON record (--format json reads the lines of 'consume --format json'): %v", err)
+	}
+	var rec client.Record
+	var err error
+	if j.Key != nil {
+		if rec.Key, err = fromTextOrBase64(*j.Key, j.KeyBase64); err != nil {
+			return rec, fmt.Errorf("key: %v", err)
+		}
+	}
+	if rec.Value, err = fromTextOrBase64(j.Value, j.ValueBase64); err != nil {
+		return rec, fmt.Errorf("value: %v", err)
+	}
+	for _, h := range j.Headers {
+		hd := client.Header{Key: h.Key}
+		if h.Value != nil {
+			if hd.Value, err = fromTextOrBase64(*h.Value, h.ValueBase64); err != nil {
+				return rec, fmt.Errorf("header %s: %v", h.Key, err)
+			}
+		}
+		rec.Headers = append(rec.Headers, hd)
+	}
+	if j.Timestamp != "" {
+		if rec.Timestamp, err = time.Parse(time.RFC3339Nano, j.Timestamp); err != nil {
+			return rec, fmt.Errorf("timestamp: %v", err)
+		}
+	}
+	return rec, nil
+}
+
+func fromTextOrBase64(s string, b64 bool) ([]byte, error) {
+	if b64 {
+		return base64.StdEncoding.DecodeString(s)
+	}
+	return []byte(s), nil
+}
+
+// readLines sends every record of in, parsed, to out and closes out. A
+// bad line is sent with its error, and reading goes on only if skipBad.
+// It stops when done closes. Lines keep a final carriage return: values
+// round-trip byte for byte.
+func readLines(in io.Reader, lf lineFormat, parse lineParser, skipBad bool, out chan<- parsedLine, done <-chan struct{}) {
 	defer close(out)
+	if lf.whole {
+		b, err := io.ReadAll(io.LimitReader(in, maxLine+1))
+		switch {
+		case err != nil:
+		case len(b) > maxLine:
+			err = fmt.Errorf("the file is longer than %d MiB, the largest request a server takes", maxLine>>20)
+		default:
+			rec, perr := parse(b, 1)
+			send(out, done, parsedLine{rec: rec, err: perr, n: 1})
+			return
+		}
+		send(out, done, parsedLine{err: err})
+		return
+	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	sc.Split(splitLines)
+	if lf.delimiter != nil {
+		sc.Split(splitOn(lf.delimiter))
+	}
 	n := 0
 	for sc.Scan() {
 		n++
 		rec, err := parse(sc.Bytes(), n)
-		if !send(out, done, parsedLine{rec: rec, err: err}) || err != nil {
+		if !send(out, done, parsedLine{rec: rec, err: err, n: n}) || err != nil && !skipBad {
 			return
 		}
 	}
@@ -78,6 +174,20 @@ func readLines(in io.Reader, parse lineParser, out chan<- parsedLine, done <-cha
 			err = fmt.Errorf("line %d is longer than %d MiB, the largest request a server takes", n+1, maxLine>>20)
 		}
 		send(out, done, parsedLine{err: err})
+	}
+}
+
+// splitOn splits at each delimiter; the delimiter is not part of the
+// record, and a final record needs none.
+func splitOn(delim []byte) bufio.SplitFunc {
+	return func(data []byte, atEOF bool) (int, []byte, error) {
+		if i := bytes.Index(data, delim); i >= 0 {
+			return i + len(delim), data[:i], nil
+		}
+		if atEOF && len(data) > 0 {
+			return len(data), data, nil
+		}
+		return 0, nil, nil
 	}
 }
 

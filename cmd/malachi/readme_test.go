@@ -118,18 +118,74 @@ func TestReadmeTour(t *testing.T) {
 		outputs[line] = string(out)
 	}
 
-	if got := lines(outputs["./malachi consume orders --from start"]); !sameMultiset(got, []string{"created", "created", "paid"}) {
-		t.Errorf("consume --from start printed %q", got)
+	// The tour's consume shows the keys it just produced with --kv.
+	want := []string{"user-1\tcreated", "user-2\tcreated", "user-1\tpaid"}
+	if got := lines(outputs["./malachi consume orders --from start --print-keys"]); !sameMultiset(got, want) {
+		t.Errorf("the tour's consume printed %q, want %q", got, want)
 	}
 	if follower == nil {
 		t.Fatal("the tour has no background follower")
 	}
 	follower.expect(`{"id":"user-3","event":"created"}`)
-	code, _ := follower.interrupt()
+	// `kill %1`, as the tour says: a background job gets no Ctrl-C.
+	code, _ := follower.signal(syscall.SIGTERM)
 	if code != 0 {
-		t.Fatalf("follower exit %d after SIGINT; stderr %q", code, follower.stderr.String())
+		t.Fatalf("follower exit %d after SIGTERM; stderr %q", code, follower.stderr.String())
 	}
 	cursorIn(t, follower.stderr.String())
+}
+
+// TestReadmeTourHints: the tour's comments must describe what works.
+func TestReadmeTourHints(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines(string(readme)) {
+		cmd, comment, _ := strings.Cut(l, "#")
+		if strings.HasSuffix(strings.TrimSpace(cmd), "&") && strings.Contains(comment, "Ctrl-C") {
+			t.Errorf("a background job gets no Ctrl-C, yet the tour says so: %q", l)
+		}
+	}
+}
+
+// TestReadmeGoSnippetCompiles vets the tour's Go code as pasted, in a
+// module of its own that uses this repository's client.
+func TestReadmeGoSnippetCompiles(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "## A five-minute tour")
+	m := regexp.MustCompile("(?s)```go\n(.*?)```").FindStringSubmatch(section)
+	if m == nil {
+		t.Fatal("the tour has no Go snippet")
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	gomod := "module tour\n\ngo 1.26\n\nrequire github.com/malachi-log/malachi v0.0.0\n\n" +
+		"replace github.com/malachi-log/malachi => " + repo + "\n"
+	for name, body := range map[string][]byte{"go.mod": []byte(gomod), "go.sum": sum, "main.go": []byte(m[1])} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// -mod=mod lets go complete go.mod from the repository's own
+	// requirements; the module cache already holds them.
+	cmd := exec.Command(goTool(), "vet", "-mod=mod", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's Go snippet does not vet: %v\n%s", err, out)
+	}
 }
 
 func stderrOf(err error) string {

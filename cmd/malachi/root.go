@@ -31,7 +31,6 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServeCmd())
-	root.AddCommand(newBenchCmd())
 	root.AddCommand(newDevCertsCmd())
 	addClientCommands(root)
 	return root

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -53,7 +57,13 @@ With --tls-cert and --tls-key the client port speaks TLS as well as plain TCP
 asks TLS clients for a certificate and verifies one presented against that CA,
 for mutual TLS and mtls_auth. The certificate files are read again when they
 change (checked every --tls-reload-interval) and on SIGHUP; a reload that fails
-keeps the certificate in use. 'malachi dev-certs DIR' makes files to try it.`,
+keeps the certificate in use. 'malachi dev-certs DIR' makes files to try it.
+
+Environment variables set the defaults of the flags named with them. Sizes
+take an integer or a unit (64MiB, 1GiB, 500KB); *_MS durations take
+milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
+
+` + aclModeHelp,
 		Example: `  malachi serve --dev
   MALACHI_ADMIN_PASS=s3cret malachi serve --data-dir /var/lib/malachi --listen 0.0.0.0:4040
   malachi serve --dev --tls-cert certs/server.pem --tls-key certs/server-key.pem --tls-client-ca certs/ca.pem --tls-only`,
@@ -92,20 +102,100 @@ func envString(name, def string) string {
 	return def
 }
 
+// envInt reads a number from the environment: an integer, or a size with
+// a unit (64MiB, 1GiB, 500KB). A value that is neither is recorded and
+// stops serve with the variable's name, rather than being ignored.
 func envInt(name string, def int64) int64 {
-	if v := os.Getenv(name); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return n
-		}
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := parseSize(v)
+	if err != nil {
+		badEnv(name, v, "an integer or a size such as 64MiB")
+		return def
+	}
+	return n
 }
 
+// envDuration reads milliseconds, or a duration with a unit (1h, 30s).
 func envDuration(name string, def time.Duration) time.Duration {
-	return time.Duration(envInt(name, def.Milliseconds())) * time.Millisecond
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Duration(ms) * time.Millisecond
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		badEnv(name, v, "milliseconds or a duration such as 1h or 30s")
+		return def
+	}
+	return d
+}
+
+// sizeUnits are the suffixes parseSize takes, longest first.
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+}
+
+// parseSize parses "4096", "64MiB" or "1.5GB".
+func parseSize(v string) (int64, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, nil
+	}
+	for _, u := range sizeUnits {
+		num, ok := strings.CutSuffix(v, u.suffix)
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+		if err != nil || f < 0 || f*float64(u.mult) > math.MaxInt64 {
+			break
+		}
+		return int64(f * float64(u.mult)), nil
+	}
+	return 0, fmt.Errorf("not a size: %q", v)
+}
+
+// envProblems holds the environment variables serve could not read, by
+// name; flags take their defaults from the environment when they are
+// declared, before anything can fail, so the check comes in runServe.
+var envProblems = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
+
+func badEnv(name, value, want string) {
+	envProblems.Lock()
+	defer envProblems.Unlock()
+	envProblems.m[name] = fmt.Sprintf("%s=%q is not %s", name, value, want)
+}
+
+// checkEnv fails with every variable that could not be read.
+func checkEnv() error {
+	envProblems.Lock()
+	defer envProblems.Unlock()
+	if len(envProblems.m) == 0 {
+		return nil
+	}
+	msgs := make([]string, 0, len(envProblems.m))
+	for _, m := range envProblems.m {
+		msgs = append(msgs, m)
+	}
+	slices.Sort(msgs)
+	return usageErr("%s", strings.Join(msgs, "; "))
 }
 
 func runServe(ctx context.Context, f *serveFlags) error {
+	if err := checkEnv(); err != nil {
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -140,6 +230,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		WriteTimeout:    envDuration("MALACHI_TCP_SEND_TIMEOUT", 30*time.Second),
 		MaxConns:        int(envInt("MALACHI_MAX_TOTAL_CONN", 10000)),
 		MaxConnsPerIP:   int(envInt("MALACHI_MAX_CONN_PER_IP", 100)),
+		MaxPreAuthConns: int(envInt("MALACHI_MAX_PREAUTH_CONN", 0)),
 		MaxPreAuthFrame: uint32(envInt("MALACHI_MAX_PREAUTH_FRAME_SIZE", 8<<10)),
 		MaxConnBytes:    envInt("MALACHI_MAX_CONN_BYTES", 64<<20),
 		ShutdownGrace:   envDuration("MALACHI_SHUTDOWN_GRACE_MS", 5*time.Second),

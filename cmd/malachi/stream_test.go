@@ -115,7 +115,7 @@ func TestProduceBadInput(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
 	// The good lines before the bad one are produced, and said so.
-	if !strings.Contains(r.stderr, "(1 of 1 records produced)") {
+	if !strings.Contains(r.stderr, "(read 2 lines, sent 1, skipped 0; 1 of 1 records produced)") {
 		t.Fatalf("stderr %q", r.stderr)
 	}
 }

@@ -212,6 +212,6 @@ func TestCLIAgainstTLSNode(t *testing.T) {
 	c.env = append(c.env, "MALACHI_SERVER="+n.Addr(), "MALACHI_TLS_CA="+ca)
 	c.ok("topic", "create", "tls-orders")
 	c.ok("user", "list", "--auth", "mtls", "--tls-cert", filepath.Join(dir, devClient), "--tls-key", filepath.Join(dir, devClientKey))
-	c.ok("user", "add", "carol", "--password", "carol-pw", "--perms", "consume")
+	c.ok("user", "add", "carol", "--new-password", "carol-pw", "--perms", "consume")
 	c.ok("topic", "list", "--user", "carol", "--password", "carol-pw")
 }

@@ -38,6 +38,11 @@ start for a topic known to be busy.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
+			// The wire reads 0 as "the default, 1", which would turn a
+			// typo into a topic of the wrong shape without a word.
+			if ranges < 1 || ranges&(ranges-1) != 0 {
+				return usageErr("--ranges must be a power of two (1, 2, 4, ...), not %d", ranges)
+			}
 			return a.run(cmd, errSubject{topic: name}, func(ctx context.Context, s *session) error {
 				if err := s.c.CreateTopic(ctx, name, client.WithRanges(ranges), client.WithKeyspaceBits(bits)); err != nil {
 					return err
@@ -128,7 +133,7 @@ children.`,
   malachi topic describe orders -o json | jq '.ranges[] | select(.active)'`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.run(cmd, errSubject{topic: args[0]}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: args[0], existing: true}, func(ctx context.Context, s *session) error {
 				d, err := s.c.DescribeTopic(ctx, args[0])
 				if err != nil {
 					return err
@@ -157,7 +162,7 @@ On a terminal it asks first; --yes skips the question.`,
 			if !yes && isTerminal(os.Stdin) && !confirm(cmd, fmt.Sprintf("Delete topic %s and all its records?", name)) {
 				return &exitError{code: 1, err: fmt.Errorf("not deleted (answer y, or pass --yes)")}
 			}
-			return a.run(cmd, errSubject{topic: name}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: name, existing: true}, func(ctx context.Context, s *session) error {
 				if err := s.c.DeleteTopic(ctx, name); err != nil {
 					return err
 				}
@@ -194,17 +199,23 @@ picks the range holding the most bytes.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			return a.run(cmd, errSubject{topic: name}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: name, existing: true, adminOnly: true}, func(ctx context.Context, s *session) error {
 				children, err := s.c.SplitRange(ctx, name, rangeID)
 				if err != nil {
 					return err
 				}
-				if s.out.json {
-					return s.out.doc(map[string]any{"topic": name, "range": rangeID, "children": children})
+				split := rangeID
+				if split == 0 {
+					// The node picked the range; its children name it as
+					// their parent.
+					split = splitParent(ctx, s.c, name, children)
 				}
-				what := "the busiest range"
-				if rangeID != 0 {
-					what = "range " + itoa(rangeID)
+				if s.out.json {
+					return s.out.doc(map[string]any{"topic": name, "range": split, "children": children})
+				}
+				what := "range " + itoa(split)
+				if split == 0 {
+					what = "the busiest range"
 				}
 				s.out.textf("split %s of %s into ranges %s", what, name, joinUints(children))
 				return nil
@@ -229,7 +240,7 @@ one split, for instance) into a single range, online.`,
 			if err != nil {
 				return err
 			}
-			return a.run(cmd, errSubject{topic: name}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: name, existing: true, adminOnly: true}, func(ctx context.Context, s *session) error {
 				child, err := s.c.MergeRanges(ctx, name, ids[0], ids[1])
 				if err != nil {
 					return err
@@ -254,4 +265,22 @@ func parseRangeIDs(args []string) ([]uint64, error) {
 		ids[i] = id
 	}
 	return ids, nil
+}
+
+// splitParent returns the range that was split into children, 0 if the
+// topic's description does not say (it changed meanwhile).
+func splitParent(ctx context.Context, c *client.Client, topic string, children []uint64) uint64 {
+	if len(children) == 0 {
+		return 0
+	}
+	d, err := c.DescribeTopic(ctx, topic)
+	if err != nil {
+		return 0
+	}
+	for _, r := range d.Ranges {
+		if r.ID == children[0] && len(r.Parents) == 1 {
+			return r.Parents[0]
+		}
+	}
+	return 0
 }

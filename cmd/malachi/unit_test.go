@@ -63,7 +63,7 @@ func TestKeyAt(t *testing.T) {
 func TestReadLinesKeepsBytes(t *testing.T) {
 	in := "a\r\n\n\tb\xff\nlast without newline"
 	out := make(chan parsedLine, 10)
-	readLines(strings.NewReader(in), newLineParser("", nil, false, nil), out, make(chan struct{}))
+	readLines(strings.NewReader(in), lineFormat{}, newLineParser(lineFormat{}), false, out, make(chan struct{}))
 	var got []string
 	for l := range out {
 		if l.err != nil {
@@ -83,7 +83,7 @@ func TestReadLinesKeepsBytes(t *testing.T) {
 func TestReadLinesTooLong(t *testing.T) {
 	out := make(chan parsedLine, 10)
 	in := "short\n" + strings.Repeat("x", maxLine+1)
-	readLines(strings.NewReader(in), newLineParser("", nil, false, nil), out, make(chan struct{}))
+	readLines(strings.NewReader(in), lineFormat{}, newLineParser(lineFormat{}), false, out, make(chan struct{}))
 	var last parsedLine
 	for l := range out {
 		last = l
@@ -94,7 +94,7 @@ func TestReadLinesTooLong(t *testing.T) {
 }
 
 func TestLineParserKV(t *testing.T) {
-	parse := newLineParser("", nil, true, []client.Header{{Key: "h", Value: []byte("v")}})
+	parse := newLineParser(lineFormat{kv: true, headers: []client.Header{{Key: "h", Value: []byte("v")}}})
 	line := []byte("k\tv\twith tab")
 	rec, err := parse(line, 1)
 	if err != nil || string(rec.Key) != "k" || string(rec.Value) != "v\twith tab" || len(rec.Headers) != 1 {
@@ -126,13 +126,13 @@ func TestRecordFormats(t *testing.T) {
 		{`{{.Timestamp.UnixMilli}}`, false, "1700000000123\n"},
 	}
 	for _, tc := range cases {
-		f, err := newRecordFormat(tc.spec, tc.json)
+		f, err := newRecordFormat(tc.spec, tc.json, textOptions{})
 		if err != nil {
 			t.Fatalf("%q: %v", tc.spec, err)
 		}
 		var b bytes.Buffer
 		w := bufio.NewWriter(&b)
-		if err := f(w, &rec); err != nil {
+		if err := f(w, &rec, ""); err != nil {
 			t.Fatal(err)
 		}
 		w.Flush()
@@ -140,7 +140,7 @@ func TestRecordFormats(t *testing.T) {
 			t.Errorf("format %q: %q, want %q", tc.spec, b.String(), tc.want)
 		}
 	}
-	if _, err := newRecordFormat("{{.Key", false); exitCode(err) != 2 {
+	if _, err := newRecordFormat("{{.Key", false, textOptions{}); exitCode(err) != 2 {
 		t.Errorf("a bad template must be a usage error: %v", err)
 	}
 }
@@ -151,7 +151,7 @@ func TestJSONRecordEscapesControls(t *testing.T) {
 	rec := client.Record{Key: []byte("k\u009b"), Value: []byte("v\x1b[2J\x7f")}
 	var b bytes.Buffer
 	w := bufio.NewWriter(&b)
-	if err := writeJSONRecord(w, &rec); err != nil {
+	if err := writeJSONRecord(w, &rec, ""); err != nil {
 		t.Fatal(err)
 	}
 	w.Flush()

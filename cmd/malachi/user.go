@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -12,64 +13,96 @@ import (
 
 func newUserCmd(a *app) *cobra.Command {
 	return parentCmd("user", "Manage users and their permissions (admin)",
-		`  malachi user add alice --password s3cret --perms produce,consume
+		`  malachi user add alice --new-password s3cret --perms produce,consume
   malachi user list`,
 		newUserAddCmd(a), newUserDeleteCmd(a), newUserPasswdCmd(a), newUserListCmd(a))
 }
 
 func newUserAddCmd(a *app) *cobra.Command {
-	var password string
+	var np newPassword
 	var perms []string
 	cmd := &cobra.Command{
 		Use:     "add NAME",
 		Aliases: []string{"create"},
 		Short:   "Create a user",
-		Long: `Create a user with a password and permissions: admin, produce, consume.
-produce and consume apply to every topic unless narrowed by ACLs (see
-'malachi acl'). Without --password on a terminal, it asks for one.
+		Long: `Create a user with a password and permissions: admin, produce, consume
+(--perms is required; pass it explicitly, there is no silent default).
 
-Here --password is the new user's; your own login password comes from
-MALACHI_PASSWORD or the saved context (see 'malachi context').`,
-		Example: `  malachi user add alice --password s3cret --perms produce,consume
+produce and consume apply to every topic while the node runs in its default
+mode; on a node started with --acl-strict a non-admin user reaches only the
+topics 'malachi acl grant' gives it.
+
+The new user's password comes from --new-password, from the first line of
+standard input with --new-password-stdin, or from a prompt on a terminal.
+--user and --password are always your own login.`,
+		Example: `  malachi user add alice --new-password s3cret --perms produce,consume
+  echo "$PW" | malachi user add ci --perms produce --new-password-stdin
   malachi user add ops --perms admin`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			pass, err := passwordFlag(cmd, password, "Password for "+name)
+			if len(perms) == 0 {
+				return usageErr("--perms is required: admin, produce or consume, comma-separated (a user without any could only log in)")
+			}
+			pass, err := np.read(cmd, "Password for "+name)
 			if err != nil {
 				return err
 			}
-			return a.run(cmd, errSubject{user: name}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{user: name, adminOnly: true}, func(ctx context.Context, s *session) error {
 				if err := s.c.CreateUser(ctx, name, pass, perms...); err != nil {
 					return err
 				}
 				if s.out.json {
 					return s.out.doc(map[string]any{"user": name, "perms": nonNil(perms), "created": true})
 				}
-				s.out.textf("created user %s (%s)", name, orDefault(strings.Join(perms, ","), "no permissions"))
+				s.out.textf("created user %s (%s)", name, strings.Join(perms, ","))
 				return nil
 			})
 		},
 	}
-	cmd.Flags().StringVar(&password, "password", "", "the new user's password (asked on a terminal if absent)")
-	cmd.Flags().StringSliceVar(&perms, "perms", nil, "permissions: admin, produce, consume (comma-separated)")
+	np.register(cmd)
+	cmd.Flags().StringSliceVar(&perms, "perms", nil, "permissions: admin, produce, consume (comma-separated; required)")
 	return cmd
 }
 
-// passwordFlag returns the --password given to a user command, or asks
-// for one twice on a terminal. The global --password is the caller's own
-// login, so this flag shadows it on these commands. An empty password is
-// refused before anything is sent: it would let anyone who knows the name
-// log in.
-func passwordFlag(cmd *cobra.Command, value, prompt string) (string, error) {
-	if cmd.Flags().Changed("password") {
-		if value == "" {
+// newPassword is where a user command takes the password it sets. It
+// never uses --password: that is the caller's own login, and a command
+// that read it would silently give the new user the admin's password.
+type newPassword struct {
+	value string
+	stdin bool
+}
+
+func (p *newPassword) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&p.value, "new-password", "", "the password to set (asked on a terminal if absent)")
+	cmd.Flags().BoolVar(&p.stdin, "new-password-stdin", false, "read the password to set from the first line of standard input")
+}
+
+// read returns the password to set, or asks for one twice on a terminal.
+// An empty password is refused before anything is sent: it would let
+// anyone who knows the name log in.
+func (p *newPassword) read(cmd *cobra.Command, prompt string) (string, error) {
+	switch {
+	case cmd.Flags().Changed("new-password") && p.stdin:
+		return "", usageErr("use either --new-password or --new-password-stdin")
+	case cmd.Flags().Changed("new-password"):
+		if p.value == "" {
 			return "", errEmptyPassword
 		}
-		return value, nil
+		return p.value, nil
+	case p.stdin:
+		line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+		if err != nil && line == "" {
+			return "", usageErr("--new-password-stdin: no password on standard input")
+		}
+		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+		if line == "" {
+			return "", errEmptyPassword
+		}
+		return line, nil
 	}
 	if !isTerminal(os.Stdin) {
-		return "", usageErr("--password is required")
+		return "", usageErr("--new-password or --new-password-stdin is required when standard input is not a terminal (--password is your own login)")
 	}
 	first, err := readSecret(cmd, prompt+": ")
 	if err != nil {
@@ -105,7 +138,7 @@ func newUserDeleteCmd(a *app) *cobra.Command {
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			return a.run(cmd, errSubject{user: name}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{user: name, adminOnly: true}, func(ctx context.Context, s *session) error {
 				if err := s.c.DeleteUser(ctx, name); err != nil {
 					return err
 				}
@@ -120,23 +153,23 @@ func newUserDeleteCmd(a *app) *cobra.Command {
 }
 
 func newUserPasswdCmd(a *app) *cobra.Command {
-	var password string
+	var np newPassword
 	cmd := &cobra.Command{
 		Use:   "passwd NAME",
 		Short: "Set a user's password",
-		Long: `Set a user's password. Without --password on a terminal, it asks for one.
-
-Here --password is the new one; your own login password comes from
-MALACHI_PASSWORD or the saved context (see 'malachi context').`,
-		Example: `  malachi user passwd alice --password n3w-s3cret`,
-		Args:    exactArgs(1),
+		Long: `Set a user's password: --new-password, the first line of standard input with
+--new-password-stdin, or a prompt on a terminal. --user and --password are
+always your own login.`,
+		Example: `  malachi user passwd alice --new-password n3w-s3cret
+  malachi user passwd alice            # asks twice on a terminal`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			pass, err := passwordFlag(cmd, password, "New password for "+name)
+			pass, err := np.read(cmd, "New password for "+name)
 			if err != nil {
 				return err
 			}
-			return a.run(cmd, errSubject{user: name}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{user: name, adminOnly: true}, func(ctx context.Context, s *session) error {
 				if err := s.c.ChangePassword(ctx, name, pass); err != nil {
 					return err
 				}
@@ -148,7 +181,7 @@ MALACHI_PASSWORD or the saved context (see 'malachi context').`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&password, "password", "", "the new password (asked on a terminal if absent)")
+	np.register(cmd)
 	return cmd
 }
 
@@ -167,7 +200,7 @@ func newUserListCmd(a *app) *cobra.Command {
   malachi user list -o json`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.run(cmd, errSubject{}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{adminOnly: true}, func(ctx context.Context, s *session) error {
 				users, err := s.c.ListUsers(ctx)
 				if err != nil {
 					return err
