@@ -13,20 +13,9 @@ import (
 // entries would rewind the others' progress. Entries must name ranges of the
 // topic and aligned slices of its keyspace.
 func (s *State) commitOffsets(c *Command) Result {
-	if !validName(c.Group) || len(c.Entries) > MaxGroupEntries {
-		return failed(ErrInvalidCommand)
-	}
-	tr, ok := s.byName[c.Topic]
-	if !ok {
-		return failed(ErrNoSuchTopic)
-	}
-	for _, e := range c.Entries {
-		if !s.validEntry(tr, e) {
-			return failed(ErrInvalidCommand)
-		}
-	}
-	if !groupAllowed(c, tr) {
-		return failed(ErrQuotaExceeded)
+	tr, refused := s.groupTarget(c)
+	if refused != "" {
+		return failed(refused)
 	}
 	merged := mergeEntries(tr.groups[c.Group], c.Entries)
 	if len(merged) > MaxGroupEntries {
@@ -36,25 +25,37 @@ func (s *State) commitOffsets(c *Command) Result {
 	return Result{TopicID: tr.t.ID}
 }
 
+// groupTarget checks what commit_offsets and set_offsets share: a valid
+// group name, entries naming ranges and aligned slices of an existing
+// topic, and room for the group under the topic's group quota. It returns
+// the topic, or the reason to refuse.
+func (s *State) groupTarget(c *Command) (*topicRec, Error) {
+	if !validName(c.Group) || len(c.Entries) > MaxGroupEntries {
+		return nil, ErrInvalidCommand
+	}
+	tr, ok := s.byName[c.Topic]
+	if !ok {
+		return nil, ErrNoSuchTopic
+	}
+	for _, e := range c.Entries {
+		if !s.validEntry(tr, e) {
+			return nil, ErrInvalidCommand
+		}
+	}
+	if !groupAllowed(c, tr) {
+		return nil, ErrQuotaExceeded
+	}
+	return tr, ""
+}
+
 // setOffsets: Group, Topic (name), Entries. Unlike commit_offsets it
 // replaces the group's stored position, so it may move the group back: it
 // is an operator's explicit reset (a seek), never a member's commit. An
 // empty Entries positions the group at the start of the topic.
 func (s *State) setOffsets(c *Command) Result {
-	if !validName(c.Group) || len(c.Entries) > MaxGroupEntries {
-		return failed(ErrInvalidCommand)
-	}
-	tr, ok := s.byName[c.Topic]
-	if !ok {
-		return failed(ErrNoSuchTopic)
-	}
-	for _, e := range c.Entries {
-		if !s.validEntry(tr, e) {
-			return failed(ErrInvalidCommand)
-		}
-	}
-	if !groupAllowed(c, tr) {
-		return failed(ErrQuotaExceeded)
+	tr, refused := s.groupTarget(c)
+	if refused != "" {
+		return failed(refused)
 	}
 	// Merging the entries with nothing keeps the stored form canonical:
 	// sorted, without entries another of the same source implies.
