@@ -26,12 +26,15 @@ const (
 )
 
 type consumeFlags struct {
-	from        string
-	cursor      string
-	group       string
-	commit      bool
-	follow      bool
-	max         int
+	from   string
+	cursor string
+	group  string
+	commit bool
+	follow bool
+	max    int
+	// last is --last: start this many records before each range's end.
+	last        uint64
+	lastSet     bool
 	format      string
 	printCursor bool
 	text        textOptions
@@ -48,11 +51,17 @@ func newConsumeCmd(a *app) *cobra.Command {
 that 'malachi produce' and 'malachi consume' round-trip lines byte for byte.
 
 Where reading starts: --cursor (a cursor printed by an earlier consume), else
---group (the group's committed position), else --from: start (the default),
-end (only records produced from now on), a time in RFC 3339
+--group (the group's committed position), else --last N, else --from: start
+(the default), end (only records produced from now on), a time in RFC 3339
 (2026-01-02T15:04:05Z) or a duration back from now (-1h, -90s). A time is
 resolved by the node from record timestamps, range by range: reading starts
 at each range's first record at or after it.
+
+--last N starts N records before the end of each range: N is per range, not
+in total, as kcat's -o -N is per partition, so a topic of 4 ranges prints up
+to 4N records. A range holding fewer prints all it has; a range that was
+split counts back into its parent's records of its keys. --last goes with
+none of --from, --cursor and --group.
 
 Without --follow it stops once the topic is drained; with --follow it waits
 for new records until Ctrl-C, then prints the cursor to resume from. A
@@ -75,6 +84,8 @@ Any other word is an error.`,
 		Example: `  malachi consume orders --from start
   malachi consume orders --from -1h
   malachi consume orders --from 2026-01-02T15:04:05Z --max 10
+  malachi consume orders --last 5
+  malachi consume orders --last 5 --follow
   malachi consume orders --group billing --commit
   malachi consume orders --follow --print-cursor
   malachi consume orders --print-keys --print-headers
@@ -84,6 +95,7 @@ Any other word is an error.`,
   malachi consume orders --format json | malachi produce orders-copy --format json`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.lastSet = cmd.Flags().Changed("last")
 			if err := f.check(); err != nil {
 				return err
 			}
@@ -102,6 +114,7 @@ Any other word is an error.`,
 	fl.StringVar(&f.cursor, "cursor", "", "resume from this cursor")
 	fl.StringVar(&f.group, "group", "", "read from this consumer group's committed position")
 	fl.BoolVar(&f.commit, "commit", false, "commit the group's position after each page is printed (needs --group)")
+	fl.Uint64Var(&f.last, "last", 0, "start N records before the end of each range (N per range, like kcat -o -N per partition)")
 	fl.BoolVar(&f.follow, "follow", false, "keep waiting for new records until Ctrl-C")
 	fl.IntVar(&f.max, "max", 0, "stop after this many records (0: no limit)")
 	fl.StringVar(&f.format, "format", "", `"value" (default), "json" (JSON lines), or a Go template over .Key .Value .Headers .Timestamp .Cursor (see above)`)
@@ -123,6 +136,8 @@ func (f *consumeFlags) check() error {
 	switch {
 	case (f.text.keys || f.text.headers) && f.format != "" && f.format != "value":
 		return usageErr("--print-keys and --print-headers go with the default value output; put .Key and .Headers in a --format template instead")
+	case f.lastSet && (f.from != "" || f.cursor != "" || f.group != ""):
+		return usageErr("--last conflicts with --from, --cursor and --group: each says where to start")
 	case f.from != "" && (f.cursor != "" || f.group != ""):
 		return usageErr("--from conflicts with --cursor and --group, which say where to start")
 	case f.commit && f.group == "":
@@ -204,6 +219,17 @@ func (c *consumer) loop(ctx context.Context) error {
 		}
 	case !c.f.fromTime.IsZero():
 		cur, err := c.s.c.CursorAt(ctx, c.topic, c.f.fromTime)
+		if err == nil && cur == "" {
+			err = client.ErrNoSuchTopic
+		}
+		if err != nil {
+			return err
+		}
+		c.cursor = cur
+	case c.f.lastSet:
+		// The node counts back per range, through split and merge
+		// parents, which a client could not do from what it sees.
+		cur, err := c.s.c.CursorFromEnd(ctx, c.topic, c.f.last)
 		if err == nil && cur == "" {
 			err = client.ErrNoSuchTopic
 		}

@@ -136,52 +136,71 @@ type rangeLagJSON struct {
 }
 
 func newGroupDescribeCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var every time.Duration
+	cmd := &cobra.Command{
 		Use:   "describe TOPIC GROUP",
 		Short: "Show a group's committed position and its lag in records",
 		Long: `Show a consumer group's committed position in a topic (a cursor), its lag
 (how many records lie after that position, in all and per active range) and
 its live members: each member's ranges and when it was last seen, and the
-group's generation, which counts membership changes.`,
+group's generation, which counts membership changes.
+
+--watch [INTERVAL] redraws it every INTERVAL (default 2s) until Ctrl-C, to
+see the lag fall and members come and go: on a terminal each one replaces
+the last; into a file or a pipe they follow each other, a blank line apart.`,
 		Example: `  malachi group describe orders billing
+  malachi group describe orders billing --watch
+  malachi group describe orders billing --watch 10s
   malachi group describe orders billing -o json | jq .lag`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkWatch(cmd, every); err != nil {
+				return err
+			}
 			topic, group := args[0], args[1]
 			return a.run(cmd, errSubject{topic: topic}, func(ctx context.Context, s *session) error {
-				g, err := s.c.DescribeGroup(ctx, topic, group)
-				if err != nil {
-					return err
-				}
-				m, err := s.c.DescribeGroupMembers(ctx, topic, group)
-				// A node older than the members request still answers
-				// the rest; show what it knows.
-				older := errors.Is(err, client.ErrUnknownAPIKey)
-				if err != nil && !older && !errors.Is(err, client.ErrNotFound) {
-					return err
-				}
-				if older {
-					if s.out.json {
-						return s.out.doc(toGroupJSON(topic, &g))
-					}
-					return printGroup(s.out, topic, &g)
-				}
-				if s.out.json {
-					j := toGroupJSON(topic, &g)
-					j.Generation = &m.Generation
-					j.Members = []memberJSON{}
-					for _, mb := range m.Members {
-						j.Members = append(j.Members, memberJSON{Name: mb.Name, Ranges: nonNil(mb.Ranges), LastSeen: jsonTime(mb.LastSeen)})
-					}
-					return s.out.doc(j)
-				}
-				if err := printGroup(s.out, topic, &g); err != nil {
-					return err
-				}
-				return printMembers(s.out, &m, time.Now())
+				return watch(ctx, s.out, every, func(ctx context.Context, out *printer) error {
+					return describeGroup(ctx, s.c, out, topic, group)
+				})
 			})
 		},
 	}
+	addWatchFlag(cmd, &every)
+	return cmd
+}
+
+// describeGroup prints one snapshot of group describe.
+func describeGroup(ctx context.Context, c *client.Client, out *printer, topic, group string) error {
+	g, err := c.DescribeGroup(ctx, topic, group)
+	if err != nil {
+		return err
+	}
+	m, err := c.DescribeGroupMembers(ctx, topic, group)
+	// A node older than the members request still answers the rest; show
+	// what it knows.
+	older := errors.Is(err, client.ErrUnknownAPIKey)
+	if err != nil && !older && !errors.Is(err, client.ErrNotFound) {
+		return err
+	}
+	if older {
+		if out.json {
+			return out.doc(toGroupJSON(topic, &g))
+		}
+		return printGroup(out, topic, &g)
+	}
+	if out.json {
+		j := toGroupJSON(topic, &g)
+		j.Generation = &m.Generation
+		j.Members = []memberJSON{}
+		for _, mb := range m.Members {
+			j.Members = append(j.Members, memberJSON{Name: mb.Name, Ranges: nonNil(mb.Ranges), LastSeen: jsonTime(mb.LastSeen)})
+		}
+		return out.doc(j)
+	}
+	if err := printGroup(out, topic, &g); err != nil {
+		return err
+	}
+	return printMembers(out, &m, time.Now())
 }
 
 func toGroupJSON(topic string, g *client.GroupStatus) groupJSON {

@@ -8,7 +8,9 @@ import (
 )
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	root := newRoot()
+	root.SetArgs(watchIntervalArgs(os.Args[1:]))
+	if err := root.Execute(); err != nil {
 		// Errors quote server reasons and names: escape them like output.
 		fmt.Fprintln(os.Stderr, "error:", safeText(err.Error()))
 		os.Exit(exitCode(err))

@@ -122,29 +122,43 @@ func rangesCell(active, all int) string {
 }
 
 func newTopicDescribeCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var every time.Duration
+	cmd := &cobra.Command{
 		Use:   "describe NAME",
 		Short: "Show a topic's ranges, segments, records and bytes",
 		Long: `Show a topic: each range with the slice of the keyspace it owns, its parents
 (the ranges it was split or merged from) and its segments with their replica
 sets, records, bytes and state. Sealed ranges stay readable through their
-children.`,
+children.
+
+--watch [INTERVAL] redraws the description every INTERVAL (default 2s) until
+Ctrl-C: on a terminal each one replaces the last; into a file or a pipe they
+follow each other, a blank line apart.`,
 		Example: `  malachi topic describe orders
+  malachi topic describe orders --watch
+  malachi topic describe orders --watch 500ms
   malachi topic describe orders -o json | jq '.ranges[] | select(.active)'`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkWatch(cmd, every); err != nil {
+				return err
+			}
 			return a.run(cmd, errSubject{topic: args[0], existing: true}, func(ctx context.Context, s *session) error {
-				d, err := s.c.DescribeTopic(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				if s.out.json {
-					return s.out.doc(describeJSON(&d))
-				}
-				return printDescription(s.out, &d, time.Now())
+				return watch(ctx, s.out, every, func(ctx context.Context, out *printer) error {
+					d, err := s.c.DescribeTopic(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					if out.json {
+						return out.doc(describeJSON(&d))
+					}
+					return printDescription(out, &d, time.Now())
+				})
 			})
 		},
 	}
+	addWatchFlag(cmd, &every)
+	return cmd
 }
 
 func newTopicDeleteCmd(a *app) *cobra.Command {
