@@ -197,7 +197,7 @@ func (c *cli) start(args ...string) *child {
 func (c *cli) startCmd(cmd *exec.Cmd) *child {
 	c.t.Helper()
 	cmd.Env = c.env
-	ch := &child{t: c.t, cmd: cmd, lines: make(chan string, 1024), stderr: &lockedBuffer{}}
+	ch := &child{t: c.t, cmd: cmd, lines: make(chan string, 1024), stderr: newLockedBuffer()}
 	cmd.Stderr = ch.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -285,12 +285,22 @@ func (ch *child) signal(sig os.Signal) (int, []string) {
 type lockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
+	// grew receives (without blocking; capacity 1) after each write, so a
+	// test can wait for output instead of polling for it.
+	grew chan struct{}
 }
+
+func newLockedBuffer() *lockedBuffer { return &lockedBuffer{grew: make(chan struct{}, 1)} }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	n, err := b.buf.Write(p)
+	b.mu.Unlock()
+	select {
+	case b.grew <- struct{}{}:
+	default:
+	}
+	return n, err
 }
 
 func (b *lockedBuffer) String() string {

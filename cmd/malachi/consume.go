@@ -344,7 +344,7 @@ func (c *consumer) reconnect(ctx context.Context, cause error) error {
 		case <-time.After(delay):
 		}
 		// Status is cheap and needs no topic: it only proves the node is
-		// back and the session is logged in again.
+		// back and this connection is logged in again.
 		if _, err := c.s.c.Status(ctx); err == nil {
 			fmt.Fprintf(c.s.out.errw, "reconnected to %s\n", safeText(c.s.set.Server))
 			return nil

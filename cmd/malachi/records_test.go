@@ -99,16 +99,21 @@ func TestFollowSurvivesRestart(t *testing.T) {
 	}
 }
 
-// waitStderr polls a child's stderr until it holds want; an "error:"
-// line first means the child gave up.
+// waitStderr waits, write by write, until a child's stderr holds want; an
+// "error:" line first means the child gave up.
 func waitStderr(t *testing.T, ch *child, want string) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
+	deadline := time.NewTimer(waitFor)
+	defer deadline.Stop()
 	for !strings.Contains(ch.stderr.String(), want) {
-		if strings.Contains(ch.stderr.String(), "error:") || time.Now().After(deadline) {
+		if strings.Contains(ch.stderr.String(), "error:") {
 			t.Fatalf("no %q on stderr: %q", want, ch.stderr.String())
 		}
-		time.Sleep(10 * time.Millisecond) // polling the child's output
+		select {
+		case <-ch.stderr.grew:
+		case <-deadline.C:
+			t.Fatalf("no %q on stderr: %q", want, ch.stderr.String())
+		}
 	}
 }
 

@@ -39,7 +39,7 @@ func devCertsNode(t *testing.T, c *cli) (*fakeNode, string) {
 }
 
 // TestCLIOverTLS: with dev-certs' CA the CLI talks TLS, and each way to
-// authenticate sends its own first frame inside the session.
+// authenticate sends its own first frame over the TLS connection.
 func TestCLIOverTLS(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t, "")

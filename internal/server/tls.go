@@ -26,7 +26,7 @@ import (
 //
 // The certificate is served through GetConfigForClient from an atomic
 // pointer, so a reload affects only handshakes that start after it:
-// established connections keep their session and are never dropped.
+// established connections keep their TLS state and are never dropped.
 
 // recordTypeHandshake is the first byte of every TLS connection.
 const recordTypeHandshake = 0x16
