@@ -278,16 +278,17 @@ func deleteSegment(t *testing.T, fs vfs.FS, id uint64) {
 	withStore(t, fs, func(st *storage.Store) error { return st.Delete(storage.SegmentID(id)) })
 }
 
-// TestForeignActiveSegmentIsQuarantined: the file under the metadata's
-// active segment id was made for another range. It is moved aside, never
-// served as this topic's records, and the range goes on in a fresh file.
-func TestForeignActiveSegmentIsQuarantined(t *testing.T) {
-	mem := vfs.NewMem()
+// plantForeignActive creates topic with one acknowledged record in its
+// active segment, stops the node, and replaces that segment's file with one
+// made for another range (another owner tag) holding the key "foreign".
+// It returns the segment id.
+func plantForeignActive(t *testing.T, mem *vfs.MemFS, topic string) uint64 {
+	t.Helper()
 	b := openOn(t, mem)
-	if err := b.CreateTopic(context.Background(), "q", 8, 1); err != nil {
+	if err := b.CreateTopic(context.Background(), topic, 8, 1); err != nil {
 		t.Fatal(err)
 	}
-	mustProduce(t, b, "q", rec("k", 0))
+	mustProduce(t, b, topic, rec("k", 0))
 	id := onlySegment(t, b)
 	var rangeID uint64
 	for r := range b.mu.heads {
@@ -296,8 +297,17 @@ func TestForeignActiveSegmentIsQuarantined(t *testing.T) {
 	b.Close()
 	deleteSegment(t, mem, id)
 	plantSegment(t, mem, id, 0, ownerTag(rangeID+100), "foreign")
+	return id
+}
 
-	b = openOn(t, mem)
+// TestForeignActiveSegmentIsQuarantined: the file under the metadata's
+// active segment id was made for another range. It is moved aside, never
+// served as this topic's records, and the range goes on in a fresh file.
+func TestForeignActiveSegmentIsQuarantined(t *testing.T) {
+	mem := vfs.NewMem()
+	plantForeignActive(t, mem, "q")
+
+	b := openOn(t, mem)
 	defer b.Close()
 	mustProduce(t, b, "q", rec("k", 1))
 	r := newReader(t, b, "q")

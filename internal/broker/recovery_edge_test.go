@@ -13,10 +13,11 @@ import (
 	"github.com/malachi-log/malachi/internal/vfs"
 )
 
-// a roll whose store seal fails after the fence (a transient write
-// fault on the .idx/.seal) leaves the store segment fenced but not sealed.
-// reconcileLocked adopts it as active again; every append is refused with
-// ErrSealed; the range refuses writes until the age roll or a restart.
+// TestFencedButUnsealedSegmentIsFinished: a roll whose store seal fails
+// after the fence (a transient write fault on the .idx/.seal) leaves the
+// segment fenced but not sealed; once the fault clears, the next produce
+// must finish the seal and go on in a successor, not be refused until the
+// age roll.
 func TestFencedButUnsealedSegmentIsFinished(t *testing.T) {
 	mem := vfs.NewMem()
 	faulty := vfs.NewFaulty(mem, nil)
@@ -45,10 +46,10 @@ func TestFencedButUnsealedSegmentIsFinished(t *testing.T) {
 	}
 }
 
-// a damaged active segment is sealed at its last good batch and the
-// successor opens there, so offsets the damaged file still holds (and a
-// group already committed past) are handed out again. Records acknowledged
-// after the restart are then skipped by that group.
+// TestDamagedSegmentNeverReusesOffsets: a damaged active segment is sealed
+// past every valid batch in its file, so no offset a reader may have seen
+// is handed out again, and a group that committed past the damage receives
+// every record acknowledged after the restart.
 func TestDamagedSegmentNeverReusesOffsets(t *testing.T) {
 	mem := vfs.NewMem()
 	b := openOn(t, mem)
@@ -80,11 +81,11 @@ func TestDamagedSegmentNeverReusesOffsets(t *testing.T) {
 	}
 }
 
-// a power loss while a segment's file is being created, after
-// another range's SyncDir made its directory entry durable, leaves a
-// 32-byte file whose header write was torn (zero-filled, as
-// MemFS.PowerLoss tears). No append was ever acknowledged into it, yet
-// recovery calls it "unreadable" and the range refuses writes forever.
+// TestTornCreateDoesNotWedgeTheRange: a power loss while a segment's file
+// is being created, after another range's create made its directory entry
+// durable, leaves a header-sized file with a torn header. No append was
+// ever acknowledged into it: recovery must treat it as an interrupted
+// create, and the range must take writes.
 func TestTornCreateDoesNotWedgeTheRange(t *testing.T) {
 	mem := vfs.NewMem()
 	faulty := vfs.NewFaulty(mem, nil)
@@ -150,31 +151,19 @@ func TestTornCreateDoesNotWedgeTheRange(t *testing.T) {
 	}
 }
 
-// the owner tag is only reported for an open active file, so a
-// foreign file under the metadata's active segment id that the store has
-// sealed passes activeMismatch and reconcileLocked adopts it: its records
-// are recorded as this range's sealed segment and served.
+// TestForeignSealedSegmentIsNotAdopted: a foreign file under the
+// metadata's active segment id that the store has sealed reports no owner
+// from an open handle; its header must still be read, and the file
+// quarantined rather than recorded as this range's sealed segment.
 func TestForeignSealedSegmentIsNotAdopted(t *testing.T) {
 	mem := vfs.NewMem()
-	b := openOn(t, mem)
-	if err := b.CreateTopic(context.Background(), "q", 8, 1); err != nil {
-		t.Fatal(err)
-	}
-	mustProduce(t, b, "q", rec("k", 0))
-	id := onlySegment(t, b)
-	var rangeID uint64
-	for r := range b.mu.heads {
-		rangeID = r
-	}
-	b.Close()
-	deleteSegment(t, mem, id)
-	plantSegment(t, mem, id, 0, ownerTag(rangeID+100), "foreign")
+	id := plantForeignActive(t, mem, "q")
 	withStore(t, mem, func(st *storage.Store) error {
 		_, err := st.Seal(context.Background(), storage.SegmentID(id))
 		return err
 	})
 
-	b = openOn(t, mem)
+	b := openOn(t, mem)
 	defer b.Close()
 	mustProduce(t, b, "q", rec("k", 1))
 	r := newReader(t, b, "q")
@@ -184,9 +173,9 @@ func TestForeignSealedSegmentIsNotAdopted(t *testing.T) {
 	}
 }
 
-// a stray file whose name is an id at or above 2^62 (even garbage:
-// the store lists damaged files too) raises segFloor past maxSegmentID, and
-// every open_segment on the node is refused as invalid.
+// TestHugeStrayIDDoesNotStopOpens: a stray file named with an id at or
+// above metadata.MaxSegmentID (even garbage: the store lists damaged files
+// too) must not raise the id floor past what open_segment accepts.
 func TestHugeStrayIDDoesNotStopOpens(t *testing.T) {
 	mem := vfs.NewMem()
 	b := openOn(t, mem)
