@@ -1,5 +1,5 @@
 // Package auth holds the security decisions of a node: password hashing and
-// verification, session tokens, the login throttle, certificate and token
+// verification, login tokens, the login throttle, certificate and token
 // identities, permissions and per-topic ACL checks. It does no I/O.
 //
 // # Passwords

@@ -44,9 +44,6 @@ type AuthConfig struct {
 	// addresses, users); the least recently used entry is evicted. Default
 	// 100000.
 	GuardEntries int
-	// MaxSessionsPerUser bounds one user's live session tokens; a new one
-	// ends that user's oldest. Default 1000.
-	MaxSessionsPerUser int
 
 	MTLS  MTLSConfig
 	OIDC  OIDCConfig
@@ -116,9 +113,6 @@ func (c AuthConfig) withDefaults() AuthConfig {
 	c.UserFailureBurst = g.UserFailures.Burst
 	c.UserFailurePeriod = time.Duration(g.UserFailures.PeriodMs) * time.Millisecond
 	c.GuardEntries = g.MaxEntries
-	if c.MaxSessionsPerUser <= 0 {
-		c.MaxSessionsPerUser = auth.DefaultMaxSessionsPerUser
-	}
 	if c.MTLS.Identity == "" {
 		c.MTLS.Identity = auth.CertRuleCN
 	}

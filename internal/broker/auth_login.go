@@ -42,7 +42,7 @@ type Identity struct {
 	Perms  []string
 	Method string
 	Addr   string // the client's address
-	Token  string // the session token answered to the client
+	Token  string // the opaque login token answered to the client
 
 	gen      uint64    // the principal generation it was issued against
 	ownPerms bool      // the token, not the account, holds the permissions
@@ -86,7 +86,7 @@ func (b *Broker) Login(ctx context.Context, cr Credentials) (*Identity, error) {
 		return nil, err
 	}
 	id.Method, id.Addr = cr.Method, cr.Addr
-	id.Token = b.sessions.Create(id.User, nil, b.nowMs())
+	id.Token = auth.NewLoginToken()
 	b.log.Info("login", "user", id.User, "method", id.Method, "addr", id.Addr)
 	b.authn.audit.Record(audit.Event{
 		Time: b.cfg.Clock.Now(), Type: audit.AuthSuccess, Result: audit.ResultOK,

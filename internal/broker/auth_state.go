@@ -93,7 +93,6 @@ func (b *Broker) initAuth() error {
 		return err
 	}
 	b.authn = a
-	b.sessions.LimitPerUser(a.cfg.MaxSessionsPerUser)
 	b.refreshPrincipals()
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/malachi-log/malachi/internal/auth"
 	"github.com/malachi-log/malachi/internal/clock"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/metastore"
@@ -60,10 +59,6 @@ type Config struct {
 	MaxPendingBytes int64
 	// Codec compresses stored batches; default none.
 	Codec segment.Codec
-	// MaxSessions bounds live authentication sessions.
-	MaxSessions int
-	// SessionTTL is how long a session token stays valid. Default 1 h.
-	SessionTTL time.Duration
 	// ACLStrict requires an explicit grant for non-admin topic access.
 	ACLStrict bool
 	// AutoSplit configures automatic splitting and merging of ranges.
@@ -118,12 +113,6 @@ func (c Config) withDefaults() Config {
 	if c.MaxPendingBytes == 0 {
 		c.MaxPendingBytes = 64 << 20
 	}
-	if c.MaxSessions == 0 {
-		c.MaxSessions = 100000
-	}
-	if c.SessionTTL == 0 {
-		c.SessionTTL = time.Hour
-	}
 	c.AutoSplit = c.AutoSplit.withDefaults()
 	c.Auth = c.Auth.withDefaults()
 	c.Limits = c.Limits.withDefaults()
@@ -150,14 +139,13 @@ func (c Config) validate() error {
 // write heads of the ranges, the group coordinator and the watchers that
 // long polls and subscriptions sleep on.
 type Broker struct {
-	cfg      Config
-	log      *slog.Logger
-	meta     *metastore.Store
-	store    *storage.Store
-	sessions *auth.Sessions
-	authn    *authState // logins, revocation and the audit log
-	secret   []byte
-	started  time.Time
+	cfg     Config
+	log     *slog.Logger
+	meta    *metastore.Store
+	store   *storage.Store
+	authn   *authState // logins, revocation and the audit log
+	secret  []byte
+	started time.Time
 
 	// keyless spreads records without a key across a topic's ranges.
 	keyless atomic.Uint64
@@ -239,12 +227,11 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: segments: %w", err)
 	}
 	b := &Broker{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		meta:     meta,
-		store:    store,
-		sessions: auth.NewSessions(cfg.SessionTTL.Milliseconds(), cfg.MaxSessions),
-		started:  cfg.Clock.Now(),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		meta:    meta,
+		store:   store,
+		started: cfg.Clock.Now(),
 	}
 	b.mu.heads = make(map[uint64]*head)
 	b.mu.watches = make(map[uint64]*watch)

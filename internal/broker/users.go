@@ -36,7 +36,6 @@ func (b *Broker) DeleteUser(ctx context.Context, user string) error {
 	if err != nil {
 		return err
 	}
-	b.sessions.RevokeUser(user)
 	return nil
 }
 
@@ -56,7 +55,6 @@ func (b *Broker) ChangePassword(ctx context.Context, user, password string) erro
 	if err != nil {
 		return err
 	}
-	b.sessions.RevokeUser(user)
 	return nil
 }
 
