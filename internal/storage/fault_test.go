@@ -246,3 +246,42 @@ func TestActiveMidFileDamageKept(t *testing.T) {
 		t.Fatalf("damaged active file changed size %d -> %d", size, got)
 	}
 }
+
+// TestQuarantineCutShortLeavesNothingInService: a quarantine that stops
+// after moving the .log (a crash, here a failing rename of the sidecars)
+// must not leave a sealed segment that the next Open takes for an active
+// one: the segment is out of service, its bytes in the quarantine folder.
+func TestQuarantineCutShortLeavesNothingInService(t *testing.T) {
+	mem := vfs.NewMem()
+	faulty := vfs.NewFaulty(mem, nil)
+	s, err := Open(Config{Dir: "/segs", FS: faulty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(context.Background(), 1, mkBatch(t, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Seal(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	faulty.SetRule(vfs.FailOn(vfs.OpRename, ".seal", nil))
+	if _, err := s.Quarantine(1); err == nil {
+		t.Fatal("quarantine succeeded with a failing rename")
+	}
+	crashed := mem.Clone()
+	s.Close()
+	r, err := Open(Config{Dir: "/segs", FS: crashed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if in, err := r.Info(1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("segment 1 back in service after a cut-short quarantine: %+v, %v", in, err)
+	}
+	if names, _ := crashed.ReadDir("/segs/" + QuarantineDir); len(names) == 0 {
+		t.Fatal("the quarantined .log is gone")
+	}
+}

@@ -180,9 +180,8 @@ const QuarantineDir = "quarantine"
 // (named after the id, with a numeric suffix if that id was quarantined
 // before), where an operator can inspect them. The id is then free in the
 // store. It returns the quarantined .log's path. A crash part-way leaves
-// some files moved and some not; the next Open sees a partial segment and
-// treats it as before (sidecars without a .log are discarded, which the
-// .log-last order below rules out for data).
+// the .log quarantined and some sidecars behind, which the next Open
+// discards: the segment never comes back into service.
 func (s *Store) Quarantine(id SegmentID) (string, error) {
 	if err := s.detach(id); err != nil {
 		return "", err
@@ -198,9 +197,11 @@ func (s *Store) Quarantine(id SegmentID) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// Sidecars first and the .log last: a crash in between leaves the
-	// .log in place with its seal, never a .seal-less sealed log.
-	for _, ext := range []string{idxExt, sealExt, logExt} {
+	// The .log first, as Delete removes it first: a crash after it leaves
+	// only sidecars in place, which Open discards. Moving the .seal first
+	// would leave a sealed segment's .log without its seal, which Open
+	// takes for an active segment and would append to.
+	for _, ext := range []string{logExt, sealExt, idxExt} {
 		err := s.fs.Rename(s.path(id, ext), filepath.Join(qdir, stem+ext))
 		if err != nil && !vfs.IsNotExist(err) {
 			return "", err
