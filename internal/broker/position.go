@@ -140,6 +140,19 @@ func (b *Broker) CursorFromEnd(topic string, n uint64) (string, error) {
 // index of the source and the offset in it, or at = -1 when the history
 // holds fewer than n records.
 func (b *Broker) fromEnd(p *plan, n uint64) (at int, off uint64, err error) {
+	// Each source holds at most end-base records of the slice: when even
+	// that bound does not exceed n, the whole history qualifies and
+	// nothing needs reading, however large n is.
+	var bound uint64
+	for j := range p.sources {
+		src := &p.sources[j]
+		if base, end := sourceBase(src), b.durableEnd(src); end > base {
+			bound += end - base
+		}
+	}
+	if bound <= n {
+		return -1, 0, nil
+	}
 	remaining := n
 	for j := len(p.sources) - 1; j >= 0; j-- {
 		src := &p.sources[j]
