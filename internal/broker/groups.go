@@ -169,8 +169,9 @@ func (b *Broker) DescribeGroup(topic, group string) (GroupStatus, error) {
 		st.Cursor = &s
 	}
 	plans, lin := b.plans(pos)
+	scan := lagScanRecords
 	for i := range plans {
-		lag, err := b.rangeLag(&plans[i], pos.entries, lin)
+		lag, err := b.rangeLag(&plans[i], pos.entries, lin, &scan)
 		if err != nil {
 			return GroupStatus{Group: group}, err
 		}
@@ -180,13 +181,22 @@ func (b *Broker) DescribeGroup(topic, group string) (GroupStatus, error) {
 	return st, nil
 }
 
+// lagScanRecords bounds the ancestor records one describe reads to count
+// lag exactly: past it, the rest is estimated, so a group far behind on a
+// split topic (or a --watch loop) cannot make each describe read the whole
+// history.
+const lagScanRecords = 1 << 20
+
 // rangeLag counts the records of a range's history the reader has not
 // passed. The range's own records are counted by offset. An ancestor's
 // records are shared between its descendants by key, so they are read and
 // counted one by one: only those whose key lies in this range's slice and
 // that the entries leave undelivered. Counting the ancestor's unread
-// offsets instead would count each of its records once per child.
-func (b *Broker) rangeLag(p *plan, entries []cursor.Entry, lin lineage) (uint64, error) {
+// offsets instead would count each of its records once per child. Once
+// scan (records left to read in this describe) runs out, the rest of an
+// ancestor is estimated as its unread offsets times the slice's share of
+// the ancestor's keyspace.
+func (b *Broker) rangeLag(p *plan, entries []cursor.Entry, lin lineage, scan *int) (uint64, error) {
 	var lag uint64
 	bits := p.slice.Log2Size()
 	for i := range p.sources {
@@ -203,7 +213,7 @@ func (b *Broker) rangeLag(p *plan, entries []cursor.Entry, lin lineage) (uint64,
 			lag += end - start
 			continue
 		}
-		n, err := b.countUnread(p, src, entries, lin, start, end)
+		n, err := b.countUnread(p, src, entries, lin, start, end, scan)
 		if err != nil {
 			return 0, err
 		}
@@ -213,16 +223,34 @@ func (b *Broker) rangeLag(p *plan, entries []cursor.Entry, lin lineage) (uint64,
 }
 
 // countUnread counts the records of an ancestor source in [start, end)
-// whose key lies in the plan's slice and which entries do not deliver.
-func (b *Broker) countUnread(p *plan, src *source, entries []cursor.Entry, lin lineage, start, end uint64) (uint64, error) {
+// whose key lies in the plan's slice and which entries do not deliver,
+// reading at most *scan of them and estimating the rest (see rangeLag).
+func (b *Broker) countUnread(p *plan, src *source, entries []cursor.Entry, lin lineage, start, end uint64, scan *int) (uint64, error) {
 	var n uint64
-	err := b.scanSlice(p, src, start, end, func(pos, offset uint64) bool {
-		if !cursor.Consumed(entries, src.id, pos, offset, lin.isAncestor) {
-			n++
+	next, stopped := start, *scan <= 0 // next: where the exact count stopped
+	if !stopped {
+		err := b.scanSlice(p, src, start, end, func(pos, offset uint64) bool {
+			if *scan <= 0 {
+				stopped, next = true, offset
+				return false
+			}
+			*scan--
+			if !cursor.Consumed(entries, src.id, pos, offset, lin.isAncestor) {
+				n++
+			}
+			return true
+		})
+		if err != nil || !stopped {
+			return n, err
 		}
-		return true
-	})
-	return n, err
+	}
+	// The slice and the span are buddy blocks: after a split the slice is
+	// a part of the ancestor's span, after a merge it covers all of it.
+	var share uint8
+	if sb, pb := src.span.Log2Size(), p.slice.Log2Size(); sb > pb {
+		share = sb - pb
+	}
+	return n + (end-next)>>share, nil
 }
 
 // scanSlice calls fn, in offset order, with the key position and offset
