@@ -1,8 +1,9 @@
 package metadata
 
 import (
-	"cmp"
 	"slices"
+
+	"github.com/malachi-log/malachi/internal/cursor"
 )
 
 // commitOffsets: Group, Topic (name), Entries. The group's stored position
@@ -93,34 +94,22 @@ func (s *State) validEntry(tr *topicRec, e GroupEntry) bool {
 // absorbs the stored entries it passes, and a wide entry beside a narrower
 // one with a higher offset keeps both.
 func mergeEntries(stored, add []GroupEntry) []GroupEntry {
-	all := slices.Concat(stored, add)
-	// Within a source, by slice start, containing slices before the slices
-	// inside them (aligned slices nest or are disjoint), and of equal slices
-	// the highest offset first: one pass with a stack of the kept entries
-	// containing the current one finds every implied entry in O(n log n).
-	slices.SortFunc(all, func(a, b GroupEntry) int {
-		return cmp.Or(
-			cmp.Compare(a.Source, b.Source),
-			cmp.Compare(a.SliceStart, b.SliceStart),
-			cmp.Compare(b.SliceBits, a.SliceBits),
-			cmp.Compare(b.Offset, a.Offset),
-		)
-	})
-	out := make([]GroupEntry, 0, len(all))
-	var open []GroupEntry // kept entries of the current source, each inside the one before
-	for _, e := range all {
-		for len(open) > 0 && (open[len(open)-1].Source != e.Source || !e.within(open[len(open)-1])) {
-			open = open[:len(open)-1]
-		}
-		// The last open entry has the highest offset of those containing
-		// e: each was kept only because it was above all it sits inside.
-		if len(open) > 0 && open[len(open)-1].Offset >= e.Offset {
-			continue
-		}
-		out = append(out, e)
-		open = append(open, e)
+	// The same rule a reader's cursor follows (cursor.Merge); the types
+	// differ only in their JSON tags.
+	merged := cursor.Merge(toCursor(stored), toCursor(add))
+	out := make([]GroupEntry, len(merged))
+	for i, e := range merged {
+		out[i] = GroupEntry(e)
 	}
 	slices.SortFunc(out, compareEntries)
+	return out
+}
+
+func toCursor(es []GroupEntry) []cursor.Entry {
+	out := make([]cursor.Entry, len(es))
+	for i, e := range es {
+		out[i] = cursor.Entry(e)
+	}
 	return out
 }
 

@@ -80,11 +80,6 @@ type GroupEntry struct {
 // sliceEnd is the end of the entry's slice (never overflows: bits <= 32).
 func (e GroupEntry) sliceEnd() uint64 { return e.SliceStart + 1<<e.SliceBits }
 
-// within reports whether e's slice lies inside o's slice.
-func (e GroupEntry) within(o GroupEntry) bool {
-	return e.SliceStart >= o.SliceStart && e.sliceEnd() <= o.sliceEnd()
-}
-
 func compareEntries(a, b GroupEntry) int {
 	switch {
 	case a.Source != b.Source:
