@@ -34,6 +34,8 @@ type FetchRequest struct {
 // Page is one fetch answer.
 type Page struct {
 	Records []Record
+	// Batches holds a v2 subscription's page instead of Records.
+	Batches []RangeBatch
 	// Cursor is the position to pass back; nil only for an unknown topic
 	// fetched without a cursor.
 	Cursor *string
@@ -41,27 +43,43 @@ type Page struct {
 
 // Fetch returns the next page of a topic for the request's position.
 func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
-	pos, err := b.startPosition(req)
+	var recs []Record
+	pos, err := b.poll(ctx, req, func(pos *position) (bool, error) {
+		var err error
+		recs, pos.entries, err = b.readPage(*pos, req.Max)
+		return len(recs) > 0, err
+	})
 	if errors.Is(err, metadata.ErrNoSuchTopic) {
 		// Wire v1: fetching an unknown topic answers an empty page.
 		return Page{Cursor: req.Cursor}, nil
 	}
-	if err != nil {
+	if err != nil && pos.topicID == 0 {
 		return Page{}, err
+	}
+	return b.page(pos, recs), err
+}
+
+// poll resolves the request's position and calls read until it finds
+// something, the request's wait passes, the node closes or ctx ends. read
+// advances pos.entries. On ctx's end it returns the position reached with
+// ctx's error; on other errors the zero position.
+func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *position) (bool, error)) (position, error) {
+	pos, err := b.startPosition(req)
+	if err != nil {
+		return position{}, err
 	}
 	wait := min(req.Wait, b.cfg.LongPollMax)
 	deadline := b.cfg.Clock.Now().Add(wait)
 	w := b.watchFor(pos.topicID)
 	for {
 		woken := w.wait()
-		recs, entries, err := b.readPage(pos, req.Max)
+		found, err := read(&pos)
 		if err != nil {
-			return Page{}, err
+			return position{}, err
 		}
-		pos.entries = entries
 		remaining := deadline.Sub(b.cfg.Clock.Now())
-		if len(recs) > 0 || remaining <= 0 || b.closed.Load() {
-			return b.page(pos, recs), nil
+		if found || remaining <= 0 || b.closed.Load() {
+			return pos, nil
 		}
 		t := b.cfg.Clock.NewTimer(remaining)
 		select {
@@ -70,7 +88,7 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
-			return b.page(pos, nil), ctx.Err()
+			return pos, ctx.Err()
 		}
 	}
 }

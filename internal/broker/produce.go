@@ -63,22 +63,32 @@ func (b *Broker) ProduceAsync(ctx context.Context, topic string, recs []Record, 
 		done(0, nil)
 		return nil
 	}
-	pending := recs
-	var (
-		wait   = newProduceWait(len(recs), done)
-		tokens = 0
-	)
+	wait := newProduceWait(len(recs), done)
+	if err := b.routeInto(ctx, topic, recs, wait, true); err != nil {
+		return err
+	}
+	wait.sealed()
+	return nil
+}
+
+// routeInto routes records to their ranges and enqueues them on wait,
+// re-routing what a split or merge retired under it. A routing failure
+// before anything was enqueued is returned when first is set (the caller
+// then reports it and wait is untouched); any other failure goes to wait.
+// The caller seals wait.
+func (b *Broker) routeInto(ctx context.Context, topic string, pending []Record, wait *produceWait, first bool) error {
+	tokens := 0
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt == maxRouteAttempts {
-			wait.fail(ErrRetry)
+			wait.setErr(ErrRetry)
 			return nil
 		}
 		groups, topicID, err := b.route(topic, pending)
 		if err != nil {
-			if tokens == 0 {
+			if tokens == 0 && first {
 				return err
 			}
-			wait.fail(err)
+			wait.setErr(err)
 			return nil
 		}
 		pending = pending[:0:0]
@@ -94,7 +104,6 @@ func (b *Broker) ProduceAsync(ctx context.Context, topic string, recs []Record, 
 			}
 		}
 	}
-	wait.sealed()
 	return nil
 }
 
@@ -246,8 +255,19 @@ func (b *Broker) enqueueLocked(ctx context.Context, h *head, recs []Record, wait
 	if err != nil {
 		return 0, err
 	}
+	if err := b.enqueueBatchLocked(ctx, h, batch, n, wait, notify); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// enqueueBatchLocked enqueues an encoded batch of n records whose base is
+// h.next, and rolls the segment once it is full.
+//
+// REQUIRES: h.mu held, h writable.
+func (b *Broker) enqueueBatchLocked(ctx context.Context, h *head, batch []byte, n int, wait *produceWait, notify *watch) error {
 	wait.add()
-	err = b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
+	err := b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
 		if err == nil {
 			notify.fire()
 		}
@@ -258,7 +278,7 @@ func (b *Broker) enqueueLocked(ctx context.Context, h *head, recs []Record, wait
 		if errors.Is(err, storage.ErrSealed) || storage.IsCorrupt(err) || errors.Is(err, storage.ErrNotFound) {
 			h.ready = false
 		}
-		return 0, fmt.Errorf("broker: append: %w", err)
+		return fmt.Errorf("broker: append: %w", err)
 	}
 	h.next += uint64(n)
 	h.bytes += int64(len(batch))
@@ -271,7 +291,7 @@ func (b *Broker) enqueueLocked(ctx context.Context, h *head, recs []Record, wait
 			b.log.Warn("segment roll failed", "range", h.rangeID, "segment", h.segment, "err", err)
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // chunkLen is how many of recs go in the next stored batch.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage/segment"
 )
 
 // Subscription pushes pages to one stream-mode connection under a credit
@@ -21,7 +22,10 @@ type Subscription struct {
 	owner  string // whom a group the member creates is charged to
 	window int
 	max    int
-	pos    position
+	// maxBytes, when positive, makes this a v2 subscription: pages of
+	// stored batches of at most maxBytes (the first batch whole).
+	maxBytes int
+	pos      position
 	// gen is the member's assignment generation that pos has caught up
 	// with (0: none yet).
 	gen  uint64
@@ -64,6 +68,21 @@ func (b *Broker) SubscribeAs(id Identity, topic string, group, member *string, w
 	}, nil
 }
 
+// SubscribeBatchesAs is SubscribeAs for wire v2: pages of stored batches
+// of at most maxBytes each (clamped to FetchMaxBytes), in Page.Batches.
+// The window still counts records; a page may pass it by part of a batch.
+func (b *Broker) SubscribeBatchesAs(id Identity, topic string, group, member *string, window, maxBytes int) (*Subscription, error) {
+	s, err := b.SubscribeAs(id, topic, group, member, window, window)
+	if err != nil {
+		return nil, err
+	}
+	s.maxBytes = b.cfg.FetchMaxBytes
+	if maxBytes > 0 {
+		s.maxBytes = min(maxBytes, s.maxBytes)
+	}
+	return s, nil
+}
+
 // Ack queues an acknowledgement: the cursor (nil for a heartbeat) is
 // committed and count credits return. It blocks while the queue is full.
 func (s *Subscription) Ack(ctx context.Context, cur *string, count int) error {
@@ -93,16 +112,15 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 			return err
 		}
 		if credit := min(s.max, s.window-inFlight); credit > 0 {
-			recs, entries, err := s.b.readPage(s.pos, credit)
+			page, n, err := s.read(credit)
 			if err != nil {
 				return err
 			}
-			s.pos.entries = entries
-			if len(recs) > 0 {
-				if err := send(s.b.page(s.pos, recs)); err != nil {
+			if n > 0 {
+				if err := send(page); err != nil {
 					return err
 				}
-				inFlight += len(recs)
+				inFlight += n
 				continue
 			}
 		}
@@ -125,6 +143,36 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 			return ErrShuttingDown
 		}
 	}
+}
+
+// read reads the next page within credit records, and says how many
+// records it holds. A v2 page holds whole batches, so it may pass credit
+// by part of one batch.
+func (s *Subscription) read(credit int) (Page, int, error) {
+	if s.maxBytes <= 0 {
+		recs, entries, err := s.b.readPage(s.pos, credit)
+		if err != nil {
+			return Page{}, 0, err
+		}
+		s.pos.entries = entries
+		return s.b.page(s.pos, recs), len(recs), nil
+	}
+	batches, entries, err := s.b.readBatchPage(s.pos, budget{records: credit, bytes: s.maxBytes})
+	if err != nil {
+		return Page{}, 0, err
+	}
+	s.pos.entries = entries
+	n := 0
+	for _, rb := range batches {
+		h, err := segment.ParseHeader(rb.Batch)
+		if err != nil {
+			return Page{}, 0, err
+		}
+		n += int(h.RecordCount)
+	}
+	page := s.b.page(s.pos, nil)
+	page.Batches = batches
+	return page, n, nil
 }
 
 // applyAck commits an acknowledged cursor. A pushed cursor carries every

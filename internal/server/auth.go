@@ -7,7 +7,8 @@ import (
 
 // Authentication on a connection.
 //
-// The first frame must be auth (0), mtls_auth (12) or token_auth (13);
+// The first frame must be auth (0), mtls_auth (12) or token_auth (13),
+// after at most a few api_versions (79);
 // the broker checks the credentials (and throttles failures). The identity
 // it returns is immutable and held in an atomic pointer: a later auth
 // frame swaps in a new one and each request copies the current one when
@@ -21,6 +22,8 @@ import (
 func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
 	switch key {
 	case wire.KeyAuth, wire.KeyMTLSAuth, wire.KeyTokenAuth:
+	case wire.KeyAPIVersions:
+		return c.preAuthVersions(corr, payload)
 	default:
 		c.reply(wire.AppendErrorFrame(nil, corr, wire.ReasonAuthRequired))
 		return false

@@ -67,7 +67,9 @@ type conn struct {
 	// read only by the reader, says whether that happened yet.
 	ident  atomic.Pointer[broker.Identity]
 	authed bool
-	stream *broker.Subscription // set once the connection is in stream mode
+	// preAuthVersionCount counts api_versions frames before auth.
+	preAuthVersionCount int
+	stream              *broker.Subscription // set once the connection is in stream mode
 	// fullBuffers tells the writer the connection has authenticated and
 	// gets full-size buffers; until then both sides use small ones, so an
 	// unauthenticated connection costs a few KiB.

@@ -42,12 +42,18 @@ func (c *conn) dispatch(corr uint32, req wire.Request) {
 		c.produce(corr, r)
 	case *wire.SubscribeRequest:
 		c.subscribe(corr, r)
+	case *wire.SubscribeBatchesRequest:
+		c.subscribeBatches(corr, r)
 	case *wire.StreamAckRequest:
 		c.refuse(corr, "unexpected_frame")
 	case *wire.AuthRequest, *wire.MTLSAuthRequest, *wire.TokenAuthRequest:
 		c.reauth(corr, req)
 	case *wire.FetchRequest:
 		c.spawn(func() { c.fetchWithinBudget(corr, r) })
+	case *wire.ProduceBatchesRequest:
+		c.produceBatches(corr, r)
+	case *wire.FetchBatchesRequest:
+		c.spawn(func() { c.fetchBatchesWithinBudget(corr, r) })
 	default:
 		c.spawn(func() {
 			resp, err := c.handle(req)
@@ -193,18 +199,34 @@ func toWireRecords(recs []broker.Record) []wire.Record {
 // frame, so a client that does not read stops the pushes (and the reader)
 // instead of growing the queue.
 func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
-	if r.Topic == nil {
+	c.startStream(corr, r.Topic, func(id broker.Identity, topic string) (*broker.Subscription, error) {
+		window := clamp(r.Window, windowDefault, windowCap)
+		return c.s.b.SubscribeAs(id, topic, r.Group, r.Member, window, clamp(r.Max, pushMaxDefault, pushMaxCap))
+	})
+}
+
+// subscribeBatches is subscribe for wire v2: pushes of stored batches.
+func (c *conn) subscribeBatches(corr uint32, r *wire.SubscribeBatchesRequest) {
+	c.startStream(corr, r.Topic, func(id broker.Identity, topic string) (*broker.Subscription, error) {
+		window := clamp(r.Window, windowDefault, windowCap)
+		return c.s.b.SubscribeBatchesAs(id, topic, r.Group, r.Member, window, int(min(r.MaxBytes, 1<<30)))
+	})
+}
+
+// startStream authorizes and opens a subscription and runs it on its own
+// goroutine, pushing each page on the request's correlation id.
+func (c *conn) startStream(corr uint32, topicName *string, open func(broker.Identity, string) (*broker.Subscription, error)) {
+	if topicName == nil {
 		c.refuse(corr, "no_such_topic")
 		return
 	}
+	topic := *topicName
 	id := c.identity()
-	if err := c.s.b.Authorize(id, broker.OpConsume, *r.Topic); err != nil {
+	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		c.answer(corr, nil, err)
 		return
 	}
-	window := clamp(r.Window, windowDefault, windowCap)
-	max := clamp(r.Max, pushMaxDefault, pushMaxCap)
-	sub, err := c.s.b.SubscribeAs(id, *r.Topic, r.Group, r.Member, window, max)
+	sub, err := open(id, topic)
 	if err != nil {
 		c.answer(corr, nil, err)
 		return
@@ -215,11 +237,10 @@ func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
 		err := sub.Run(c.reqCtx, func(p broker.Page) error {
 			// Each push is checked like a request: a revoked grant or
 			// user ends the stream with the refusal.
-			if err := c.s.b.Authorize(id, broker.OpConsume, *r.Topic); err != nil {
+			if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 				return err
 			}
-			resp := &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}
-			if !c.push(wire.AppendOKFrame(frameBuffer(resp), corr, resp)) {
+			if !c.push(pushFrame(corr, p)) {
 				return errConnEnding
 			}
 			return nil
@@ -228,11 +249,25 @@ func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
 			// The stream cannot go on: answer why on the subscribe's
 			// correlation id, then end the connection once that frame is
 			// written (drain stops the reader; the writer flushes first).
-			c.s.cfg.Logger.Warn("subscription ended", "topic", *r.Topic, "err", err)
+			c.s.cfg.Logger.Warn("subscription ended", "topic", topic, "err", err)
 			c.reply(wire.AppendErrorFrame(nil, corr, reason(err)))
 			c.drain()
 		}
 	})
+}
+
+// pushFrame encodes one page of a stream: records for subscribe (5),
+// stored batches for subscribe_batches (83).
+func pushFrame(corr uint32, p broker.Page) []byte {
+	if p.Batches != nil {
+		resp := &wire.FetchBatchesResponse{NextCursor: p.Cursor, Batches: make([]wire.RangeBatch, len(p.Batches))}
+		for i, b := range p.Batches {
+			resp.Batches[i] = wire.RangeBatch{Range: b.Range, Batch: b.Batch}
+		}
+		return wire.AppendOKFrame(make([]byte, 0, resp.Size()+64), corr, resp)
+	}
+	resp := &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}
+	return wire.AppendOKFrame(frameBuffer(resp), corr, resp)
 }
 
 // errConnEnding ends a subscription whose connection failed or drains.
@@ -246,7 +281,7 @@ func reason(err error) string {
 	}
 	for _, known := range []error{
 		broker.ErrInvalidCursor, broker.ErrShuttingDown, broker.ErrRetry, broker.ErrTooManyMembers,
-		broker.ErrPermission, broker.ErrCredentials, broker.ErrNotEnabled,
+		broker.ErrPermission, broker.ErrCredentials, broker.ErrNotEnabled, broker.ErrInvalidBatch,
 	} {
 		if errors.Is(err, known) {
 			return known.Error()

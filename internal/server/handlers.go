@@ -47,6 +47,10 @@ func (c *conn) handle(req wire.Request) (wire.Response, error) {
 		return c.groupDelete(id, r)
 	case *wire.DescribeGroupMembersRequest:
 		return c.describeGroupMembers(id, r)
+	case *wire.APIVersionsRequest:
+		return c.s.versions(), nil
+	case *wire.TopicRoutesRequest:
+		return c.topicRoutes(id, r)
 	}
 	if err := c.s.b.RequireAdmin(id, wire.KeyName(req.APIKey())); err != nil {
 		return nil, err

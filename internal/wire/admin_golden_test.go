@@ -1,4 +1,4 @@
-// Golden frames for keys 64–78. These layouts are frozen once shipped,
+// Golden frames for keys 64–83. These layouts are frozen once shipped,
 // like v1: the frames below (also quoted in docs/wire.md) must decode to
 // the listed values and the values must encode to the frames, byte for
 // byte. A change that breaks this test changes the protocol.
@@ -29,6 +29,14 @@ var adminGoldenRequests = []struct {
 	{"0000001d004c0000000c01000000066f72646572730100000007776f726b657273", &GroupDeleteRequest{Topic: new("orders"), Group: new("workers")}},
 	{"0000001d004d0000000d01000000066f72646572730100000007776f726b657273", &DescribeGroupMembersRequest{Topic: new("orders"), Group: new("workers")}},
 	{"00000019004e0000000e01000000066f7264657273000000000000000a", &CursorFromEndRequest{Topic: new("orders"), N: 10}},
+	{"00000006004f0000000f", &APIVersionsRequest{}},
+	{"0000001100500000000f01000000066f7264657273", &TopicRoutesRequest{Topic: new("orders")}},
+	{"0000002500510000000f01000000066f7264657273000000010000000000000005000000044d010203",
+		&ProduceBatchesRequest{Topic: new("orders"), Batches: []RangeBatch{{Range: 5, Batch: []byte{0x4d, 1, 2, 3}}}}},
+	{"0000002800520000000f01000000066f726465727301000000045131565300000010000000000000000001f4",
+		&FetchBatchesRequest{Topic: new("orders"), Cursor: new("Q1VS"), MaxBytes: 1 << 20, WaitMs: 500}},
+	{"0000002600530000000f01000000066f72646572730100000007776f726b65727300000003e800100000",
+		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("workers"), Window: 1000, MaxBytes: 1 << 20}},
 }
 
 var adminGoldenResponses = []struct {
@@ -55,6 +63,14 @@ var adminGoldenResponses = []struct {
 		&StatusResponse{NodeID: "n1", Version: "0.1.0", DataDir: "/data", UptimeMs: 60000, Topics: 1, Records: 1000, Bytes: 65536}},
 	{"000000350000000d000000000000000000020000000101000000026d310000018bcfe568000000000200000000000000050000000000000006",
 		&DescribeGroupMembersResponse{Generation: 2, Members: []GroupMember{{Member: "m1", LastSeenMs: 1700000000000, Ranges: []uint64{5, 6}}}}},
+	{"0000002c0000000f0000000000020000000100010051000100010100000000100000000100000100000005302e322e30",
+		&APIVersionsResponse{Keys: []KeyVersion{{Key: 0, Min: 1, Max: 1}, {Key: 81, Min: 1, Max: 1}}, MaxFrame: 16 << 20,
+			MaxBatchBytes: 1 << 20, MaxBatchRecords: 65536, NodeVersion: "0.2.0"}},
+	{"0000003b0000000f00001000000002000000000000000500000000000000000000000000008000000000000000000600000000000080000000000000010000",
+		&TopicRoutesResponse{Bits: 16, Ranges: []RouteRange{{Range: 5, Start: 0, End: 32768}, {Range: 6, Start: 32768, End: 65536}}}},
+	{"0000000e0000000f0000000003e800000001", &ProduceBatchesResponse{Count: 1000, Rerouted: 1}},
+	{"000000230000000f0000010000000451315653000000010000000000000005000000044d010203",
+		&FetchBatchesResponse{NextCursor: new("Q1VS"), Batches: []RangeBatch{{Range: 5, Batch: []byte{0x4d, 1, 2, 3}}}}},
 }
 
 func mustHex(t *testing.T, s string) []byte {

@@ -18,7 +18,7 @@ func newGroupAdminRequest(key uint16) requestDecoder {
 	case KeyCursorFromEnd:
 		return new(CursorFromEndRequest)
 	}
-	return nil
+	return newV2Request(key)
 }
 
 // CursorAtTimeRequest (key 74): str(topic) time_ms:u64. CursorResponse

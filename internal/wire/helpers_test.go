@@ -19,6 +19,7 @@ var allKeys = []uint16{
 	KeyListTopics, KeyDescribeTopic, KeyDeleteTopic, KeyCreateTopicEx, KeySplitRange,
 	KeyMergeRanges, KeyDescribeGroup, KeyListGroups, KeyStatus, KeyEndCursor,
 	KeyCursorAtTime, KeyGroupSeek, KeyGroupDelete, KeyDescribeGroupMembers, KeyCursorFromEnd,
+	KeyAPIVersions, KeyTopicRoutes, KeyProduceBatches, KeyFetchBatches, KeySubscribeBatches,
 }
 
 func sampleRecords() []Record {
@@ -65,6 +66,11 @@ func sampleRequests() []Request {
 		&GroupDeleteRequest{Topic: new("orders"), Group: new("g")},
 		&DescribeGroupMembersRequest{Topic: new("orders"), Group: new("g")},
 		&CursorFromEndRequest{Topic: new("orders"), N: 10},
+		&APIVersionsRequest{},
+		&TopicRoutesRequest{Topic: new("orders")},
+		&ProduceBatchesRequest{Topic: new("orders"), Batches: []RangeBatch{{Range: 3, Batch: []byte{0x4d, 1, 2}}, {Range: 4, Batch: []byte{}}}},
+		&FetchBatchesRequest{Topic: new("orders"), Group: new("g"), Member: new("m1"), MaxBytes: 1 << 20, MaxRecords: 0, WaitMs: 500},
+		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("g"), Member: nil, Window: 10000, MaxBytes: 0},
 	}
 }
 
@@ -96,5 +102,10 @@ func sampleResponses() []responseDecoder {
 		}},
 		&ListGroupsResponse{Groups: []string{"a", "b"}},
 		&StatusResponse{NodeID: "n1", Version: "0.1.0", DataDir: "/var/lib/malachi", UptimeMs: 1234, Topics: 2, Records: 3, Bytes: 4},
+		&APIVersionsResponse{Keys: []KeyVersion{{Key: 0, Min: 1, Max: 1}, {Key: 81, Min: 1, Max: 2}}, MaxFrame: 16 << 20,
+			MaxBatchBytes: 1 << 20, MaxBatchRecords: 65536, NodeVersion: "0.2.0"},
+		&TopicRoutesResponse{Bits: 16, Ranges: []RouteRange{{Range: 2, Start: 0, End: 1 << 15}, {Range: 3, Start: 1 << 15, End: 1 << 16}}},
+		&ProduceBatchesResponse{Count: 1000, Rerouted: 1},
+		&FetchBatchesResponse{NextCursor: new("Q1VSU09S"), Batches: []RangeBatch{{Range: 2, Batch: []byte{0x4d, 1}}}},
 	}
 }

@@ -59,6 +59,7 @@ const (
 	ReasonInvalidRangeCount   = "invalid_range_count"
 	ReasonInvalidCursor       = "invalid_cursor"
 	ReasonInvalidRecord       = "invalid_record"
+	ReasonInvalidBatch        = "invalid_batch"
 	ReasonCannotSplit         = "cannot_split"
 	ReasonDifferentTopic      = "different_topic"
 	ReasonNotBuddies          = "not_buddies"
@@ -144,6 +145,7 @@ var Reasons = map[string]ReasonInfo{
 	ReasonInvalidRangeCount:   {false, "The initial range count must be a power of two no larger than the keyspace."},
 	ReasonInvalidCursor:       {false, "The cursor is forged, truncated, from another topic or too large. Nothing changed; restart from the group or the start."},
 	ReasonInvalidRecord:       {false, "A record is not acceptable (for example, too large)."},
+	ReasonInvalidBatch:        {false, "A batch of produce_batches is not acceptable: its framing, CRC, counts, offsets, timestamps or sizes are wrong, its records section does not decompress to its declared length, or it is over a limit api_versions reports. Nothing of the request was stored."},
 	ReasonCannotSplit:         {false, "The range cannot be split (it is a single keyspace position, or not active)."},
 	ReasonDifferentTopic:      {false, "The ranges to merge belong to different topics."},
 	ReasonNotBuddies:          {false, "The ranges to merge are not two active halves of one block."},

@@ -39,6 +39,12 @@ const (
 	KeyGroupDelete          uint16 = 76
 	KeyDescribeGroupMembers uint16 = 77
 	KeyCursorFromEnd        uint16 = 78
+
+	KeyAPIVersions      uint16 = 79
+	KeyTopicRoutes      uint16 = 80
+	KeyProduceBatches   uint16 = 81
+	KeyFetchBatches     uint16 = 82
+	KeySubscribeBatches uint16 = 83
 )
 
 var keyNames = map[uint16]string{
@@ -53,6 +59,8 @@ var keyNames = map[uint16]string{
 	KeyDescribeGroup: "describe_group", KeyListGroups: "list_groups", KeyStatus: "status", KeyEndCursor: "end_cursor",
 	KeyCursorAtTime: "cursor_at_time", KeyGroupSeek: "group_seek", KeyGroupDelete: "group_delete",
 	KeyDescribeGroupMembers: "describe_group_members", KeyCursorFromEnd: "cursor_from_end",
+	KeyAPIVersions: "api_versions", KeyTopicRoutes: "topic_routes", KeyProduceBatches: "produce_batches",
+	KeyFetchBatches: "fetch_batches", KeySubscribeBatches: "subscribe_batches",
 }
 
 // KeyName returns the snake_case name of an api key ("produce"), or

@@ -142,7 +142,29 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	KeyDescribeGroupMembers: req(func(t *rapid.T) Request {
 		return &DescribeGroupMembersRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group")}
 	}),
+	KeyAPIVersions: rapid.Just[Request](&APIVersionsRequest{}),
+	KeyTopicRoutes: req(func(t *rapid.T) Request { return &TopicRoutesRequest{Topic: genNStr.Draw(t, "topic")} }),
+	KeyProduceBatches: req(func(t *rapid.T) Request {
+		return &ProduceBatchesRequest{Topic: genNStr.Draw(t, "topic"), Batches: listOf(t, "batches", genRangeBatch)}
+	}),
+	KeyFetchBatches: req(func(t *rapid.T) Request {
+		return &FetchBatchesRequest{
+			Topic: genNStr.Draw(t, "topic"), Cursor: genNStr.Draw(t, "cursor"), Group: genNStr.Draw(t, "group"),
+			Member: genNStr.Draw(t, "member"), MaxBytes: genU32.Draw(t, "bytes"), MaxRecords: genU32.Draw(t, "records"),
+			WaitMs: genU32.Draw(t, "wait"),
+		}
+	}),
+	KeySubscribeBatches: req(func(t *rapid.T) Request {
+		return &SubscribeBatchesRequest{
+			Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member"),
+			Window: genU32.Draw(t, "window"), MaxBytes: genU32.Draw(t, "bytes"),
+		}
+	}),
 }
+
+var genRangeBatch = rapid.Custom(func(t *rapid.T) RangeBatch {
+	return RangeBatch{Range: genU64.Draw(t, "range"), Batch: rapid.SliceOf(rapid.Byte()).Draw(t, "batch")}
+})
 
 func req(fn func(*rapid.T) Request) *rapid.Generator[Request] { return rapid.Custom(fn) }
 
@@ -231,6 +253,26 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 		}
 	}),
 	resp(func(t *rapid.T) responseDecoder { return &CursorResponse{Cursor: genNStr.Draw(t, "cursor")} }),
+	resp(func(t *rapid.T) responseDecoder {
+		return &APIVersionsResponse{
+			Keys: listOf(t, "keys", rapid.Custom(func(t *rapid.T) KeyVersion {
+				return KeyVersion{Key: rapid.Uint16().Draw(t, "key"), Min: rapid.Uint16().Draw(t, "min"), Max: rapid.Uint16().Draw(t, "max")}
+			})),
+			MaxFrame: genU32.Draw(t, "frame"), MaxBatchBytes: genU32.Draw(t, "bytes"),
+			MaxBatchRecords: genU32.Draw(t, "records"), NodeVersion: genString.Draw(t, "version"),
+		}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &TopicRoutesResponse{Bits: genU8.Draw(t, "bits"), Ranges: listOf(t, "ranges", rapid.Custom(func(t *rapid.T) RouteRange {
+			return RouteRange{Range: genU64.Draw(t, "range"), Start: genU64.Draw(t, "start"), End: genU64.Draw(t, "end")}
+		}))}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &ProduceBatchesResponse{Count: genU32.Draw(t, "count"), Rerouted: genU32.Draw(t, "rerouted")}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &FetchBatchesResponse{NextCursor: genNStr.Draw(t, "cursor"), Batches: listOf(t, "batches", genRangeBatch)}
+	}),
 	resp(func(t *rapid.T) responseDecoder {
 		return &StatusResponse{
 			NodeID: genString.Draw(t, "node"), Version: genString.Draw(t, "version"), DataDir: genString.Draw(t, "dir"),

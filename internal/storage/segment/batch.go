@@ -129,9 +129,13 @@ func (h BatchHeader) HasTombstones() bool { return h.Flags&FlagTombstones != 0 }
 // HasExpiry reports whether some record carries an expiry.
 func (h BatchHeader) HasExpiry() bool { return h.Flags&FlagExpiry != 0 }
 
-func corruptf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+// failf builds an error wrapping kind: ErrCorrupt when our own data is bad,
+// ErrBadBatch when a client's batch is.
+func failf(kind error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))
 }
+
+func corruptf(format string, args ...any) error { return failf(ErrCorrupt, format, args...) }
 
 // ParseHeader decodes the fixed header at the start of b. It needs only
 // HeaderSize bytes and checks magic, version, length bounds and the
@@ -144,8 +148,15 @@ func ParseHeader(b []byte) (BatchHeader, error) {
 	if b[offMagic] != Magic || b[offVersion] != Version {
 		return BatchHeader{}, fmt.Errorf("%w: magic %#x version %d", ErrBadVersion, b[offMagic], b[offVersion])
 	}
+	h := decodeHeader(b)
+	return h, h.check(ErrCorrupt)
+}
+
+// decodeHeader reads the fields of the header at the start of b, which
+// holds at least HeaderSize bytes, checking nothing.
+func decodeHeader(b []byte) BatchHeader {
 	le := binary.LittleEndian
-	h := BatchHeader{
+	return BatchHeader{
 		BaseOffset:      le.Uint64(b[offBase:]),
 		Length:          int(le.Uint32(b[offLength:])),
 		Flags:           le.Uint16(b[offFlags:]),
@@ -156,25 +167,28 @@ func ParseHeader(b []byte) (BatchHeader, error) {
 		MaxExpiry:       int64(le.Uint64(b[offMaxExpiry:])),
 		RawLength:       int(le.Uint32(b[offRawLength:])),
 	}
-	return h, h.check()
 }
 
-func (h BatchHeader) check() error {
+// check checks the internal consistency of the header fields; its errors
+// wrap kind.
+func (h BatchHeader) check(kind error) error {
 	switch {
 	case h.Length < HeaderSize || h.Length > MaxBatchSize:
-		return corruptf("batch length %d", h.Length)
+		return failf(kind, "batch length %d outside %d..%d", h.Length, HeaderSize, MaxBatchSize)
 	case h.RawLength > MaxBatchSize:
-		return corruptf("records section length %d", h.RawLength)
+		return failf(kind, "raw length %d above %d", h.RawLength, MaxBatchSize)
 	case h.Flags&^flagsKnown != 0 || !h.Codec().valid():
-		return corruptf("flags %#x", h.Flags)
-	case h.RecordCount == 0 || uint64(h.RecordCount) > uint64(h.LastOffsetDelta)+1:
-		return corruptf("record count %d for offset span %d", h.RecordCount, h.LastOffsetDelta)
+		return failf(kind, "unknown flags or codec in %#x", h.Flags)
+	case h.RecordCount == 0:
+		return failf(kind, "record count 0")
+	case uint64(h.RecordCount) > uint64(h.LastOffsetDelta)+1:
+		return failf(kind, "record count %d but offsets span %d", h.RecordCount, uint64(h.LastOffsetDelta)+1)
 	case h.BaseOffset >= math.MaxUint64-uint64(h.LastOffsetDelta):
-		return corruptf("offsets overflow") // LastOffset()+1 must fit
+		return failf(kind, "offsets overflow") // LastOffset()+1 must fit
 	case h.MaxTimestamp < h.FirstTimestamp:
-		return corruptf("max timestamp before first")
+		return failf(kind, "max timestamp %d before first %d", h.MaxTimestamp, h.FirstTimestamp)
 	case h.MaxExpiry < 0:
-		return corruptf("negative expiry")
+		return failf(kind, "negative max expiry %d", h.MaxExpiry)
 	}
 	return nil
 }

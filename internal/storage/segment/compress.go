@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -14,13 +15,16 @@ var (
 	zstdEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
 		return zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault))
 	})
-	// DecodeAll given no buffer sizes its first allocation by the input
-	// and grows only as output is produced, up to MaxBatchSize; a hostile
-	// length claim therefore costs nothing up front.
-	zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+	// zstdCapDecoder decodes into the capacity of the buffer it is given
+	// and no further: a frame declaring more content is refused before
+	// decoding, and one that does not declare its size is stopped at the
+	// first block that overruns. It serves CheckProduce, which must refuse
+	// a compression bomb without inflating it.
+	zstdCapDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 		return zstd.NewReader(nil,
 			zstd.WithDecoderConcurrency(0),
-			zstd.WithDecoderMaxMemory(MaxBatchSize))
+			zstd.WithDecoderMaxMemory(MaxBatchSize),
+			zstd.WithDecodeAllCapLimit(true))
 	})
 )
 
@@ -70,11 +74,15 @@ func decompress(body []byte, h BatchHeader) ([]byte, error) {
 		}
 		return body, nil
 	case CodecZstd:
-		dec, err := zstdDecoder()
+		// The CRC has matched, so RawLength (at most MaxBatchSize) is what
+		// the writer declared: sizing the output to it saves the copies of
+		// growing it, and the cap stops a stream that would inflate
+		// further at its first block past it.
+		dec, err := zstdCapDecoder()
 		if err != nil {
 			return nil, err
 		}
-		out, err := dec.DecodeAll(body, nil)
+		out, err := dec.DecodeAll(body, make([]byte, 0, h.RawLength))
 		if err != nil {
 			return nil, corruptf("zstd: %v", err)
 		}
@@ -94,4 +102,46 @@ func decompress(body []byte, h BatchHeader) ([]byte, error) {
 		return out, nil
 	}
 	return nil, corruptf("codec %d", h.Codec())
+}
+
+// decompressBounded decompresses body, the records section of a batch whose
+// header is h, into buf (whose capacity must be at least h.RawLength) and
+// returns the result, which is exactly h.RawLength bytes. It never inflates
+// more than h.RawLength bytes plus, for zstd, one block (128 KiB): s2 is
+// refused when its block claims another length, zstd when its frame
+// declares more or its output overruns. Errors wrap kind.
+func decompressBounded(buf, body []byte, h BatchHeader, kind error) ([]byte, error) {
+	n := h.RawLength
+	switch h.Codec() {
+	case CodecZstd:
+		dec, err := zstdCapDecoder()
+		if err != nil {
+			return nil, err
+		}
+		out, err := dec.DecodeAll(body, buf[:0:n])
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+			return nil, failf(kind, "zstd section inflates beyond raw length %d", n)
+		}
+		if err != nil {
+			return nil, failf(kind, "zstd: %v", err)
+		}
+		if len(out) != n {
+			return nil, failf(kind, "zstd produced %d bytes, raw length is %d", len(out), n)
+		}
+		return out, nil
+	case CodecS2:
+		m, err := s2.DecodedLen(body)
+		if err != nil {
+			return nil, failf(kind, "s2: %v", err)
+		}
+		if m != n {
+			return nil, failf(kind, "s2 block claims %d bytes, raw length is %d", m, n)
+		}
+		out, err := s2.Decode(buf[:n], body)
+		if err != nil {
+			return nil, failf(kind, "s2: %v", err)
+		}
+		return out, nil
+	}
+	return nil, failf(kind, "codec %v is not compressed", h.Codec())
 }

@@ -82,32 +82,41 @@ type facts struct {
 	tombstones, expiry, never bool
 }
 
-func parseRecords(raw []byte, h BatchHeader, dst []Record) ([]Record, error) {
-	n := int(h.RecordCount)
-	if n > len(raw)/minRecordSize {
-		return dst, corruptf("%d records cannot fit in %d bytes", n, len(raw))
-	}
-	dst = slices.Grow(dst, n)
-	r := recReader{b: raw}
-	f := facts{maxTS: h.FirstTimestamp}
-	for i := 0; i < n; i++ {
-		rec, err := parseRecord(&r, h, i, &f)
-		if err != nil {
-			return dst, err
-		}
-		dst = append(dst, rec)
-	}
-	if len(r.b) != 0 {
-		return dst, corruptf("%d trailing bytes after %d records", len(r.b), n)
-	}
-	return dst, checkFacts(h, f)
+// recWalker checks a records section against its batch header one record at
+// a time; DecodeRecords and CheckProduce share it. kind is the sentinel its
+// errors wrap: ErrCorrupt for our own data, ErrBadBatch for a client's.
+// With headers false it allocates nothing: it checks headers and counts
+// them but does not materialise them.
+type recWalker struct {
+	r       recReader
+	h       BatchHeader
+	kind    error
+	headers bool
+	f       facts
+	i, n    int
 }
 
-func parseRecord(r *recReader, h BatchHeader, i int, f *facts) (Record, error) {
+func newRecWalker(raw []byte, h BatchHeader, kind error, headers bool) (recWalker, error) {
+	n := int(h.RecordCount)
+	if n > len(raw)/minRecordSize {
+		return recWalker{}, failf(kind, "%d records cannot fit in %d bytes", n, len(raw))
+	}
+	return recWalker{r: recReader{b: raw}, h: h, kind: kind, headers: headers, f: facts{maxTS: h.FirstTimestamp}, n: n}, nil
+}
+
+// more reports whether next has a record left to read.
+func (w *recWalker) more() bool { return w.i < w.n }
+
+// next reads the next record into rec, whose slices alias the records
+// section, checks it and returns its number of headers. rec.Headers is
+// set only when the walker materialises headers.
+func (w *recWalker) next(rec *Record) (nHeaders int, err error) {
+	r, h, i := &w.r, &w.h, w.i
+	w.i++
 	delta := r.uvarint()
 	tsDelta := r.varint()
 	expiry := r.uvarint()
-	rec := Record{
+	*rec = Record{
 		Offset:    h.BaseOffset + delta,
 		Timestamp: int64(uint64(h.FirstTimestamp) + uint64(tsDelta)),
 		Expiry:    int64(expiry),
@@ -116,34 +125,65 @@ func parseRecord(r *recReader, h BatchHeader, i int, f *facts) (Record, error) {
 	}
 	nh := r.uvarint()
 	if r.bad {
-		return rec, corruptf("record %d truncated", i)
+		return 0, failf(w.kind, "record %d truncated", i)
 	}
 	switch {
 	case i == 0 && (delta != 0 || tsDelta != 0):
-		return rec, corruptf("first record has offset delta %d, timestamp delta %d", delta, tsDelta)
-	case i > 0 && delta <= f.lastDelta:
-		return rec, corruptf("record %d offset delta %d not increasing", i, delta)
+		return 0, failf(w.kind, "first record has offset delta %d, timestamp delta %d", delta, tsDelta)
+	case i > 0 && delta <= w.f.lastDelta:
+		return 0, failf(w.kind, "record %d offset delta %d not increasing (previous %d)", i, delta, w.f.lastDelta)
 	case delta > uint64(h.LastOffsetDelta):
-		return rec, corruptf("record %d offset delta %d beyond last %d", i, delta, h.LastOffsetDelta)
+		return 0, failf(w.kind, "record %d offset delta %d beyond last %d", i, delta, h.LastOffsetDelta)
 	case expiry > 1<<63-1:
-		return rec, corruptf("record %d expiry overflows", i)
-	case nh > uint64(len(r.b)/2):
-		return rec, corruptf("record %d claims %d headers", i, nh)
+		return 0, failf(w.kind, "record %d expiry overflows", i)
+	case nh > uint64(len(r.b)/2): // a header takes at least 2 bytes
+		return 0, failf(w.kind, "record %d claims %d headers", i, nh)
 	}
 	if nh > 0 {
-		rec.Headers = make([]Header, nh)
-		for j := range rec.Headers {
-			rec.Headers[j] = Header{Key: r.bytes(), Value: r.bytes()}
+		if w.headers {
+			rec.Headers = make([]Header, nh)
+			for j := range rec.Headers {
+				rec.Headers[j] = Header{Key: r.bytes(), Value: r.bytes()}
+			}
+		} else {
+			for j := uint64(0); j < nh; j++ {
+				r.bytes()
+				r.bytes()
+			}
 		}
 		if r.bad {
-			return rec, corruptf("record %d headers truncated", i)
+			return 0, failf(w.kind, "record %d headers truncated", i)
 		}
 	}
-	f.note(delta, rec)
-	return rec, nil
+	w.f.note(delta, rec)
+	return int(nh), nil
 }
 
-func (f *facts) note(delta uint64, rec Record) {
+// finish checks, after the last record, that nothing trails the records and
+// that they agree with the header.
+func (w *recWalker) finish() error {
+	if len(w.r.b) != 0 {
+		return failf(w.kind, "%d trailing bytes after %d records", len(w.r.b), w.n)
+	}
+	return checkFacts(w.h, w.f, w.kind)
+}
+
+func parseRecords(raw []byte, h BatchHeader, dst []Record) ([]Record, error) {
+	w, err := newRecWalker(raw, h, ErrCorrupt, true)
+	if err != nil {
+		return dst, err
+	}
+	dst = slices.Grow(dst, w.n)
+	for w.more() {
+		dst = dst[:len(dst)+1] // Grow made room
+		if _, err := w.next(&dst[len(dst)-1]); err != nil {
+			return dst[:len(dst)-1], err
+		}
+	}
+	return dst, w.finish()
+}
+
+func (f *facts) note(delta uint64, rec *Record) {
 	f.lastDelta = delta
 	f.maxTS = max(f.maxTS, rec.Timestamp)
 	f.tombstones = f.tombstones || rec.Value == nil
@@ -155,20 +195,20 @@ func (f *facts) note(delta uint64, rec Record) {
 	}
 }
 
-func checkFacts(h BatchHeader, f facts) error {
+func checkFacts(h BatchHeader, f facts, kind error) error {
 	maxExpiry := f.maxExpiry
 	if f.never {
 		maxExpiry = 0
 	}
 	switch {
 	case f.lastDelta != uint64(h.LastOffsetDelta):
-		return corruptf("last offset delta %d, header says %d", f.lastDelta, h.LastOffsetDelta)
+		return failf(kind, "last offset delta %d, header says %d", f.lastDelta, h.LastOffsetDelta)
 	case f.maxTS != h.MaxTimestamp:
-		return corruptf("max timestamp %d, header says %d", f.maxTS, h.MaxTimestamp)
+		return failf(kind, "max timestamp %d, header says %d", f.maxTS, h.MaxTimestamp)
 	case maxExpiry != h.MaxExpiry:
-		return corruptf("max expiry %d, header says %d", maxExpiry, h.MaxExpiry)
+		return failf(kind, "max expiry %d, header says %d", maxExpiry, h.MaxExpiry)
 	case f.tombstones != h.HasTombstones() || f.expiry != h.HasExpiry():
-		return corruptf("flags %#x disagree with records", h.Flags)
+		return failf(kind, "flags %#x disagree with records (tombstones %v, expiry %v)", h.Flags, f.tombstones, f.expiry)
 	}
 	return nil
 }

@@ -1,0 +1,190 @@
+package broker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/malachi-log/malachi/internal/keyspace"
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage/segment"
+)
+
+// Bounds of one batch a producer builds (wire v2). A batch is stored as
+// received, so these are also the largest stored batch: a reader decodes
+// at most one of them to serve a v1 page.
+const (
+	MaxBatchBytes   = 1 << 20 // raw (uncompressed) records section
+	MaxBatchRecords = 1 << 16
+	// maxRecordHeaders matches the wire v1 limit on headers per record.
+	maxRecordHeaders = 1024
+)
+
+// ErrInvalidBatch wraps every refusal of a producer's batch; nothing of
+// the request is stored.
+var ErrInvalidBatch = errors.New("invalid_batch")
+
+// RangeBatch is a batch a producer built for one range, in the storage
+// batch encoding with offsets 0..count-1.
+type RangeBatch struct {
+	Range uint64
+	Batch []byte
+}
+
+// checkedBatch is a validated batch and whether it can go to its range
+// as is (false: the range is retired, unknown, or some key is outside it).
+type checkedBatch struct {
+	RangeBatch
+	records int
+	direct  bool
+}
+
+// ProduceBatchesAsync stores batches built by a producer (wire v2). Every
+// batch is validated first (framing, counts, checksums, decompression
+// bounds; see segment.CheckProduce); one bad batch refuses the request and
+// stores nothing. A batch whose range is active and holds all its keys is
+// stamped with the range's next offset and appended as received. One the
+// producer routed with stale routes (its range split or merged) is
+// decoded and routed record by record, in order, so per-key order holds
+// either way. done is called once with the records stored and the number
+// of batches re-routed, after everything is durable (or with the first
+// error). The batches' bytes are copied before it returns.
+func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches []RangeBatch, done func(n, rerouted int, err error)) error {
+	if b.closed.Load() {
+		return ErrShuttingDown
+	}
+	checked, topicID, err := b.checkBatches(topic, batches)
+	if err != nil {
+		return err
+	}
+	total, rerouted := 0, 0
+	for _, c := range checked {
+		total += c.records
+		if !c.direct {
+			rerouted++
+		}
+	}
+	wait := newProduceWait(total, func(n int, err error) { done(n, rerouted, err) })
+	for _, c := range checked {
+		if c.direct {
+			err := b.appendBatch(ctx, topicID, c, wait)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, errRetired) {
+				wait.setErr(err)
+				continue
+			}
+		}
+		recs, err := segment.DecodeRecords(c.Batch, nil)
+		if err != nil {
+			wait.setErr(fmt.Errorf("%w: %v", ErrInvalidBatch, err))
+			continue
+		}
+		_ = b.routeInto(ctx, topic, recs, wait, false)
+	}
+	wait.sealed()
+	return nil
+}
+
+// rangeSpan is what checking a batch needs to know of its range.
+type rangeSpan struct {
+	span   keyspace.Span
+	active bool
+}
+
+// checkBatches validates every batch outside the metadata lock, after
+// copying the spans of the ranges they name.
+func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatch, uint64, error) {
+	var (
+		topicID uint64
+		bits    uint8
+		spans   = make(map[uint64]rangeSpan, len(batches))
+		err     error
+	)
+	b.meta.View(func(st *metadata.State) {
+		t, ok := st.Topic(topic)
+		if !ok {
+			err = metadata.ErrNoSuchTopic
+			return
+		}
+		topicID, bits = t.ID, t.Bits
+		for _, rb := range batches {
+			if r, ok := st.Range(rb.Range); ok && r.Topic == t.ID {
+				spans[rb.Range] = rangeSpan{span: keyspace.Span{Start: r.Start, End: r.End}, active: r.Active}
+			}
+		}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	lim := segment.ProduceLimits{MaxRawBytes: MaxBatchBytes, MaxRecords: MaxBatchRecords, MaxHeaders: maxRecordHeaders}
+	out := make([]checkedBatch, len(batches))
+	for i, rb := range batches {
+		rs, known := spans[rb.Range]
+		inside := func(key []byte) bool { return rs.span.Contains(keyspace.Position(key, bits)) }
+		h, keysInside, err := segment.CheckProduce(rb.Batch, lim, inside)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: batch %d: %v", ErrInvalidBatch, i, err)
+		}
+		// A compressed section may be a little larger than its raw
+		// length, never much: padding would let a small raw length carry
+		// a batch as large as a frame.
+		if h.Length > segment.HeaderSize+h.RawLength+h.RawLength/8+1<<10 {
+			return nil, 0, fmt.Errorf("%w: batch %d: %d bytes for a raw length of %d", ErrInvalidBatch, i, h.Length, h.RawLength)
+		}
+		out[i] = checkedBatch{RangeBatch: rb, records: int(h.RecordCount), direct: known && rs.active && keysInside}
+	}
+	return out, topicID, nil
+}
+
+// appendBatch stamps a copy of c's batch with its range's next offset and
+// enqueues it. errRetired means the range stopped taking writes and
+// nothing was enqueued.
+func (b *Broker) appendBatch(ctx context.Context, topicID uint64, c checkedBatch, wait *produceWait) error {
+	h := b.headFor(topicID, c.Range)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	notify := b.watchFor(topicID)
+	for repairs := 0; ; repairs++ {
+		err := b.writableLocked(h)
+		if err == nil {
+			own := append([]byte(nil), c.Batch...)
+			if err = segment.Rebase(own, h.next); err != nil {
+				return fmt.Errorf("%w: %v", ErrInvalidBatch, err)
+			}
+			err = b.enqueueBatchLocked(ctx, h, own, c.records, wait, notify)
+		}
+		if err == nil || errors.Is(err, errRetired) || h.ready || repairs >= maxHeadRepairs {
+			return err
+		}
+	}
+}
+
+// RouteRange is an active range of a topic and its key positions.
+type RouteRange struct{ Range, Start, End uint64 }
+
+// Routes returns the topic's keyspace bits and its active ranges by start,
+// which is what a producer needs to build one batch per range.
+func (b *Broker) Routes(topic string) (uint8, []RouteRange, error) {
+	var (
+		bits uint8
+		out  []RouteRange
+		err  error
+	)
+	b.meta.View(func(st *metadata.State) {
+		t, ok := st.Topic(topic)
+		if !ok {
+			err = metadata.ErrNoSuchTopic
+			return
+		}
+		bits = t.Bits
+		for _, r := range st.ActiveRanges(t.ID) {
+			out = append(out, RouteRange{Range: r.ID, Start: r.Start, End: r.End})
+		}
+	})
+	slices.SortFunc(out, func(a, b RouteRange) int { return cmp.Compare(a.Start, b.Start) })
+	return bits, out, err
+}

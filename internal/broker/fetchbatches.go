@@ -1,0 +1,243 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/malachi-log/malachi/internal/cursor"
+	"github.com/malachi-log/malachi/internal/keyspace"
+	"github.com/malachi-log/malachi/internal/storage"
+	"github.com/malachi-log/malachi/internal/storage/segment"
+)
+
+// BatchPage is one fetch answer of wire v2: stored batches, every record
+// of which is for the reader.
+type BatchPage struct {
+	Batches []RangeBatch
+	Cursor  *string
+}
+
+// FetchBatchesRequest is a FetchRequest bounded in bytes: MaxBytes bounds
+// the page (clamped to FetchMaxBytes; the first batch is whole
+// regardless) and MaxRecords, when positive, stops adding batches once
+// reached.
+type FetchBatchesRequest struct {
+	FetchRequest
+	MaxBytes int
+}
+
+// FetchBatches returns the next page of a topic as stored batches. A
+// batch goes out as stored when every record in it is for the reader (the
+// usual case: a range read from a batch boundary). A batch that holds
+// records the reader must not get (another key slice of a split or
+// merged ancestor, or records before the reader's position) is decoded,
+// filtered and re-encoded uncompressed at the same offsets. Unlike Fetch,
+// an unknown topic is an error (ErrNoSuchTopic), not an empty page.
+func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (BatchPage, error) {
+	var out []RangeBatch
+	maxBytes := b.cfg.FetchMaxBytes
+	if req.MaxBytes > 0 {
+		maxBytes = min(req.MaxBytes, maxBytes)
+	}
+	maxRecords := req.Max
+	if maxRecords <= 0 {
+		maxRecords = 1 << 30
+	}
+	pos, err := b.poll(ctx, req.FetchRequest, func(pos *position) (bool, error) {
+		var err error
+		out, pos.entries, err = b.readBatchPage(*pos, budget{records: maxRecords, bytes: maxBytes})
+		return len(out) > 0, err
+	})
+	if err != nil && pos.topicID == 0 {
+		return BatchPage{}, err
+	}
+	page := b.page(pos, nil)
+	return BatchPage{Batches: out, Cursor: page.Cursor}, err
+}
+
+// readBatchPage reads whole batches across the reader's ranges: a first
+// pass gives each range an equal share of the bytes, so one busy range
+// cannot starve the others; a second lets the ranges that have more fill
+// the rest.
+func (b *Broker) readBatchPage(pos position, total budget) ([]RangeBatch, []cursor.Entry, error) {
+	plans, lin := b.plans(pos)
+	entries := pos.entries
+	if len(plans) == 0 {
+		return nil, entries, nil
+	}
+	var out []RangeBatch
+	share := max(total.bytes/len(plans), 1)
+	for pass := 0; pass < 2 && !total.spent(); pass++ {
+		for i := range plans {
+			if total.spent() {
+				break
+			}
+			bg := total
+			if pass == 0 {
+				bg.bytes = min(share, total.bytes)
+			}
+			before := bg
+			var err error
+			out, entries, err = b.readRangeBatches(&plans[i], entries, lin, &bg, out)
+			if err != nil {
+				return nil, nil, err
+			}
+			total.records -= before.records - bg.records
+			total.bytes -= before.bytes - bg.bytes
+		}
+	}
+	return out, entries, nil
+}
+
+// readRangeBatches is readRange for whole batches.
+func (b *Broker) readRangeBatches(p *plan, entries []cursor.Entry, lin lineage, bg *budget, out []RangeBatch) ([]RangeBatch, []cursor.Entry, error) {
+	sliceBits := p.slice.Log2Size()
+	for i := range p.sources {
+		src := &p.sources[i]
+		start, done := cursor.Start(entries, src.id, p.slice.Start, sliceBits, sourceBase(src), lin.isAncestor)
+		if done {
+			continue
+		}
+		next, exhausted, batches, err := b.readSourceBatches(p, src, entries, lin, start, bg, out)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = batches
+		entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, lin.isAncestor)
+		if !exhausted || bg.spent() {
+			break
+		}
+	}
+	return out, entries, nil
+}
+
+// readSourceBatches is readSource for whole batches.
+func (b *Broker) readSourceBatches(p *plan, src *source, entries []cursor.Entry, lin lineage, start uint64, bg *budget, out []RangeBatch) (uint64, bool, []RangeBatch, error) {
+	f := newBatchFilter(p, src, entries, lin)
+	for _, seg := range src.segments {
+		if !seg.Active && seg.End <= start {
+			continue
+		}
+		start = max(start, seg.Base) // below Base: a hole retention or compaction left
+		for !bg.spent() {
+			buf, _, err := b.store.Read(storage.SegmentID(seg.ID), start, min(bg.bytes, 1<<20), ^uint64(0))
+			if seg.Active && errors.Is(err, storage.ErrNotFound) {
+				return start, false, out, nil // registered a moment before its file exists
+			}
+			if err != nil {
+				return start, false, out, fmt.Errorf("broker: read segment %d: %w", seg.ID, err)
+			}
+			if len(buf) == 0 {
+				break
+			}
+			if out, start, err = f.add(buf, start, bg, out); err != nil {
+				return start, false, out, err
+			}
+		}
+		if bg.spent() || seg.Active {
+			return start, false, out, nil
+		}
+		start = max(start, seg.End)
+	}
+	return start, !src.active, out, nil
+}
+
+// batchFilter decides, batch by batch, what of one source a reader gets.
+type batchFilter struct {
+	p       *plan
+	src     *source
+	entries []cursor.Entry
+	lin     lineage
+	// whole is the offset from which a batch of src can go out as stored:
+	// src is the range being read (so every key is in the slice), no
+	// descendant has consumed part of it, and no entry of the reader
+	// reaches past it.
+	whole uint64
+	ok    bool
+}
+
+func newBatchFilter(p *plan, src *source, entries []cursor.Entry, lin lineage) *batchFilter {
+	f := &batchFilter{p: p, src: src, entries: entries, lin: lin, ok: src.id == p.rangeID}
+	for _, e := range entries {
+		switch {
+		case e.Source == src.id:
+			f.whole = max(f.whole, e.Offset)
+		case lin.isAncestor(src.id, e.Source):
+			f.ok = false
+		}
+	}
+	return f
+}
+
+// add appends the batches of one read to out, whole or filtered, and
+// returns the offset after the last one taken. The first batch of a page
+// is taken whatever its size; after that a batch that would overrun the
+// byte budget ends the page.
+func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch) ([]RangeBatch, uint64, error) {
+	batches, err := segment.SplitBatches(buf)
+	if err != nil {
+		return out, start, err
+	}
+	for _, batch := range batches {
+		h, err := segment.ParseHeader(batch)
+		if err != nil {
+			return out, start, err
+		}
+		if len(out) > 0 && len(batch) > bg.bytes {
+			bg.bytes = 0 // the page is full
+			return out, start, nil
+		}
+		kept, n := batch, int(h.RecordCount)
+		if f.ok && h.BaseOffset >= max(start, f.whole) {
+			// Served as stored, so checked here: the reader's decode would
+			// catch damage too, but only the node can report it.
+			err = segment.Verify(batch)
+		} else {
+			kept, n, err = f.filter(batch, start)
+		}
+		if err != nil {
+			return out, start, fmt.Errorf("broker: segment of range %d: %w", f.src.id, err)
+		}
+		start = h.LastOffset() + 1
+		if n == 0 {
+			// Nothing here for this reader (another slice's records):
+			// like a v1 page, only what is delivered counts, so a page
+			// is empty only at the end of what the reader can have.
+			continue
+		}
+		out = append(out, RangeBatch{Range: f.src.id, Batch: kept})
+		bg.records -= n
+		bg.bytes -= len(kept)
+		if bg.spent() {
+			return out, start, nil
+		}
+	}
+	return out, start, nil
+}
+
+// filter decodes a batch and re-encodes the records the reader gets.
+func (f *batchFilter) filter(batch []byte, start uint64) ([]byte, int, error) {
+	recs, err := segment.DecodeRecords(batch, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("broker: decode: %w", err)
+	}
+	self := f.src.id == f.p.rangeID
+	kept := recs[:0]
+	for _, r := range recs {
+		pos := f.src.span.Start // records without a key belong to the source's first position
+		if r.Key != nil {
+			pos = keyspace.Position(r.Key, f.p.bits)
+		}
+		if r.Offset < start || (!self && !f.p.slice.Contains(pos)) ||
+			cursor.Consumed(f.entries, f.src.id, pos, r.Offset, f.lin.isAncestor) {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	if len(kept) == 0 {
+		return nil, 0, nil
+	}
+	out, err := segment.EncodeBatchAt(nil, kept, segment.CodecNone)
+	return out, len(kept), err
+}

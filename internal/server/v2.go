@@ -1,0 +1,143 @@
+package server
+
+import (
+	"time"
+
+	"github.com/malachi-log/malachi/internal/broker"
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// Wire v2: api_versions (79), topic_routes (80), produce_batches (81) and
+// fetch_batches (82). Layouts in docs/wire.md.
+
+// maxPreAuthVersions bounds the api_versions frames a connection may send
+// before it authenticates; the auth deadline bounds how long it may wait.
+const maxPreAuthVersions = 4
+
+// versions is the answer to api_versions: every key this server serves.
+func (s *Server) versions() *wire.APIVersionsResponse {
+	return &wire.APIVersionsResponse{
+		Keys:            wire.Versions(),
+		MaxFrame:        s.cfg.MaxFrame,
+		MaxBatchBytes:   broker.MaxBatchBytes,
+		MaxBatchRecords: broker.MaxBatchRecords,
+		NodeVersion:     broker.Version,
+	}
+}
+
+// preAuthVersions answers an api_versions frame sent before auth. It is
+// the only request a connection may send then, a few times at most.
+func (c *conn) preAuthVersions(corr uint32, payload []byte) bool {
+	c.preAuthVersionCount++
+	if c.preAuthVersionCount > maxPreAuthVersions {
+		c.reply(wire.AppendErrorFrame(nil, corr, wire.ReasonAuthRequired))
+		return false
+	}
+	var req wire.APIVersionsRequest
+	if err := req.Decode(payload); err != nil {
+		c.reply(wire.AppendErrorFrame(nil, corr, wire.ReasonMalformedRequest))
+		return false
+	}
+	return c.reply(wire.AppendOKFrame(nil, corr, c.s.versions()))
+}
+
+// topicRoutes answers the active ranges of a topic to a user who may
+// produce to it or consume from it.
+func (c *conn) topicRoutes(id broker.Identity, r *wire.TopicRoutesRequest) (wire.Response, error) {
+	topic := deref(r.Topic)
+	if err := c.s.b.Authorize(id, broker.OpProduce, topic); err != nil {
+		if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
+			return nil, err
+		}
+	}
+	bits, ranges, err := c.s.b.Routes(topic)
+	if err != nil {
+		return nil, err
+	}
+	resp := &wire.TopicRoutesResponse{Bits: bits, Ranges: make([]wire.RouteRange, len(ranges))}
+	for i, rr := range ranges {
+		resp.Ranges[i] = wire.RouteRange{Range: rr.Range, Start: rr.Start, End: rr.End}
+	}
+	return resp, nil
+}
+
+// produceBatches submits inline, like produce, so consecutive produces on
+// this connection are enqueued in order; the answer goes out when every
+// record is durable.
+func (c *conn) produceBatches(corr uint32, r *wire.ProduceBatchesRequest) {
+	if r.Topic == nil {
+		c.refuse(corr, wire.ReasonNoSuchTopic)
+		return
+	}
+	if err := c.s.b.Authorize(c.identity(), broker.OpProduce, *r.Topic); err != nil {
+		c.answer(corr, nil, err)
+		return
+	}
+	batches := make([]broker.RangeBatch, len(r.Batches))
+	for i, rb := range r.Batches {
+		batches[i] = broker.RangeBatch{Range: rb.Range, Batch: rb.Batch}
+	}
+	c.wg.Add(1)
+	err := c.s.b.ProduceBatchesAsync(c.reqCtx, *r.Topic, batches, func(n, rerouted int, err error) {
+		defer c.wg.Done()
+		c.answer(corr, &wire.ProduceBatchesResponse{Count: uint32(n), Rerouted: uint32(rerouted)}, err)
+	})
+	if err != nil {
+		c.wg.Done()
+		c.answer(corr, nil, err)
+	}
+}
+
+// fetchBatchesWithinBudget is fetchWithinBudget for fetch_batches.
+func (c *conn) fetchBatchesWithinBudget(corr uint32, r *wire.FetchBatchesRequest) {
+	need := c.s.fetchReserve
+	if !c.budget.reserve(c.reqCtx, c.draining, need) {
+		reason := wire.ReasonRetry
+		if c.isDraining() {
+			reason = wire.ReasonShuttingDown
+		}
+		c.refuse(corr, reason)
+		return
+	}
+	var frame []byte
+	resp, err := c.fetchBatches(c.identity(), r)
+	if err != nil {
+		frame = wire.AppendErrorFrame(nil, corr, reason(err))
+	} else {
+		frame = wire.AppendOKFrame(make([]byte, 0, resp.Size()+64), corr, resp)
+	}
+	c.queueSettled(frame, need)
+}
+
+func (c *conn) fetchBatches(id broker.Identity, r *wire.FetchBatchesRequest) (*wire.FetchBatchesResponse, error) {
+	topic := deref(r.Topic)
+	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
+		return nil, err
+	}
+	wait := min(time.Duration(r.WaitMs)*time.Millisecond, waitCap)
+	page, err := c.s.b.FetchBatches(c.reqCtx, broker.FetchBatchesRequest{
+		FetchRequest: broker.FetchRequest{
+			Topic: topic, Cursor: r.Cursor, Group: r.Group, Member: r.Member,
+			Max: int(min(r.MaxRecords, 1<<30)), Wait: wait, Identity: id,
+		},
+		MaxBytes: int(min(r.MaxBytes, 1<<30)),
+	})
+	if err != nil && c.reqCtx.Err() == nil {
+		return nil, err
+	}
+	// As for fetch: a long poll hands records over only if the identity
+	// still stands now.
+	if len(page.Batches) > 0 {
+		if err := c.s.b.CheckIdentity(id); err != nil {
+			return nil, err
+		}
+		if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
+			return nil, err
+		}
+	}
+	resp := &wire.FetchBatchesResponse{NextCursor: page.Cursor, Batches: make([]wire.RangeBatch, len(page.Batches))}
+	for i, b := range page.Batches {
+		resp.Batches[i] = wire.RangeBatch{Range: b.Range, Batch: b.Batch}
+	}
+	return resp, nil
+}

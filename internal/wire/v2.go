@@ -1,0 +1,319 @@
+package wire
+
+import "encoding/binary"
+
+// Wire v2, keys 79–83: version negotiation and batch-native produce and
+// fetch. A v2 client sends api_versions first (it is accepted before
+// authentication); a v1 client never sends any of these keys and sees
+// nothing new. Batches travel in the storage batch encoding of
+// docs/storage-format.md, as blob = len:u32 bytes[len].
+
+// KeyVersion is a key this node serves and the versions of its layout.
+// Every layout shipped so far is version 1; a key whose layout changes
+// gets a new version here, so a client can pick what both sides speak.
+type KeyVersion struct {
+	Key      uint16
+	Min, Max uint16
+}
+
+// Versions lists every key this package encodes, ascending, each at
+// version 1. A server answers api_versions with the keys it serves.
+func Versions() []KeyVersion {
+	out := make([]KeyVersion, 0, len(keyNames))
+	for k := uint16(0); k < 1<<10; k++ {
+		if _, ok := keyNames[k]; ok {
+			out = append(out, KeyVersion{Key: k, Min: 1, Max: 1})
+		}
+	}
+	return out
+}
+
+func newV2Request(key uint16) requestDecoder {
+	switch key {
+	case KeyAPIVersions:
+		return new(APIVersionsRequest)
+	case KeyTopicRoutes:
+		return new(TopicRoutesRequest)
+	case KeyProduceBatches:
+		return new(ProduceBatchesRequest)
+	case KeyFetchBatches:
+		return new(FetchBatchesRequest)
+	case KeySubscribeBatches:
+		return new(SubscribeBatchesRequest)
+	}
+	return nil
+}
+
+func appendU16(dst []byte, v uint16) []byte { return binary.BigEndian.AppendUint16(dst, v) }
+
+func (d *decoder) u16() uint16 {
+	if b := d.take(2, "u16"); b != nil {
+		return binary.BigEndian.Uint16(b)
+	}
+	return 0
+}
+
+// blob reads len:u32 bytes[len], aliasing the input; never nil.
+func (d *decoder) blob() []byte {
+	n := d.u32()
+	if d.err != nil {
+		return nil
+	}
+	b := d.take(uint64(n), "blob")
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+func appendBlob(dst, b []byte) []byte {
+	return append(appendU32(dst, uint32(len(b))), b...)
+}
+
+// APIVersionsRequest (key 79) has an empty payload and may be sent before
+// authenticating; APIVersionsResponse answers it.
+type APIVersionsRequest struct{}
+
+func (APIVersionsRequest) APIKey() uint16                  { return KeyAPIVersions }
+func (APIVersionsRequest) AppendPayload(dst []byte) []byte { return dst }
+func (*APIVersionsRequest) Decode(payload []byte) error {
+	return decodeEmpty(payload, "api_versions")
+}
+
+// APIVersionsResponse answers api_versions (79):
+// list(key:u16 min:u16 max:u16) max_frame:u32 max_batch_bytes:u32
+// max_batch_records:u32 str(node_version). The limits are what a producer
+// must stay within: the largest request frame after authentication, and
+// the largest raw records section and record count of one batch.
+type APIVersionsResponse struct {
+	Keys            []KeyVersion
+	MaxFrame        uint32
+	MaxBatchBytes   uint32
+	MaxBatchRecords uint32
+	NodeVersion     string
+}
+
+func (r APIVersionsResponse) AppendPayload(dst []byte) []byte {
+	dst = appendU32(dst, uint32(len(r.Keys)))
+	for _, k := range r.Keys {
+		dst = appendU16(appendU16(appendU16(dst, k.Key), k.Min), k.Max)
+	}
+	dst = appendU32(appendU32(appendU32(dst, r.MaxFrame), r.MaxBatchBytes), r.MaxBatchRecords)
+	return appendString(dst, r.NodeVersion)
+}
+
+func (r *APIVersionsResponse) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = APIVersionsResponse{}
+	r.Keys = list(&d, 6, func() KeyVersion { return KeyVersion{Key: d.u16(), Min: d.u16(), Max: d.u16()} })
+	r.MaxFrame, r.MaxBatchBytes, r.MaxBatchRecords = d.u32(), d.u32(), d.u32()
+	r.NodeVersion = d.str()
+	return d.finish("api_versions response")
+}
+
+// Serves reports whether the node serves key at version v.
+func (r APIVersionsResponse) Serves(key, v uint16) bool {
+	for _, k := range r.Keys {
+		if k.Key == key {
+			return v >= k.Min && v <= k.Max
+		}
+	}
+	return false
+}
+
+// TopicRoutesRequest (key 80): str(topic). TopicRoutesResponse answers
+// with the topic's active ranges, so a producer can build one batch per
+// range. Needs the produce or consume permission on the topic.
+type TopicRoutesRequest struct{ Topic *string }
+
+func (TopicRoutesRequest) APIKey() uint16 { return KeyTopicRoutes }
+
+func (r TopicRoutesRequest) AppendPayload(dst []byte) []byte { return appendNStr(dst, r.Topic) }
+
+func (r *TopicRoutesRequest) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = TopicRoutesRequest{Topic: d.nstr()}
+	return d.finish("topic_routes")
+}
+
+// TopicRoutesResponse answers topic_routes (80):
+// bits:u8 list(range:u64 start:u64 end:u64). A key's position is the top
+// bits of its xxhash64 (docs/wire.md); the range whose [start, end)
+// holds it takes the key. Ranges are ascending by start and tile the
+// keyspace.
+type TopicRoutesResponse struct {
+	Bits   uint8
+	Ranges []RouteRange
+}
+
+// RouteRange is one active range of a topic and its key positions.
+type RouteRange struct{ Range, Start, End uint64 }
+
+func (r TopicRoutesResponse) AppendPayload(dst []byte) []byte {
+	dst = appendU32(appendU8(dst, r.Bits), uint32(len(r.Ranges)))
+	for _, rr := range r.Ranges {
+		dst = appendU64(appendU64(appendU64(dst, rr.Range), rr.Start), rr.End)
+	}
+	return dst
+}
+
+func (r *TopicRoutesResponse) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = TopicRoutesResponse{Bits: d.u8()}
+	r.Ranges = list(&d, 24, func() RouteRange { return RouteRange{Range: d.u64(), Start: d.u64(), End: d.u64()} })
+	return d.finish("topic_routes response")
+}
+
+// RangeBatch is one stored-format batch and the range it is for: in a
+// produce, the range the producer routed it to; in a fetch, the range
+// whose history it comes from.
+type RangeBatch struct {
+	Range uint64
+	Batch []byte
+}
+
+const minRangeBatchLen = 8 + 4
+
+func appendRangeBatches(dst []byte, bs []RangeBatch) []byte {
+	dst = appendU32(dst, uint32(len(bs)))
+	for _, b := range bs {
+		dst = appendBlob(appendU64(dst, b.Range), b.Batch)
+	}
+	return dst
+}
+
+func (d *decoder) rangeBatches(dst []RangeBatch) []RangeBatch {
+	n := d.count(minRangeBatchLen)
+	dst = dst[:0]
+	for range n {
+		rb := RangeBatch{Range: d.u64(), Batch: d.blob()}
+		if d.err != nil {
+			return dst[:0]
+		}
+		dst = append(dst, rb)
+	}
+	return dst
+}
+
+// ProduceBatchesRequest (key 81): str(topic) list(range:u64 blob(batch)).
+// Each batch is in the storage encoding, its offsets 0..count-1 (the node
+// assigns the base). ProduceBatchesResponse answers once every record is
+// durable. Batch slices alias the payload.
+type ProduceBatchesRequest struct {
+	Topic   *string
+	Batches []RangeBatch
+}
+
+func (ProduceBatchesRequest) APIKey() uint16 { return KeyProduceBatches }
+
+func (r ProduceBatchesRequest) AppendPayload(dst []byte) []byte {
+	return appendRangeBatches(appendNStr(dst, r.Topic), r.Batches)
+}
+
+// Decode reuses the capacity of r.Batches.
+func (r *ProduceBatchesRequest) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	r.Topic = d.nstr()
+	r.Batches = d.rangeBatches(r.Batches)
+	return d.finish("produce_batches")
+}
+
+// ProduceBatchesResponse answers produce_batches (81): count:u32
+// rerouted:u32. Count is the records stored; rerouted is how many batches
+// the node had to route record by record because their range had split
+// or merged, or held keys outside it: the producer's routes are stale.
+type ProduceBatchesResponse struct{ Count, Rerouted uint32 }
+
+func (r ProduceBatchesResponse) AppendPayload(dst []byte) []byte {
+	return appendU32(appendU32(dst, r.Count), r.Rerouted)
+}
+
+func (r *ProduceBatchesResponse) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = ProduceBatchesResponse{Count: d.u32(), Rerouted: d.u32()}
+	return d.finish("produce_batches response")
+}
+
+// FetchBatchesRequest (key 82): str(topic) str(cursor) str(group)
+// str(member) max_bytes:u32 max_records:u32 wait_ms:u32. Position
+// precedence is fetch's (key 3). MaxBytes bounds the page (0 = the
+// node's default); MaxRecords stops adding batches once reached (0 = no
+// bound); the first batch is whole regardless.
+type FetchBatchesRequest struct {
+	Topic, Cursor, Group, Member *string
+	MaxBytes, MaxRecords, WaitMs uint32
+}
+
+func (FetchBatchesRequest) APIKey() uint16 { return KeyFetchBatches }
+
+func (r FetchBatchesRequest) AppendPayload(dst []byte) []byte {
+	dst = appendNStr(appendNStr(dst, r.Topic), r.Cursor)
+	dst = appendNStr(appendNStr(dst, r.Group), r.Member)
+	return appendU32(appendU32(appendU32(dst, r.MaxBytes), r.MaxRecords), r.WaitMs)
+}
+
+func (r *FetchBatchesRequest) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = FetchBatchesRequest{
+		Topic: d.nstr(), Cursor: d.nstr(), Group: d.nstr(), Member: d.nstr(),
+		MaxBytes: d.u32(), MaxRecords: d.u32(), WaitMs: d.u32(),
+	}
+	return d.finish("fetch_batches")
+}
+
+// FetchBatchesResponse answers fetch_batches (82):
+// str(next_cursor) list(range:u64 blob(batch)). Every record of every
+// batch is for the reader, in order per key; batches of different ranges
+// may interleave. Batch slices alias the payload.
+type FetchBatchesResponse struct {
+	NextCursor *string
+	Batches    []RangeBatch
+}
+
+func (r FetchBatchesResponse) AppendPayload(dst []byte) []byte {
+	return appendRangeBatches(appendNStr(dst, r.NextCursor), r.Batches)
+}
+
+// Size is the encoded size of the payload.
+func (r FetchBatchesResponse) Size() int {
+	n := 1 + 4
+	if r.NextCursor != nil {
+		n += 4 + len(*r.NextCursor)
+	}
+	for _, b := range r.Batches {
+		n += minRangeBatchLen + len(b.Batch)
+	}
+	return n
+}
+
+// Decode reuses the capacity of r.Batches.
+func (r *FetchBatchesResponse) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	r.NextCursor = d.nstr()
+	r.Batches = d.rangeBatches(r.Batches)
+	return d.finish("fetch_batches response")
+}
+
+// SubscribeBatchesRequest (key 83): str(topic) str(group) str(member)
+// window:u32 max_bytes:u32. Like subscribe (5), it switches the connection
+// to stream mode; each push is a FetchBatchesResponse payload on the
+// request's correlation id, and stream_ack (6) acknowledges and returns
+// credit in records. A push holds whole batches, so it may pass the
+// window by part of one batch.
+type SubscribeBatchesRequest struct {
+	Topic, Group, Member *string
+	Window, MaxBytes     uint32
+}
+
+func (SubscribeBatchesRequest) APIKey() uint16 { return KeySubscribeBatches }
+
+func (r SubscribeBatchesRequest) AppendPayload(dst []byte) []byte {
+	dst = appendNStr(appendNStr(appendNStr(dst, r.Topic), r.Group), r.Member)
+	return appendU32(appendU32(dst, r.Window), r.MaxBytes)
+}
+
+func (r *SubscribeBatchesRequest) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = SubscribeBatchesRequest{Topic: d.nstr(), Group: d.nstr(), Member: d.nstr(), Window: d.u32(), MaxBytes: d.u32()}
+	return d.finish("subscribe_batches")
+}
