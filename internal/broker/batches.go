@@ -50,7 +50,12 @@ type checkedBatch struct {
 // decoded and routed record by record, in order, so per-key order holds
 // either way. done is called once with the records stored and the number
 // of batches re-routed, after everything is durable (or with the first
-// error). The batches' bytes are copied before it returns.
+// error).
+//
+// The batches' bytes are the broker's from the call until done runs: their
+// base offsets are rewritten in place and the store writes them as they
+// are, so the caller must neither change nor reuse them before then. (A
+// refusal returned by the call itself hands them back at once.)
 func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches []RangeBatch, done func(n, rerouted int, err error)) error {
 	if b.closed.Load() {
 		return ErrShuttingDown
@@ -140,7 +145,7 @@ func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatc
 	return out, topicID, nil
 }
 
-// appendBatch stamps a copy of c's batch with its range's next offset and
+// appendBatch stamps c's batch with its range's next offset and
 // enqueues it. errRetired means the range stopped taking writes and
 // nothing was enqueued.
 func (b *Broker) appendBatch(ctx context.Context, topicID uint64, c checkedBatch, wait *produceWait) error {
@@ -151,11 +156,10 @@ func (b *Broker) appendBatch(ctx context.Context, topicID uint64, c checkedBatch
 	for repairs := 0; ; repairs++ {
 		err := b.writableLocked(h)
 		if err == nil {
-			own := append([]byte(nil), c.Batch...)
-			if err = segment.Rebase(own, h.next); err != nil {
+			if err = segment.Restamp(c.Batch, h.next); err != nil {
 				return fmt.Errorf("%w: %v", ErrInvalidBatch, err)
 			}
-			err = b.enqueueBatchLocked(ctx, h, own, c.records, wait, notify)
+			err = b.enqueueBatchLocked(ctx, h, c.Batch, c.records, wait, notify)
 		}
 		if err == nil || errors.Is(err, errRetired) || h.ready || repairs >= maxHeadRepairs {
 			return err

@@ -69,6 +69,9 @@ type conn struct {
 	authed bool
 	// preAuthVersionCount counts api_versions frames before auth.
 	preAuthVersionCount int
+	// frame is the frame being handled; a handler that keeps it past
+	// handleFrame sets it to nil. Reader goroutine only.
+	frame []byte
 	stream              *broker.Subscription // set once the connection is in stream mode
 	// fullBuffers tells the writer the connection has authenticated and
 	// gets full-size buffers; until then both sides use small ones, so an
@@ -252,15 +255,20 @@ func (c *conn) readLoop() {
 			return
 		}
 		wasAuthed := c.authed
+		c.frame = body
 		if !c.handleFrame(body) {
 			return
 		}
-		// Nothing decoded from body outlives handleFrame: produces are
-		// copied into their batch before ProduceAsync returns, and other
-		// requests hold strings, not slices of the frame.
-		if cap(body) > keepFrameBuffer {
+		// Only produce_batches keeps its frame past handleFrame (its
+		// batches are stored from it); it gives a lent buffer back once
+		// they are durable. Other requests hold strings or copies.
+		switch {
+		case c.frame == nil && cap(body) <= keepFrameBuffer:
+			buf = nil
+		case c.frame == nil:
+		case cap(body) > keepFrameBuffer:
 			returnFrame(body)
-		} else {
+		default:
 			buf = body[:0]
 		}
 		c.frameBuffer.Store(int64(cap(buf)))

@@ -77,10 +77,15 @@ func (c *conn) produceBatches(corr uint32, r *wire.ProduceBatchesRequest) {
 	for i, rb := range r.Batches {
 		batches[i] = broker.RangeBatch{Range: rb.Range, Batch: rb.Batch}
 	}
+	// The batches are stored from the frame itself, so the frame is the
+	// broker's until they are durable; a lent buffer goes back then.
+	frame := c.frame
+	c.frame = nil
 	c.wg.Add(1)
 	err := c.s.b.ProduceBatchesAsync(c.reqCtx, *r.Topic, batches, func(n, rerouted int, err error) {
 		defer c.wg.Done()
 		c.answer(corr, &wire.ProduceBatchesResponse{Count: uint32(n), Rerouted: uint32(rerouted)}, err)
+		returnFrame(frame)
 	})
 	if err != nil {
 		c.wg.Done()

@@ -226,6 +226,25 @@ func Rebase(b []byte, base uint64) error {
 	return nil
 }
 
+// Restamp is Rebase for a batch already verified (by CheckProduce or
+// Verify) and not changed since: it skips checking the CRC again before
+// writing the new base offset and CRC.
+func Restamp(b []byte, base uint64) error {
+	h, err := ParseHeader(b)
+	if err != nil {
+		return err
+	}
+	if len(b) < h.Length {
+		return fmt.Errorf("%w: %d of %d bytes", ErrShortBatch, len(b), h.Length)
+	}
+	if base >= math.MaxUint64-uint64(h.LastOffsetDelta) {
+		return fmt.Errorf("%w: rebasing to %d overflows offsets", ErrInvalid, base)
+	}
+	binary.LittleEndian.PutUint64(b[offBase:], base)
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[crcStart:h.Length], castagnoli))
+	return nil
+}
+
 // SplitBatches splits concatenated batches (a Read result) into one slice
 // per batch. It checks framing, not CRCs.
 func SplitBatches(buf []byte) ([][]byte, error) {

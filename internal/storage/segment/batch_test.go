@@ -270,3 +270,24 @@ func TestRebase(t *testing.T) {
 		t.Fatalf("corrupt input: %v", err)
 	}
 }
+
+// Restamp writes what Rebase writes, without checking the CRC first.
+func TestRestampMatchesRebase(t *testing.T) {
+	a, _ := EncodeBatchAt(nil, withOffsets(sampleRecords()[:2], 10, 14), CodecZstd)
+	b := bytes.Clone(a)
+	if err := Rebase(a, 77); err != nil {
+		t.Fatal(err)
+	}
+	if err := Restamp(b, 77); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatalf("Restamp wrote %x, Rebase %x", b, a)
+	}
+	if err := Restamp(b, math.MaxUint64-4); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("overflow: %v", err)
+	}
+	if err := Restamp(b[:len(b)-1], 0); !errors.Is(err, ErrShortBatch) {
+		t.Fatalf("short: %v", err)
+	}
+}
