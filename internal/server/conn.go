@@ -71,8 +71,8 @@ type conn struct {
 	preAuthVersionCount int
 	// frame is the frame being handled; a handler that keeps it past
 	// handleFrame sets it to nil. Reader goroutine only.
-	frame []byte
-	stream              *broker.Subscription // set once the connection is in stream mode
+	frame  []byte
+	stream *broker.Subscription // set once the connection is in stream mode
 	// fullBuffers tells the writer the connection has authenticated and
 	// gets full-size buffers; until then both sides use small ones, so an
 	// unauthenticated connection costs a few KiB.
