@@ -130,7 +130,7 @@ func requireExactly(t *testing.T, seen map[string][]int, keys, perKey int) {
 }
 
 func TestProduceBatchesRoundTrip(t *testing.T) {
-	for _, codec := range []segment.Codec{segment.CodecNone, segment.CodecZstd, segment.CodecS2} {
+	for _, codec := range []segment.Codec{segment.CodecNone, segment.CodecZstd, segment.CodecS2, segment.CodecLZ4} {
 		t.Run(codec.String(), func(t *testing.T) {
 			b := openTestBroker(t, t.TempDir())
 			defer b.Close()

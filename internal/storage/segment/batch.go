@@ -86,9 +86,10 @@ const (
 	CodecNone Codec = 0
 	CodecZstd Codec = 1
 	CodecS2   Codec = 2
+	CodecLZ4  Codec = 3
 )
 
-func (c Codec) valid() bool { return c <= CodecS2 }
+func (c Codec) valid() bool { return c <= CodecLZ4 }
 
 func (c Codec) String() string {
 	switch c {
@@ -98,6 +99,8 @@ func (c Codec) String() string {
 		return "zstd"
 	case CodecS2:
 		return "s2"
+	case CodecLZ4:
+		return "lz4"
 	}
 	return fmt.Sprintf("codec(%d)", uint8(c))
 }

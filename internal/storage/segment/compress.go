@@ -7,6 +7,7 @@ import (
 
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 )
 
 // The zstd encoder and decoder are safe for concurrent EncodeAll/DecodeAll
@@ -57,6 +58,19 @@ func compress(dst, raw []byte, codec Codec) ([]byte, error) {
 		dst = append(dst, make([]byte, n)...)
 		out := s2.Encode(dst[start:], raw)
 		return dst[:start+len(out)], nil
+	case CodecLZ4:
+		// One lz4 block; the batch header's raw length is its size.
+		start := len(dst)
+		dst = append(dst, make([]byte, lz4.CompressBlockBound(len(raw)))...)
+		var c lz4.Compressor
+		n, err := c.CompressBlock(raw, dst[start:])
+		if err != nil {
+			return dst[:start], fmt.Errorf("%w: lz4: %v", ErrInvalid, err)
+		}
+		if n == 0 && len(raw) > 0 {
+			return dst[:start], fmt.Errorf("%w: lz4 could not compress %d bytes", ErrInvalid, len(raw))
+		}
+		return dst[:start+n], nil
 	}
 	return dst, fmt.Errorf("%w: codec %d", ErrInvalid, codec)
 }
@@ -100,6 +114,8 @@ func decompress(body []byte, h BatchHeader) ([]byte, error) {
 			return nil, corruptf("s2: %v", err)
 		}
 		return out, nil
+	case CodecLZ4:
+		return decompressLZ4(make([]byte, h.RawLength), body, ErrCorrupt)
 	}
 	return nil, corruptf("codec %d", h.Codec())
 }
@@ -142,6 +158,22 @@ func decompressBounded(buf, body []byte, h BatchHeader, kind error) ([]byte, err
 			return nil, failf(kind, "s2: %v", err)
 		}
 		return out, nil
+	case CodecLZ4:
+		return decompressLZ4(buf[:n], body, kind)
 	}
 	return nil, failf(kind, "codec %v is not compressed", h.Codec())
+}
+
+// decompressLZ4 decodes one lz4 block into out, whose length is the raw
+// length: a block cannot write past it, so the allocation is the declared
+// length and no more, and one that decodes to any other length is refused.
+func decompressLZ4(out, body []byte, kind error) ([]byte, error) {
+	n, err := lz4.UncompressBlock(body, out)
+	if err != nil {
+		return nil, failf(kind, "lz4: %v", err)
+	}
+	if n != len(out) {
+		return nil, failf(kind, "lz4 produced %d bytes, raw length is %d", n, len(out))
+	}
+	return out, nil
 }

@@ -245,6 +245,20 @@ func TestCheckProduceRefuses(t *testing.T) {
 			b = append(b[:HeaderSize], s2.Encode(nil, make([]byte, 1<<20))...)
 			return withHeader(b, putU32(offLength, uint32(len(b))))
 		}(), produceLimits, fmt.Sprintf("s2 block claims %d bytes, raw length is %d", 1<<20, len(one))},
+		{"lz4 block larger than raw length", func() []byte {
+			b := assemble(t, one, CodecLZ4, 1, ts)
+			big, err := compress(nil, make([]byte, 1<<20), CodecLZ4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b[:HeaderSize], big...)
+			return withHeader(b, putU32(offLength, uint32(len(b))))
+		}(), produceLimits, "lz4"},
+		{"lz4 shorter than raw length", func() []byte {
+			b := assemble(t, one, CodecLZ4, 1, ts)
+			return withHeader(b, putU32(offRawLength, uint32(len(one)+7)))
+		}(), produceLimits, "lz4 produced"},
+		{"unknown codec", withHeader(good, func(b []byte) { b[offFlags] |= 4 }), produceLimits, "flags"},
 		{"zstd shorter than raw length", func() []byte {
 			b := assemble(t, one, CodecZstd, 1, ts)
 			return withHeader(b, putU32(offRawLength, uint32(len(one)+7)))
@@ -434,7 +448,7 @@ func TestCheckProduceAllocs(t *testing.T) {
 		t.Fatalf("uncompressed 100-record batch: %v allocations per check, want 0", allocs)
 	}
 	// Compressed batches allocate, but not per record.
-	for _, codec := range []Codec{CodecZstd, CodecS2} {
+	for _, codec := range []Codec{CodecZstd, CodecS2, CodecLZ4} {
 		b := mustEncode(t, 0, hundredRecords(), codec)
 		allocs := testing.AllocsPerRun(100, func() {
 			if _, _, err := CheckProduce(b, produceLimits, inside); err != nil {
