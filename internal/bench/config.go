@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/malachi-log/malachi/pkg/client"
 )
 
 // Mode is a workload.
@@ -56,6 +58,10 @@ type Config struct {
 	Rate float64 `json:"rate"`
 	// Sync sends one record per request and waits for its ack.
 	Sync bool `json:"sync"`
+	// Compression is the codec of the batches async producers build:
+	// "none" (the default, also ""), "zstd" or "s2". It needs wire v2;
+	// Sync sends single records, which it does not apply to.
+	Compression string `json:"compression"`
 	// Ranges is the range count of a topic this run creates (0 = broker
 	// default). An existing topic is used as it is.
 	Ranges int `json:"ranges"`
@@ -63,9 +69,13 @@ type Config struct {
 	Via string `json:"via"`
 	// Group names the group of ViaGroup (default: a fresh name per run).
 	Group string `json:"group,omitempty"`
-	// Window and PageMax tune subscriptions and fetches (0 = 1000 each).
+	// Window and PageMax tune subscriptions and fetches (0 = 1000 each):
+	// PageMax bounds the records of a pushed page and of a wire v1 fetch.
 	Window  int `json:"window"`
 	PageMax int `json:"page_max"`
+	// MaxBytes bounds the stored bytes of a wire v2 fetch page (0 = the
+	// node's default, which is also its cap).
+	MaxBytes int `json:"max_bytes"`
 	// Idle ends a consumer that has received nothing for this long with
 	// ErrShort (default 10 s).
 	Idle time.Duration `json:"idle_ns"`
@@ -97,6 +107,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Idle <= 0 {
 		c.Idle = DefaultIdle
 	}
+	if c.Compression == "" {
+		c.Compression = "none"
+	}
 	return c, c.check()
 }
 
@@ -108,8 +121,8 @@ func (c Config) check() error {
 		return fmt.Errorf("%w: a topic is required", ErrConfig)
 	case c.Records <= 0:
 		return fmt.Errorf("%w: records must be positive", ErrConfig)
-	case c.Size < 0, c.Keys < 0, c.Batch < 0, c.Rate < 0, c.Ranges < 0:
-		return fmt.Errorf("%w: size, keys, batch, rate and ranges cannot be negative", ErrConfig)
+	case c.Size < 0, c.Keys < 0, c.Batch < 0, c.Rate < 0, c.Ranges < 0, c.MaxBytes < 0:
+		return fmt.Errorf("%w: size, keys, batch, rate, ranges and max-bytes cannot be negative", ErrConfig)
 	case c.Mode == E2E && c.Size < stampBytes:
 		return fmt.Errorf("%w: e2e needs a size of at least %d bytes to carry the send time", ErrConfig, stampBytes)
 	case c.Via != ViaFetch && c.Via != ViaGroup:
@@ -117,7 +130,20 @@ func (c Config) check() error {
 	case c.Rate > 0 && c.Rate < float64(c.Producers)/3600:
 		return fmt.Errorf("%w: rate too low for %d producers", ErrConfig, c.Producers)
 	}
+	if _, ok := codecs[c.Compression]; !ok {
+		return fmt.Errorf("%w: compression must be none, zstd or s2, not %q", ErrConfig, c.Compression)
+	}
+	if c.Compression != "none" && c.Sync {
+		return fmt.Errorf("%w: compression applies to the batches of async producers, not to --sync", ErrConfig)
+	}
 	return nil
+}
+
+// codecs maps Config.Compression to the client's codecs.
+var codecs = map[string]client.Codec{
+	"none": client.CompressionNone,
+	"zstd": client.CompressionZstd,
+	"s2":   client.CompressionS2,
 }
 
 // share splits n items among workers: worker w gets share(n, w, workers),

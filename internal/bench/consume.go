@@ -102,10 +102,16 @@ func (s *consumers) watchIdle() {
 }
 
 // fetchWorker reads the whole topic from its start with its own cursor,
-// timing each non-empty fetch, until it has Records records.
+// timing each non-empty fetch, until it has Records records. On wire v2
+// each fetch reads whole stored batches (fetch_batches, up to MaxBytes);
+// on v1, up to PageMax records (a positive Max would make the client
+// fall back to a v1 fetch, so v2 sets none).
 func (s *consumers) fetchWorker(w int) error {
 	c, lat, cfg := s.cls[w], s.lats[w], &s.r.cfg
 	opt := client.FetchOptions{Max: cfg.PageMax, Wait: min(time.Second, cfg.Idle/2)}
+	if c.WireVersion() >= 2 {
+		opt.Max, opt.MaxBytes = 0, cfg.MaxBytes
+	}
 	for got := int64(0); got < cfg.Records; {
 		sent := s.r.clk.Now()
 		page, err := c.Fetch(s.ctx, cfg.Topic, opt)

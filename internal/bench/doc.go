@@ -25,6 +25,15 @@
 //     share the process and so the clock. Records stamped before the run
 //     began (left by earlier runs) are read but not counted.
 //
+// # Wire versions
+//
+// The Dialer decides the wire version (client.WithWireVersion); the run
+// reports what the connections negotiated (Result.Wire). With wire v2 an
+// async producer's batches travel in the storage encoding, compressed as
+// Config.Compression says, and a fetch consumer reads whole stored
+// batches per fetch (up to MaxBytes) instead of up to PageMax records; a
+// sync producer sends each record as a one-record batch.
+//
 // # Closed and open loop
 //
 // Closed loop (Rate 0) sends as fast as acks and the client's buffers

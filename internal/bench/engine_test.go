@@ -169,6 +169,7 @@ func TestResultJSONShape(t *testing.T) {
 	lat := &Latency{From: FromSchedule, Count: 3, MinUs: 1, MeanUs: 2, P50Us: 2, P90Us: 3, P99Us: 3, P999Us: 3, MaxUs: 3}
 	res := &Result{
 		Config:  Config{Mode: E2E, Topic: "t", Records: 3, Size: 128, Via: ViaFetch},
+		Wire:    2,
 		Stats:   Stats{Records: 3, Bytes: 384, ElapsedS: 1, RecordsPerS: 3, MBPerS: 0.000384, Latency: lat},
 		Produce: &Stats{Records: 3},
 	}
@@ -180,13 +181,16 @@ func TestResultJSONShape(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"config", "records", "bytes", "errors", "elapsed_s", "records_per_s", "mb_per_s", "latency", "produce"} {
+	for _, k := range []string{"config", "wire", "records", "bytes", "errors", "elapsed_s", "records_per_s", "mb_per_s", "latency", "produce"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("missing top-level key %q in %s", k, buf.String())
 		}
 	}
 	if mode := m["config"].(map[string]any)["mode"]; mode != "e2e" {
 		t.Errorf("config.mode = %v", mode)
+	}
+	if m["wire"] != 2.0 {
+		t.Errorf("wire = %v, want 2", m["wire"])
 	}
 	l := m["latency"].(map[string]any)
 	for _, k := range []string{"measured_from", "count", "min_us", "mean_us", "p50_us", "p90_us", "p99_us", "p99_9_us", "max_us"} {
@@ -213,7 +217,8 @@ func TestResultJSONShape(t *testing.T) {
 
 func TestWriteText(t *testing.T) {
 	res := &Result{
-		Config: Config{Mode: Produce, Topic: "t", Records: 1000, Size: 128, Producers: 1, Rate: 500, Via: ViaFetch},
+		Config: Config{Mode: Produce, Topic: "t", Records: 1000, Size: 128, Producers: 1, Rate: 500, Via: ViaFetch, Compression: "zstd"},
+		Wire:   1,
 		Stats: Stats{Records: 1000, Bytes: 128000, ElapsedS: 2, RecordsPerS: 500, MBPerS: 0.064,
 			Latency: &Latency{From: FromSchedule, Count: 1000, P50Us: 250, P90Us: 1500, P99Us: 2_500_000, P999Us: 2_600_000, MaxUs: 2_700_000}},
 	}
@@ -221,7 +226,7 @@ func TestWriteText(t *testing.T) {
 	if err := res.WriteText(&buf); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"produce topic=t records=1,000", "open-loop rate=500/s", "500 rec/s",
+	for _, want := range []string{"produce wire=v1 topic=t records=1,000", "async compression=zstd", "open-loop rate=500/s", "500 rec/s",
 		"p50 250µs", "p90 1.50ms", "p99 2.50s", "from schedule"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, buf.String())
@@ -235,7 +240,7 @@ func TestConfigDefaultsAndChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Producers != 1 || c.Consumers != 1 || c.Via != ViaFetch || c.Window != DefaultWindow || c.Idle != DefaultIdle {
+	if c.Producers != 1 || c.Consumers != 1 || c.Via != ViaFetch || c.Window != DefaultWindow || c.Idle != DefaultIdle || c.Compression != "none" {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	for name, mut := range map[string]func(*Config){
@@ -248,6 +253,9 @@ func TestConfigDefaultsAndChecks(t *testing.T) {
 		"via":        func(c *Config) { c.Via = "carrier-pigeon" },
 		"e2e size":   func(c *Config) { c.Mode, c.Size = E2E, 7 },
 		"rate floor": func(c *Config) { c.Rate = 1e-9 },
+		"codec":      func(c *Config) { c.Compression = "gzip" },
+		"codec case": func(c *Config) { c.Compression = "ZSTD" },
+		"sync codec": func(c *Config) { c.Sync, c.Compression = true, "s2" },
 	} {
 		bad := ok
 		mut(&bad)

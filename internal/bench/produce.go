@@ -91,7 +91,7 @@ func (s *producers) syncWorker(ctx context.Context, c *client.Client, lat *Recor
 // the delay in their latency.
 func (s *producers) asyncWorker(ctx context.Context, c *client.Client, lat *Recorder, sched schedule, n int64, index func(int64) int64) error {
 	cfg := &s.r.cfg
-	p := client.NewProducer(c, client.ProducerOptions{Linger: cfg.Linger, MaxBatchRecords: cfg.Batch})
+	p := client.NewProducer(c, client.ProducerOptions{Linger: cfg.Linger, MaxBatchRecords: cfg.Batch, Compression: codecs[cfg.Compression]})
 	size := int64(cfg.Size)
 	err := pace(ctx, s.r.clk, sched, n, func(i int64, origin time.Time) error {
 		p.Produce(ctx, cfg.Topic, s.r.payload.record(index(i), origin), func(_ client.Record, err error) {

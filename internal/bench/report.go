@@ -31,6 +31,8 @@ type Stats struct {
 // the producers' side under "produce".
 type Result struct {
 	Config Config `json:"config"`
+	// Wire is the wire protocol version the connections spoke (1 or 2).
+	Wire int `json:"wire"`
 	Stats
 	Produce *Stats `json:"produce,omitempty"`
 }
@@ -45,7 +47,11 @@ func (r *Result) WriteJSON(w io.Writer) error {
 // WriteText writes r for people.
 func (r *Result) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s\n", r.Config.Mode, r.Config.describe())
+	b.WriteString(string(r.Config.Mode))
+	if r.Wire > 0 {
+		fmt.Fprintf(&b, " wire=v%d", r.Wire)
+	}
+	fmt.Fprintf(&b, " %s\n", r.Config.describe())
 	switch r.Config.Mode {
 	case Produce:
 		writeStats(&b, "produced", "latency", &r.Stats)
@@ -95,6 +101,9 @@ func (c Config) sendMode() string {
 	if c.Sync {
 		s = "sync"
 	} else {
+		if c.Compression != "" && c.Compression != "none" {
+			s += " compression=" + c.Compression
+		}
 		if c.Batch > 0 {
 			s += fmt.Sprintf(" batch=%d", c.Batch)
 		}

@@ -28,6 +28,7 @@ type run struct {
 	progress *Progress
 	payload  *payload
 	start    time.Time // the workload's time zero, after connections are open
+	wire     int       // the wire version the connections speak
 }
 
 // Run executes the workload cfg describes against the node dial reaches
@@ -52,7 +53,8 @@ func Run(ctx context.Context, cfg Config, dial Dialer, progress *Progress) (*Res
 	}
 }
 
-// dialAll opens n connections, closing them all if one fails.
+// dialAll opens n connections, closing them all if one fails, and notes
+// the wire version they speak: the lowest, should they differ.
 func (r *run) dialAll(ctx context.Context, n int) ([]*client.Client, error) {
 	cls := make([]*client.Client, 0, n)
 	for range n {
@@ -62,8 +64,20 @@ func (r *run) dialAll(ctx context.Context, n int) ([]*client.Client, error) {
 			return nil, fmt.Errorf("connecting: %w", err)
 		}
 		cls = append(cls, c)
+		if v := c.WireVersion(); r.wire == 0 || v < r.wire {
+			r.wire = v
+		}
+	}
+	if r.wire < 2 && r.cfg.Compression != "none" && r.cfg.Mode != Consume {
+		closeAll(cls)
+		return nil, fmt.Errorf("%w: compression %s needs wire v2, and the connections speak v%d", ErrConfig, r.cfg.Compression, r.wire)
 	}
 	return cls, nil
+}
+
+// result starts the Result of the run.
+func (r *run) result(s Stats) *Result {
+	return &Result{Config: r.cfg, Wire: r.wire, Stats: s}
 }
 
 func closeAll(cls []*client.Client) {
@@ -106,8 +120,7 @@ func (r *run) produce(ctx context.Context) (*Result, error) {
 	r.start = r.clk.Now()
 	side := r.newProducers(cls, r.progress)
 	err = side.run(ctx)
-	res := &Result{Config: r.cfg, Stats: side.stats()}
-	return res, err
+	return r.result(side.stats()), err
 }
 
 func (r *run) consume(ctx context.Context) (*Result, error) {
@@ -120,8 +133,7 @@ func (r *run) consume(ctx context.Context) (*Result, error) {
 	r.start = r.clk.Now()
 	side := r.newConsumers(ctx, cls, r.progress)
 	err = side.run()
-	res := &Result{Config: r.cfg, Stats: side.stats()}
-	return res, err
+	return r.result(side.stats()), err
 }
 
 // e2e runs consumers and producers together; the consumers, started
@@ -148,6 +160,7 @@ func (r *run) e2e(ctx context.Context) (*Result, error) {
 	}
 	err = errors.Join(perr, <-cerr)
 	ps := prods.stats()
-	res := &Result{Config: r.cfg, Stats: cons.stats(), Produce: &ps}
+	res := r.result(cons.stats())
+	res.Produce = &ps
 	return res, err
 }

@@ -13,13 +13,28 @@ import (
 )
 
 // Bounds of one batch a producer builds (wire v2). A batch is stored as
-// received, so these are also the largest stored batch: a reader decodes
-// at most one of them to serve a v1 page.
+// received, so these also bound what a v1 reader decodes to serve a page
+// of at most 1,000 records: the node's own batches are cut at 512 records
+// or 256 KiB for the same reason. Larger batches would not make v2 faster
+// (the cost is per byte), but would make every v1 page of them decode the
+// same batch again.
 const (
-	MaxBatchBytes   = 1 << 20 // raw (uncompressed) records section
-	MaxBatchRecords = 1 << 16
+	MaxBatchBytes   = 256 << 10 // raw (uncompressed) records section
+	MaxBatchRecords = 4096
 	// maxRecordHeaders matches the wire v1 limit on headers per record.
 	maxRecordHeaders = 1024
+)
+
+// Bounds of one produce_batches request, checked before anything is
+// stored. A compressed batch costs the node its raw length in CPU to
+// check and, when it must be re-routed record by record, in disk: the
+// raw bytes of a request are bounded like a v1 frame's, and a batch may
+// not claim to inflate more than maxCompressionRatio times (zeros do far
+// better, real records far worse), so a small request cannot buy much.
+const (
+	MaxRequestRawBytes  = 16 << 20
+	MaxRequestBatches   = 4096
+	maxCompressionRatio = 1024
 )
 
 // ErrInvalidBatch wraps every refusal of a producer's batch; nothing of
@@ -64,13 +79,12 @@ func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches 
 	if err != nil {
 		return err
 	}
-	total, rerouted := 0, 0
+	total := 0
 	for _, c := range checked {
 		total += c.records
-		if !c.direct {
-			rerouted++
-		}
 	}
+	// rerouted is final before wait is sealed, and done runs only after.
+	rerouted := 0
 	wait := newProduceWait(total, func(n int, err error) { done(n, rerouted, err) })
 	for _, c := range checked {
 		if c.direct {
@@ -83,6 +97,7 @@ func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches 
 				continue
 			}
 		}
+		rerouted++
 		recs, err := segment.DecodeRecords(c.Batch, nil)
 		if err != nil {
 			wait.setErr(fmt.Errorf("%w: %v", ErrInvalidBatch, err))
@@ -103,10 +118,16 @@ type rangeSpan struct {
 // checkBatches validates every batch outside the metadata lock, after
 // copying the spans of the ranges they name.
 func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatch, uint64, error) {
+	if len(batches) > MaxRequestBatches {
+		return nil, 0, fmt.Errorf("%w: %d batches in one request, at most %d", ErrInvalidBatch, len(batches), MaxRequestBatches)
+	}
+	if err := checkRawBudget(batches); err != nil {
+		return nil, 0, err
+	}
 	var (
 		topicID uint64
 		bits    uint8
-		spans   = make(map[uint64]rangeSpan, len(batches))
+		spans   = make(map[uint64]rangeSpan, min(len(batches), 64))
 		err     error
 	)
 	b.meta.View(func(st *metadata.State) {
@@ -143,6 +164,27 @@ func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatc
 		out[i] = checkedBatch{RangeBatch: rb, records: int(h.RecordCount), direct: known && rs.active && keysInside}
 	}
 	return out, topicID, nil
+}
+
+// checkRawBudget bounds what a request's batches claim before any of
+// them is decompressed: the sum of raw lengths, and each batch's
+// compression ratio. Headers that do not parse are left to CheckProduce.
+func checkRawBudget(batches []RangeBatch) error {
+	raw := 0
+	for i, rb := range batches {
+		h, err := segment.ParseHeader(rb.Batch)
+		if err != nil {
+			continue
+		}
+		if h.RawLength > maxCompressionRatio*max(len(rb.Batch)-segment.HeaderSize, 1) {
+			return fmt.Errorf("%w: batch %d: %d bytes claim to inflate to %d", ErrInvalidBatch, i, len(rb.Batch), h.RawLength)
+		}
+		raw += h.RawLength
+		if raw > MaxRequestRawBytes {
+			return fmt.Errorf("%w: the batches hold more than %d raw bytes", ErrInvalidBatch, MaxRequestRawBytes)
+		}
+	}
+	return nil
 }
 
 // appendBatch stamps c's batch with its range's next offset and

@@ -482,3 +482,171 @@ func TestProduceBatchesWhileRangesSplitAndMerge(t *testing.T) {
 	requireExactly(t, midway.seen, keys, 2*rounds)
 	v1.check("v1 reader", acked)
 }
+
+// One page holds batches of every range that has some, whether the budget
+// is records or bytes, and batches larger than a range's share of the
+// bytes reach every range within a few pages.
+func TestFetchBatchesSharesThePageAcrossRanges(t *testing.T) {
+	b := openTestBroker(t, t.TempDir())
+	defer b.Close()
+	if err := b.CreateTopic(context.Background(), "t", 8, 4); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, _ := b.Routes("t")
+	// Keyless records go wherever the producer puts them: five batches
+	// of ten per range.
+	for round := 0; round < 5; round++ {
+		var batches []RangeBatch
+		for _, rr := range routes {
+			recs := make([]Record, 10)
+			for i := range recs {
+				recs[i] = Record{Value: []byte("v"), Timestamp: 1}
+			}
+			batch, _ := segment.EncodeBatch(nil, 0, recs, segment.CodecNone)
+			batches = append(batches, RangeBatch{Range: rr.Range, Batch: batch})
+		}
+		if _, err := produceBatches(t, b, "t", batches); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := b.FetchBatches(context.Background(), FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Max: 40}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rangesOf(p.Batches); len(got) != 4 {
+		t.Fatalf("a page of 40 records from four ranges of 50 came from ranges %v", got)
+	}
+
+	// Big batches: each ~100 KiB, a page of 256 KiB (a share is 64 KiB).
+	if err := b.CreateTopic(context.Background(), "big", 8, 4); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, _ = b.Routes("big")
+	value := bytes.Repeat([]byte("x"), 100<<10)
+	for round := 0; round < 3; round++ {
+		var batches []RangeBatch
+		for _, rr := range routes {
+			batch, _ := segment.EncodeBatch(nil, 0, []Record{{Value: value, Timestamp: 1}}, segment.CodecNone)
+			batches = append(batches, RangeBatch{Range: rr.Range, Batch: batch})
+		}
+		if _, err := produceBatches(t, b, "big", batches); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[uint64]bool{}
+	var cursor *string
+	for page := 0; page < 3; page++ {
+		p, err := b.FetchBatches(context.Background(), FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "big", Cursor: cursor}, MaxBytes: 256 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cursor = p.Cursor
+		size := 0
+		for _, rb := range p.Batches {
+			seen[rb.Range] = true
+			size += len(rb.Batch)
+		}
+		if len(p.Batches) > 1 && size > 256<<10 {
+			t.Fatalf("page %d: %d bytes over max_bytes", page, size)
+		}
+	}
+	if len(seen) != 4 {
+		t.Fatalf("three pages of 100 KiB batches from four busy ranges served only ranges %v", seen)
+	}
+}
+
+func rangesOf(bs []RangeBatch) map[uint64]int {
+	out := map[uint64]int{}
+	for _, rb := range bs {
+		out[rb.Range]++
+	}
+	return out
+}
+
+// A batch re-encoded for a reader (filtered after a split) is checked
+// against max_bytes at its re-encoded size.
+func TestFetchBatchesFilteredBatchesKeepMaxBytes(t *testing.T) {
+	b := openTestBroker(t, t.TempDir())
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.CreateTopic(ctx, "t", 8, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, _ := b.Routes("t")
+	value := bytes.Repeat([]byte("abcdefgh"), 512) // 4 KiB, compresses well
+	for round := 0; round < 8; round++ {
+		recs := make([]Record, 16)
+		for i := range recs {
+			recs[i] = Record{Key: []byte(strconv.Itoa(i)), Value: value, Timestamp: 1}
+		}
+		batch, _ := segment.EncodeBatch(nil, 0, recs, segment.CodecZstd)
+		if _, err := produceBatches(t, b, "t", []RangeBatch{{Range: routes[0].Range, Batch: batch}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.SplitRange(ctx, "t", routes[0].Range); err != nil {
+		t.Fatal(err)
+	}
+	var cursor *string
+	total := 0
+	for {
+		p, err := b.FetchBatches(ctx, FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Cursor: cursor}, MaxBytes: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cursor = p.Cursor
+		if len(p.Batches) == 0 {
+			break
+		}
+		size := 0
+		for _, rb := range p.Batches {
+			size += len(rb.Batch)
+			h, _ := segment.ParseHeader(rb.Batch)
+			total += int(h.RecordCount)
+		}
+		if len(p.Batches) > 1 && size > 64<<10 {
+			t.Fatalf("page of %d filtered batches is %d bytes, over max_bytes", len(p.Batches), size)
+		}
+	}
+	if total != 8*16 {
+		t.Fatalf("read %d records, want %d", total, 8*16)
+	}
+}
+
+// A request cannot buy more work than a v1 frame: its raw bytes are
+// bounded, as are its batches and how far one claims to inflate.
+func TestProduceBatchesRequestBounds(t *testing.T) {
+	b := openTestBroker(t, t.TempDir())
+	defer b.Close()
+	if err := b.CreateTopic(context.Background(), "t", 8, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, _ := b.Routes("t")
+	zeros, _ := segment.EncodeBatch(nil, 0, []Record{{Value: make([]byte, 200<<10), Timestamp: 1}}, segment.CodecS2)
+	if _, err := produceBatches(t, b, "t", []RangeBatch{{Range: routes[0].Range, Batch: zeros}}); !errors.Is(err, ErrInvalidBatch) {
+		t.Fatalf("a %d-byte batch of 200 KiB of zeros: err = %v", len(zeros), err)
+	}
+	text := make([]byte, 200<<10)
+	for i := range text {
+		text[i] = byte('a' + i*7919%26)
+	}
+	one, _ := segment.EncodeBatch(nil, 0, []Record{{Value: text, Timestamp: 1}}, segment.CodecNone)
+	many := make([]RangeBatch, MaxRequestRawBytes/len(one)+1)
+	for i := range many {
+		many[i] = RangeBatch{Range: routes[0].Range, Batch: one}
+	}
+	if _, err := produceBatches(t, b, "t", many); !errors.Is(err, ErrInvalidBatch) {
+		t.Fatalf("%d raw bytes in one request: err = %v", len(many)*len(one), err)
+	}
+	tiny, _ := segment.EncodeBatch(nil, 0, []Record{{Value: []byte("v"), Timestamp: 1}}, segment.CodecNone)
+	lots := make([]RangeBatch, MaxRequestBatches+1)
+	for i := range lots {
+		lots[i] = RangeBatch{Range: routes[0].Range, Batch: tiny}
+	}
+	if _, err := produceBatches(t, b, "t", lots); !errors.Is(err, ErrInvalidBatch) {
+		t.Fatalf("%d batches: err = %v", len(lots), err)
+	}
+	if seen, _ := drainBatches(t, b, "t", nil, 0); len(seen) != 0 {
+		t.Fatalf("refused requests stored %v", seen)
+	}
+}

@@ -229,13 +229,18 @@ func contains(ids []uint64, id uint64) bool {
 	return false
 }
 
-// budget bounds one page.
+// budget bounds one page, or one range's share of it.
 type budget struct {
 	records int
 	bytes   int
+	// For whole batches (wire v2): firstBytes lets a range's first batch
+	// of the page pass bytes when it fits that much; took says a batch
+	// was taken; full says the next batch did not fit.
+	firstBytes int
+	took, full bool
 }
 
-func (bg *budget) spent() bool { return bg.records <= 0 || bg.bytes <= 0 }
+func (bg *budget) spent() bool { return bg.records <= 0 || bg.bytes <= 0 || bg.full }
 
 // readPage reads up to max records across the reader's ranges. A first
 // pass gives each range an equal share so one busy range cannot starve

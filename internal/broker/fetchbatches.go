@@ -56,10 +56,12 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 	return BatchPage{Batches: out, Cursor: page.Cursor}, err
 }
 
-// readBatchPage reads whole batches across the reader's ranges: a first
-// pass gives each range an equal share of the bytes, so one busy range
-// cannot starve the others; a second lets the ranges that have more fill
-// the rest.
+// readBatchPage reads whole batches across the reader's ranges. A first
+// pass gives each range an equal share of the records and bytes (and lets
+// a range take its first batch if it fits what the page has left), so one
+// busy range cannot starve the others; a second lets the ranges that have
+// more fill the rest. Each page starts at another range, so batches
+// larger than a share do not favour the first range either.
 func (b *Broker) readBatchPage(pos position, total budget) ([]RangeBatch, []cursor.Entry, error) {
 	plans, lin := b.plans(pos)
 	entries := pos.entries
@@ -67,19 +69,21 @@ func (b *Broker) readBatchPage(pos position, total budget) ([]RangeBatch, []curs
 		return nil, entries, nil
 	}
 	var out []RangeBatch
-	share := max(total.bytes/len(plans), 1)
+	first := int(b.rotate.Add(1) % uint64(len(plans)))
+	shareBytes := max(total.bytes/len(plans), 1)
+	shareRecords := max(total.records/len(plans), 1)
 	for pass := 0; pass < 2 && !total.spent(); pass++ {
-		for i := range plans {
+		for k := range plans {
 			if total.spent() {
 				break
 			}
-			bg := total
+			bg := budget{records: total.records, bytes: total.bytes}
 			if pass == 0 {
-				bg.bytes = min(share, total.bytes)
+				bg = budget{records: min(shareRecords, total.records), bytes: min(shareBytes, total.bytes), firstBytes: total.bytes}
 			}
 			before := bg
 			var err error
-			out, entries, err = b.readRangeBatches(&plans[i], entries, lin, &bg, out)
+			out, entries, err = b.readRangeBatches(&plans[(first+k)%len(plans)], entries, lin, &bg, out)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -172,8 +176,9 @@ func newBatchFilter(p *plan, src *source, entries []cursor.Entry, lin lineage) *
 
 // add appends the batches of one read to out, whole or filtered, and
 // returns the offset after the last one taken. The first batch of a page
-// is taken whatever its size; after that a batch that would overrun the
-// byte budget ends the page.
+// is taken whatever its size, and a range's first batch of a page if it
+// fits bg.firstBytes; after that, a batch that would overrun the byte
+// budget marks the budget full and is left for the next page.
 func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch) ([]RangeBatch, uint64, error) {
 	batches, err := segment.SplitBatches(buf)
 	if err != nil {
@@ -183,10 +188,6 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 		h, err := segment.ParseHeader(batch)
 		if err != nil {
 			return out, start, err
-		}
-		if len(out) > 0 && len(batch) > bg.bytes {
-			bg.bytes = 0 // the page is full
-			return out, start, nil
 		}
 		kept, n := batch, int(h.RecordCount)
 		if f.ok && h.BaseOffset >= max(start, f.whole) {
@@ -199,14 +200,24 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 		if err != nil {
 			return out, start, fmt.Errorf("broker: segment of range %d: %w", f.src.id, err)
 		}
-		start = h.LastOffset() + 1
 		if n == 0 {
 			// Nothing here for this reader (another slice's records):
 			// like a v1 page, only what is delivered counts, so a page
 			// is empty only at the end of what the reader can have.
+			start = h.LastOffset() + 1
 			continue
 		}
+		limit := bg.bytes
+		if !bg.took {
+			limit = max(limit, bg.firstBytes)
+		}
+		if len(out) > 0 && len(kept) > limit {
+			bg.full = true
+			return out, start, nil
+		}
+		start = h.LastOffset() + 1
 		out = append(out, RangeBatch{Range: f.src.id, Batch: kept})
+		bg.took = true
 		bg.records -= n
 		bg.bytes -= len(kept)
 		if bg.spent() {

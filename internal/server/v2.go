@@ -38,7 +38,9 @@ func (c *conn) preAuthVersions(corr uint32, payload []byte) bool {
 		c.reply(wire.AppendErrorFrame(nil, corr, wire.ReasonMalformedRequest))
 		return false
 	}
-	return c.reply(wire.AppendOKFrame(nil, corr, c.s.versions()))
+	resp := c.s.versions()
+	resp.NodeVersion = "" // the release is for authenticated clients only
+	return c.reply(wire.AppendOKFrame(nil, corr, resp))
 }
 
 // topicRoutes answers the active ranges of a topic to a user who may
@@ -71,6 +73,10 @@ func (c *conn) produceBatches(corr uint32, r *wire.ProduceBatchesRequest) {
 	}
 	if err := c.s.b.Authorize(c.identity(), broker.OpProduce, *r.Topic); err != nil {
 		c.answer(corr, nil, err)
+		return
+	}
+	if len(r.Batches) > broker.MaxRequestBatches {
+		c.refuse(corr, wire.ReasonInvalidBatch)
 		return
 	}
 	batches := make([]broker.RangeBatch, len(r.Batches))

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -31,8 +32,8 @@ var adminGoldenRequests = []struct {
 	{"00000019004e0000000e01000000066f7264657273000000000000000a", &CursorFromEndRequest{Topic: new("orders"), N: 10}},
 	{"00000006004f0000000f", &APIVersionsRequest{}},
 	{"0000001100500000000f01000000066f7264657273", &TopicRoutesRequest{Topic: new("orders")}},
-	{"0000002500510000000f01000000066f7264657273000000010000000000000005000000044d010203",
-		&ProduceBatchesRequest{Topic: new("orders"), Batches: []RangeBatch{{Range: 5, Batch: []byte{0x4d, 1, 2, 3}}}}},
+	{"0000005d00510000000f01000000066f72646572730000000100000000000000050000003c4d01" + zeros58,
+		&ProduceBatchesRequest{Topic: new("orders"), Batches: []RangeBatch{{Range: 5, Batch: sampleBatch}}}},
 	{"0000002800520000000f01000000066f726465727301000000045131565300000010000000000000000001f4",
 		&FetchBatchesRequest{Topic: new("orders"), Cursor: new("Q1VS"), MaxBytes: 1 << 20, WaitMs: 500}},
 	{"0000002600530000000f01000000066f72646572730100000007776f726b65727300000003e800100000",
@@ -69,9 +70,12 @@ var adminGoldenResponses = []struct {
 	{"0000003b0000000f00001000000002000000000000000500000000000000000000000000008000000000000000000600000000000080000000000000010000",
 		&TopicRoutesResponse{Bits: 16, Ranges: []RouteRange{{Range: 5, Start: 0, End: 32768}, {Range: 6, Start: 32768, End: 65536}}}},
 	{"0000000e0000000f0000000003e800000001", &ProduceBatchesResponse{Count: 1000, Rerouted: 1}},
-	{"000000230000000f0000010000000451315653000000010000000000000005000000044d010203",
-		&FetchBatchesResponse{NextCursor: new("Q1VS"), Batches: []RangeBatch{{Range: 5, Batch: []byte{0x4d, 1, 2, 3}}}}},
+	{"0000005b0000000f00000100000004513156530000000100000000000000050000003c4d01" + zeros58,
+		&FetchBatchesResponse{NextCursor: new("Q1VS"), Batches: []RangeBatch{{Range: 5, Batch: sampleBatch}}}},
 }
+
+// zeros58 is the hex of the 58 zero bytes that end sampleBatch.
+var zeros58 = strings.Repeat("00", 58)
 
 func mustHex(t *testing.T, s string) []byte {
 	t.Helper()

@@ -22,6 +22,10 @@ var allKeys = []uint16{
 	KeyAPIVersions, KeyTopicRoutes, KeyProduceBatches, KeyFetchBatches, KeySubscribeBatches,
 }
 
+// sampleBatch stands for a storage batch: the wire carries it as opaque
+// bytes, at least a batch header (56 bytes) long.
+var sampleBatch = append([]byte{0x4d, 1}, make([]byte, 58)...)
+
 func sampleRecords() []Record {
 	return []Record{
 		{Key: []byte("user-42"), Value: []byte("hello"), Timestamp: 1700000000123,
@@ -68,7 +72,7 @@ func sampleRequests() []Request {
 		&CursorFromEndRequest{Topic: new("orders"), N: 10},
 		&APIVersionsRequest{},
 		&TopicRoutesRequest{Topic: new("orders")},
-		&ProduceBatchesRequest{Topic: new("orders"), Batches: []RangeBatch{{Range: 3, Batch: []byte{0x4d, 1, 2}}, {Range: 4, Batch: []byte{}}}},
+		&ProduceBatchesRequest{Topic: new("orders"), Batches: []RangeBatch{{Range: 3, Batch: sampleBatch}, {Range: 4, Batch: sampleBatch[:56]}}},
 		&FetchBatchesRequest{Topic: new("orders"), Group: new("g"), Member: new("m1"), MaxBytes: 1 << 20, MaxRecords: 0, WaitMs: 500},
 		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("g"), Member: nil, Window: 10000, MaxBytes: 0},
 	}
@@ -106,6 +110,6 @@ func sampleResponses() []responseDecoder {
 			MaxBatchBytes: 1 << 20, MaxBatchRecords: 65536, NodeVersion: "0.2.0"},
 		&TopicRoutesResponse{Bits: 16, Ranges: []RouteRange{{Range: 2, Start: 0, End: 1 << 15}, {Range: 3, Start: 1 << 15, End: 1 << 16}}},
 		&ProduceBatchesResponse{Count: 1000, Rerouted: 1},
-		&FetchBatchesResponse{NextCursor: new("Q1VSU09S"), Batches: []RangeBatch{{Range: 2, Batch: []byte{0x4d, 1}}}},
+		&FetchBatchesResponse{NextCursor: new("Q1VSU09S"), Batches: []RangeBatch{{Range: 2, Batch: sampleBatch}}},
 	}
 }

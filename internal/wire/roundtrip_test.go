@@ -163,7 +163,7 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 }
 
 var genRangeBatch = rapid.Custom(func(t *rapid.T) RangeBatch {
-	return RangeBatch{Range: genU64.Draw(t, "range"), Batch: rapid.SliceOf(rapid.Byte()).Draw(t, "batch")}
+	return RangeBatch{Range: genU64.Draw(t, "range"), Batch: rapid.SliceOfN(rapid.Byte(), minBatchLen, 200).Draw(t, "batch")}
 })
 
 func req(fn func(*rapid.T) Request) *rapid.Generator[Request] { return rapid.Custom(fn) }

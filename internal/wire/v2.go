@@ -172,7 +172,13 @@ type RangeBatch struct {
 	Batch []byte
 }
 
-const minRangeBatchLen = 8 + 4
+// minBatchLen is the size of a storage batch's header, the smallest a
+// batch can be: a list of batches is refused before allocating for it
+// unless that many such batches fit in the payload.
+const (
+	minBatchLen      = 56
+	minRangeBatchLen = 8 + 4 + minBatchLen
+)
 
 func appendRangeBatches(dst []byte, bs []RangeBatch) []byte {
 	dst = appendU32(dst, uint32(len(bs)))
@@ -187,6 +193,9 @@ func (d *decoder) rangeBatches(dst []RangeBatch) []RangeBatch {
 	dst = dst[:0]
 	for range n {
 		rb := RangeBatch{Range: d.u64(), Batch: d.blob()}
+		if d.err == nil && len(rb.Batch) < minBatchLen {
+			d.fail("batch of %d bytes, shorter than a batch header", len(rb.Batch))
+		}
 		if d.err != nil {
 			return dst[:0]
 		}
@@ -281,7 +290,7 @@ func (r FetchBatchesResponse) Size() int {
 		n += 4 + len(*r.NextCursor)
 	}
 	for _, b := range r.Batches {
-		n += minRangeBatchLen + len(b.Batch)
+		n += 8 + 4 + len(b.Batch)
 	}
 	return n
 }
