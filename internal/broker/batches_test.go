@@ -650,3 +650,49 @@ func TestProduceBatchesRequestBounds(t *testing.T) {
 		t.Fatalf("refused requests stored %v", seen)
 	}
 }
+
+// max_records is exact: a page that would pass it ends inside a batch,
+// and the next page starts at the first record left out.
+func TestFetchBatchesMaxRecordsIsExact(t *testing.T) {
+	b := openTestBroker(t, t.TempDir())
+	defer b.Close()
+	if err := b.CreateTopic(context.Background(), "t", 8, 2); err != nil {
+		t.Fatal(err)
+	}
+	const keys, perKey = 5, 10
+	for round := 0; round < perKey; round++ {
+		if _, err := produceBatches(t, b, "t", routeBatches(t, b, "t", keyedRecords(keys, 1, round), segment.CodecZstd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string][]int{}
+	var cursor *string
+	total := 0
+	for {
+		p, err := b.FetchBatches(context.Background(), FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Cursor: cursor, Max: 7}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cursor = p.Cursor
+		n := 0
+		for _, rb := range p.Batches {
+			recs, err := segment.DecodeRecords(rb.Batch, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(recs)
+			for _, r := range recs {
+				v, _ := strconv.Atoi(string(r.Value))
+				seen[string(r.Key)] = append(seen[string(r.Key)], v)
+			}
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+		if n > 7 || (n < 7 && total != keys*perKey) {
+			t.Fatalf("page of %d records with max 7 (%d read so far)", n, total)
+		}
+	}
+	requireExactly(t, seen, keys, perKey)
+}

@@ -234,13 +234,25 @@ type budget struct {
 	records int
 	bytes   int
 	// For whole batches (wire v2): firstBytes lets a range's first batch
-	// of the page pass bytes when it fits that much; took says a batch
-	// was taken; full says the next batch did not fit.
-	firstBytes int
-	took, full bool
+	// of the page pass bytes when it fits that much; hardRecords, when
+	// set, is what the whole page may still hold, so a batch that would
+	// pass it is cut; took says a batch was taken; full says the next
+	// batch did not fit.
+	firstBytes  int
+	hardRecords int
+	taken       int // records taken against hardRecords
+	took, full  bool
 }
 
 func (bg *budget) spent() bool { return bg.records <= 0 || bg.bytes <= 0 || bg.full }
+
+// hard is the most records the next batch may add to the page.
+func (bg *budget) hard() int {
+	if bg.hardRecords > 0 {
+		return bg.hardRecords - bg.taken
+	}
+	return max(bg.records, 1)
+}
 
 // readPage reads up to max records across the reader's ranges. A first
 // pass gives each range an equal share so one busy range cannot starve

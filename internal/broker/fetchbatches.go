@@ -20,8 +20,8 @@ type BatchPage struct {
 
 // FetchBatchesRequest is a FetchRequest bounded in bytes: MaxBytes bounds
 // the page (clamped to FetchMaxBytes; the first batch is whole
-// regardless) and MaxRecords, when positive, stops adding batches once
-// reached.
+// regardless) and Max, when positive, bounds the records exactly: the
+// page ends inside a batch rather than pass it.
 type FetchBatchesRequest struct {
 	FetchRequest
 	MaxBytes int
@@ -77,9 +77,9 @@ func (b *Broker) readBatchPage(pos position, total budget) ([]RangeBatch, []curs
 			if total.spent() {
 				break
 			}
-			bg := budget{records: total.records, bytes: total.bytes}
+			bg := budget{records: total.records, bytes: total.bytes, hardRecords: total.records}
 			if pass == 0 {
-				bg = budget{records: min(shareRecords, total.records), bytes: min(shareBytes, total.bytes), firstBytes: total.bytes}
+				bg.records, bg.bytes, bg.firstBytes = min(shareRecords, total.records), min(shareBytes, total.bytes), total.bytes
 			}
 			before := bg
 			var err error
@@ -207,6 +207,15 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 			start = h.LastOffset() + 1
 			continue
 		}
+		next := h.LastOffset() + 1
+		if hard := bg.hard(); n > hard {
+			// The page may hold only hard more records: it ends inside
+			// this batch, whose head is re-encoded.
+			if kept, n, next, err = cutBatch(kept, hard); err != nil {
+				return out, start, fmt.Errorf("broker: segment of range %d: %w", f.src.id, err)
+			}
+			bg.full = true
+		}
 		limit := bg.bytes
 		if !bg.took {
 			limit = max(limit, bg.firstBytes)
@@ -215,9 +224,10 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 			bg.full = true
 			return out, start, nil
 		}
-		start = h.LastOffset() + 1
+		start = next
 		out = append(out, RangeBatch{Range: f.src.id, Batch: kept})
 		bg.took = true
+		bg.taken += n
 		bg.records -= n
 		bg.bytes -= len(kept)
 		if bg.spent() {
@@ -225,6 +235,17 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 		}
 	}
 	return out, start, nil
+}
+
+// cutBatch re-encodes the first n records of batch, and returns the offset
+// of the first record left out.
+func cutBatch(batch []byte, n int) ([]byte, int, uint64, error) {
+	recs, err := segment.DecodeRecords(batch, nil)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	out, err := segment.EncodeBatchAt(nil, recs[:n], segment.CodecNone)
+	return out, n, recs[n].Offset, err
 }
 
 // filter decodes a batch and re-encodes the records the reader gets.

@@ -70,7 +70,8 @@ func (b *Broker) SubscribeAs(id Identity, topic string, group, member *string, w
 
 // SubscribeBatchesAs is SubscribeAs for wire v2: pages of stored batches
 // of at most maxBytes each (clamped to FetchMaxBytes), in Page.Batches.
-// The window still counts records; a page may pass it by part of a batch.
+// The window counts records, exactly: a page ends inside a batch rather
+// than pass it.
 func (b *Broker) SubscribeBatchesAs(id Identity, topic string, group, member *string, window, maxBytes int) (*Subscription, error) {
 	s, err := b.SubscribeAs(id, topic, group, member, window, window)
 	if err != nil {
@@ -146,8 +147,7 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 }
 
 // read reads the next page within credit records, and says how many
-// records it holds. A v2 page holds whole batches, so it may pass credit
-// by part of one batch.
+// records it holds; a v2 page ends inside a batch rather than pass it.
 func (s *Subscription) read(credit int) (Page, int, error) {
 	if s.maxBytes <= 0 {
 		recs, entries, err := s.b.readPage(s.pos, credit)

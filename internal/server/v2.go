@@ -96,6 +96,7 @@ func (c *conn) produceBatches(corr uint32, r *wire.ProduceBatchesRequest) {
 	if err != nil {
 		c.wg.Done()
 		c.answer(corr, nil, err)
+		returnFrame(frame) // refused before anything was enqueued
 	}
 }
 

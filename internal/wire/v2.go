@@ -246,8 +246,8 @@ func (r *ProduceBatchesResponse) Decode(payload []byte) error {
 // FetchBatchesRequest (key 82): str(topic) str(cursor) str(group)
 // str(member) max_bytes:u32 max_records:u32 wait_ms:u32. Position
 // precedence is fetch's (key 3). MaxBytes bounds the page (0 = the
-// node's default); MaxRecords stops adding batches once reached (0 = no
-// bound); the first batch is whole regardless.
+// node's default; the first batch is whole regardless); MaxRecords, when
+// not 0, is exact: the page ends inside a batch rather than pass it.
 type FetchBatchesRequest struct {
 	Topic, Cursor, Group, Member *string
 	MaxBytes, MaxRecords, WaitMs uint32
@@ -307,8 +307,8 @@ func (r *FetchBatchesResponse) Decode(payload []byte) error {
 // window:u32 max_bytes:u32. Like subscribe (5), it switches the connection
 // to stream mode; each push is a FetchBatchesResponse payload on the
 // request's correlation id, and stream_ack (6) acknowledges and returns
-// credit in records. A push holds whole batches, so it may pass the
-// window by part of one batch.
+// credit in records; a push that would pass the window ends inside a
+// batch.
 type SubscribeBatchesRequest struct {
 	Topic, Group, Member *string
 	Window, MaxBytes     uint32
