@@ -1,5 +1,5 @@
 // Package lint holds the project's architecture rules as tests: the import
-// edges of DESIGN.md's layering, the purity of the state-machine packages,
+// edges of docs/architecture.md's layering, the purity of the state-machine packages,
 // and formatting. A rule broken here is a design change to discuss, not a
 // test to silence.
 package lint
@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,7 @@ const module = "github.com/malachi-log/malachi"
 type pkg struct {
 	ImportPath string
 	Imports    []string
+	Deps       []string // every package it imports, directly or not
 	GoFiles    []string
 	Dir        string
 }
@@ -50,18 +52,50 @@ var pureForbidden = []string{"os", "net", "net/http", "os/exec", "sync", "time",
 
 var purePackages = []string{"keyspace", "cursor", "metadata", "groups"}
 
+// internalPackages returns those of pkgs that are internal/<name> for
+// one of names.
+func internalPackages(pkgs []pkg, names ...string) []pkg {
+	var out []pkg
+	for _, p := range pkgs {
+		if name, ok := strings.CutPrefix(p.ImportPath, module+"/internal/"); ok && slices.Contains(names, name) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func TestPurePackagesStayPure(t *testing.T) {
-	for _, p := range listPackages(t) {
-		for _, name := range purePackages {
-			if p.ImportPath != module+"/internal/"+name {
-				continue
+	for _, p := range internalPackages(listPackages(t), purePackages...) {
+		for _, imp := range p.Imports {
+			if slices.Contains(pureForbidden, imp) {
+				t.Errorf("%s imports %s: pure packages take time and I/O as inputs", p.ImportPath, imp)
 			}
-			for _, imp := range p.Imports {
-				for _, bad := range pureForbidden {
-					if imp == bad {
-						t.Errorf("%s imports %s: pure packages take time and I/O as inputs", p.ImportPath, imp)
-					}
-				}
+		}
+	}
+}
+
+// leafPackages are shared by the node and pkg/client: they import no
+// other package of the module, so that the client's imports stay its own.
+// internal/batch (the batch format) does no I/O either, but unlike the pure
+// packages it may take locks: it pools buffers and shares one zstd encoder
+// and decoder across goroutines.
+var leafPackages = []string{"wire", "batch", "keyspace"}
+
+var batchForbidden = []string{"os", "net", "net/http", "os/exec", "time", "math/rand", "math/rand/v2"}
+
+func TestLeafPackages(t *testing.T) {
+	pkgs := listPackages(t)
+	for _, p := range internalPackages(pkgs, leafPackages...) {
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") {
+				t.Errorf("%s imports %s: it may import no package of the module", p.ImportPath, imp)
+			}
+		}
+	}
+	for _, p := range internalPackages(pkgs, "batch") {
+		for _, imp := range p.Imports {
+			if slices.Contains(batchForbidden, imp) {
+				t.Errorf("%s imports %s: the batch format does no I/O and reads no clock", p.ImportPath, imp)
 			}
 		}
 	}
@@ -77,15 +111,31 @@ func TestImportEdges(t *testing.T) {
 				t.Errorf("%s imports internal/broker; only cmd, server, clienttest, e2e and sim may", p.ImportPath)
 			}
 		}
+		// The client shares the node's wire codecs, batch format and key
+		// hashing, and nothing else: checked on every package it depends
+		// on, not only those it names.
 		if p.ImportPath == module+"/pkg/client" {
+			for _, dep := range p.Deps {
+				if strings.HasPrefix(dep, module+"/") && !slices.Contains(clientMayImport, strings.TrimPrefix(dep, module+"/")) {
+					t.Errorf("pkg/client depends on %s; it may import only %s", dep, strings.Join(clientMayImport, ", "))
+				}
+			}
+		}
+		// A segment holds batches; the format is internal/batch's.
+		if p.ImportPath == module+"/internal/storage/segment" {
 			for _, imp := range p.Imports {
-				if strings.HasPrefix(imp, module+"/") && imp != module+"/internal/wire" {
-					t.Errorf("pkg/client imports %s; it may import only internal/wire", imp)
+				if strings.HasPrefix(imp, module+"/") && !slices.Contains(segmentMayImport, strings.TrimPrefix(imp, module+"/")) {
+					t.Errorf("internal/storage/segment imports %s; it may import only %s", imp, strings.Join(segmentMayImport, ", "))
 				}
 			}
 		}
 	}
 }
+
+var (
+	clientMayImport  = []string{"internal/wire", "internal/batch", "internal/keyspace"}
+	segmentMayImport = []string{"internal/batch", "internal/vfs"}
+)
 
 func hasAny(s string, subs []string) bool {
 	for _, sub := range subs {

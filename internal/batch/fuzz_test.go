@@ -1,6 +1,7 @@
-package segment
+package batch
 
 import (
+	"bytes"
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
@@ -31,6 +32,17 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range [][]byte{b, fixCRC(b)} {
 			recs, err := DecodeRecords(in, nil)
+			// Scan accepts what DecodeRecords accepts, record for record.
+			i := 0
+			serr := Scan(in, func(r *Record) {
+				if err == nil && (i >= len(recs) || !sameRecord(*r, recs[i])) {
+					t.Fatalf("Scan record %d differs from DecodeRecords'", i)
+				}
+				i++
+			})
+			if (serr == nil) != (err == nil) || err == nil && i != len(recs) {
+				t.Fatalf("Scan: %v after %d records; DecodeRecords: %v, %d records", serr, i, err, len(recs))
+			}
 			if err != nil {
 				continue
 			}
@@ -51,6 +63,20 @@ func FuzzDecodeBatch(f *testing.F) {
 				if !sameRecord(recs[i], recs2[i]) {
 					t.Fatalf("record %d changed on re-encode", i)
 				}
+			}
+			// The Builder encodes them, at consecutive offsets, as
+			// EncodeBatch does.
+			var bb Builder
+			for i := range recs {
+				bb.AddRecord(&recs[i])
+			}
+			built, err := bb.Finish(CodecNone, 0)
+			if err != nil {
+				t.Fatalf("Builder: %v", err)
+			}
+			want, err := EncodeBatch(nil, 0, recs, CodecNone)
+			if err != nil || !bytes.Equal(built, want) {
+				t.Fatalf("Builder and EncodeBatch differ (%v)", err)
 			}
 		}
 		_, _ = SplitBatches(b)

@@ -1,4 +1,4 @@
-package segment
+package batch
 
 import (
 	"encoding/binary"
@@ -56,7 +56,7 @@ func CheckProduce(b []byte, lim ProduceLimits, inside func(key []byte) bool) (h 
 	if scratch != nil {
 		defer putScratch(scratch)
 	}
-	w, err := newRecWalker(raw, h, ErrBadBatch, false)
+	w, err := newRecWalker(raw, h, ErrBadBatch, skipHeaders)
 	if err != nil {
 		return BatchHeader{}, false, err
 	}
@@ -121,7 +121,7 @@ func checkProduceHeader(b []byte, lim ProduceLimits) (h BatchHeader, raw, scratc
 		return h, nil, nil, badf("record count %d above limit %d", h.RecordCount, lim.MaxRecords)
 	case !lim.AllowExpiry && (h.HasExpiry() || h.MaxExpiry != 0):
 		return h, nil, nil, badf("per-record expiry is not accepted (flags %#x, max expiry %d)", h.Flags, h.MaxExpiry)
-	case int(h.RecordCount) > h.RawLength/minRecordSize:
+	case int(h.RecordCount) > h.RawLength/MinRecordSize:
 		// Refused before inflating anything.
 		return h, nil, nil, badf("%d records cannot fit in raw length %d", h.RecordCount, h.RawLength)
 	}

@@ -1,4 +1,4 @@
-package segment
+package batch
 
 import (
 	"encoding/binary"
@@ -15,6 +15,36 @@ func DecodeRecords(b []byte, dst []Record) ([]Record, error) {
 	}
 	h, _ := ParseHeader(b) // Verify parsed it already
 	return decodeVerified(b[:h.Length], h, dst)
+}
+
+// Scan verifies the batch at the start of b as DecodeRecords does and
+// calls fn with each of its records, in order, without materialising a
+// slice of them. rec and rec.Headers are reused from one call to the next,
+// so fn must copy what it keeps of them; the byte slices they hold alias b
+// (CodecNone) or one fresh buffer, as DecodeRecords' do, and may be kept.
+// Errors are DecodeRecords'; fn may have been called for the records
+// before a defect.
+func Scan(b []byte, fn func(rec *Record)) error {
+	if err := Verify(b); err != nil {
+		return err
+	}
+	h, _ := ParseHeader(b) // Verify parsed it already
+	raw, err := decompress(b[HeaderSize:h.Length], h)
+	if err != nil {
+		return err
+	}
+	w, err := newRecWalker(raw, h, ErrCorrupt, reuseHeaders)
+	if err != nil {
+		return err
+	}
+	var rec Record
+	for w.more() {
+		if _, err := w.next(&rec); err != nil {
+			return err
+		}
+		fn(&rec)
+	}
+	return w.finish()
 }
 
 // decodeVerified decodes a batch whose header parsed and whose CRC matched.
@@ -82,23 +112,37 @@ type facts struct {
 	tombstones, expiry, never bool
 }
 
+// headerMode is what a recWalker does with the headers of a record.
+type headerMode uint8
+
+const (
+	// skipHeaders checks and counts them without materialising them, so
+	// that the walker allocates nothing.
+	skipHeaders headerMode = iota
+	// freshHeaders gives each record a Headers slice of its own.
+	freshHeaders
+	// reuseHeaders gives each record the walker's one Headers slice,
+	// overwritten by the next record.
+	reuseHeaders
+)
+
 // recWalker checks a records section against its batch header one record at
-// a time; DecodeRecords and CheckProduce share it. kind is the sentinel its
-// errors wrap: ErrCorrupt for our own data, ErrBadBatch for a client's.
-// With headers false it allocates nothing: it checks headers and counts
-// them but does not materialise them.
+// a time; DecodeRecords, Scan and CheckProduce share it. kind is the
+// sentinel its errors wrap: ErrCorrupt for our own data, ErrBadBatch for a
+// client's.
 type recWalker struct {
 	r       recReader
 	h       BatchHeader
 	kind    error
-	headers bool
+	headers headerMode
+	hdrs    []Header // reuseHeaders: the slice records share
 	f       facts
 	i, n    int
 }
 
-func newRecWalker(raw []byte, h BatchHeader, kind error, headers bool) (recWalker, error) {
+func newRecWalker(raw []byte, h BatchHeader, kind error, headers headerMode) (recWalker, error) {
 	n := int(h.RecordCount)
-	if n > len(raw)/minRecordSize {
+	if n > len(raw)/MinRecordSize {
 		return recWalker{}, failf(kind, "%d records cannot fit in %d bytes", n, len(raw))
 	}
 	return recWalker{r: recReader{b: raw}, h: h, kind: kind, headers: headers, f: facts{maxTS: h.FirstTimestamp}, n: n}, nil
@@ -109,7 +153,7 @@ func (w *recWalker) more() bool { return w.i < w.n }
 
 // next reads the next record into rec, whose slices alias the records
 // section, checks it and returns its number of headers. rec.Headers is
-// set only when the walker materialises headers.
+// set as the walker's headerMode says.
 func (w *recWalker) next(rec *Record) (nHeaders int, err error) {
 	r, h, i := &w.r, &w.h, w.i
 	w.i++
@@ -140,16 +184,20 @@ func (w *recWalker) next(rec *Record) (nHeaders int, err error) {
 		return 0, failf(w.kind, "record %d claims %d headers", i, nh)
 	}
 	if nh > 0 {
-		if w.headers {
-			rec.Headers = make([]Header, nh)
-			for j := range rec.Headers {
-				rec.Headers[j] = Header{Key: r.bytes(), Value: r.bytes()}
-			}
-		} else {
+		switch w.headers {
+		case skipHeaders:
 			for j := uint64(0); j < nh; j++ {
 				r.bytes()
 				r.bytes()
 			}
+		case freshHeaders:
+			rec.Headers = make([]Header, nh)
+		case reuseHeaders:
+			w.hdrs = slices.Grow(w.hdrs[:0], int(nh))[:nh]
+			rec.Headers = w.hdrs
+		}
+		for j := range rec.Headers {
+			rec.Headers[j] = Header{Key: r.bytes(), Value: r.bytes()}
 		}
 		if r.bad {
 			return 0, failf(w.kind, "record %d headers truncated", i)
@@ -169,7 +217,7 @@ func (w *recWalker) finish() error {
 }
 
 func parseRecords(raw []byte, h BatchHeader, dst []Record) ([]Record, error) {
-	w, err := newRecWalker(raw, h, ErrCorrupt, true)
+	w, err := newRecWalker(raw, h, ErrCorrupt, freshHeaders)
 	if err != nil {
 		return dst, err
 	}
