@@ -204,6 +204,7 @@ func toRangeInfo(w *wire.RangeInfo) RangeInfo {
 // DeleteTopic deletes a topic, its records and its groups' positions.
 // Admin only.
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+	c.forgetRoutes(name)
 	return c.do(ctx, request{req: wire.DeleteTopicRequest{Topic: str(name)}})
 }
 

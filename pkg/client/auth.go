@@ -102,6 +102,9 @@ func NewTLSConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, er
 
 // prepare checks the options Dial was given and fixes what redials use.
 func (cfg *config) prepare(addr string) error {
+	if cfg.wireVersion != 1 && cfg.wireVersion != 2 {
+		return fmt.Errorf("malachi: WithWireVersion(%d): the client speaks wire versions 1 and 2", cfg.wireVersion)
+	}
 	switch cfg.auth {
 	case authNone:
 		return errors.New("malachi: Dial needs WithCredentials, WithMTLSAuth, WithToken or WithTokenSource")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/wire"
@@ -27,6 +28,11 @@ type Client struct {
 	dialing chan struct{}
 	subs    map[*Subscription]struct{}
 	closed  bool
+
+	// wire is what the last connection dialled negotiated.
+	wire atomic.Pointer[wireInfo]
+	// rc caches the route tables of topics produced to with wire v2.
+	rc routeCache
 }
 
 // Dial connects to the broker at addr ("host:port"), over TLS if WithTLS
@@ -41,15 +47,27 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err := cfg.prepare(addr); err != nil {
 		return nil, err
 	}
-	cn, err := dialConn(ctx, addr, &cfg)
+	cn, err := dialConn(ctx, addr, &cfg, true)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{addr: addr, cfg: cfg, cur: cn, subs: make(map[*Subscription]struct{})}, nil
+	c := &Client{addr: addr, cfg: cfg, cur: cn, subs: make(map[*Subscription]struct{})}
+	c.wire.Store(&cn.wire)
+	return c, nil
 }
 
 // Addr returns the address the client dials.
 func (c *Client) Addr() string { return c.addr }
+
+// WireVersion returns the wire protocol version the client speaks on its
+// connection: 2 when WithWireVersion allows it and the node serves wire
+// v2's batch keys, else 1. It is negotiated anew on every connection the
+// client dials (after a broken connection, the next call redials); before
+// that redial it reports the last connection's.
+func (c *Client) WireVersion() int { return c.wireInfo().version }
+
+// wireInfo is what the current (or last) connection negotiated.
+func (c *Client) wireInfo() *wireInfo { return c.wire.Load() }
 
 // Close closes the connection and every Subscription made by the client.
 // Calls still waiting fail with ErrClosed; later calls fail with ErrClosed
@@ -113,7 +131,7 @@ func (c *Client) redialLocked(ctx context.Context) (*conn, error) {
 	if old != nil {
 		old.close(ErrDisconnected)
 	}
-	cn, err := dialConn(ctx, c.addr, &c.cfg)
+	cn, err := dialConn(ctx, c.addr, &c.cfg, true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dialing = nil
@@ -126,6 +144,7 @@ func (c *Client) redialLocked(ctx context.Context) (*conn, error) {
 		return nil, ErrClosed
 	}
 	c.cur = cn
+	c.wire.Store(&cn.wire)
 	return cn, nil
 }
 
@@ -165,44 +184,56 @@ type request struct {
 // do sends r, retrying retriable failures with capped exponential
 // back-off, and decodes the answer into r.resp.
 func (c *Client) do(ctx context.Context, r request) error {
+	_, err := c.doPick(ctx, func(*conn) (request, error) { return r, nil })
+	return err
+}
+
+// doPick is do for a request that depends on the connection it goes out
+// on (wire v1 or v2): pick chooses it, anew for every attempt, and an
+// error from pick ends the call. It returns the request that was answered.
+func (c *Client) doPick(ctx context.Context, pick func(cn *conn) (request, error)) (request, error) {
 	var (
+		r       request
 		payload []byte
 		err     error
 		sent    bool
 	)
 	for attempt := 1; ; attempt++ {
-		payload, sent, err = c.once(ctx, r)
+		r, payload, sent, err = c.once(ctx, pick)
 		if err == nil || attempt >= c.cfg.retryAttempts || !shouldRetry(err, sent, r.resend) {
 			break
 		}
 		if werr := sleep(ctx, c.backoff(attempt)); werr != nil {
-			return werr
+			return r, werr
 		}
 	}
 	if err != nil {
-		return err
+		return r, err
 	}
 	resp := r.resp
 	if resp == nil {
 		resp = &wire.EmptyResponse{}
 	}
 	if err := resp.Decode(payload); err != nil {
-		return fmt.Errorf("%w: %s answer: %w", ErrProtocol, wire.KeyName(r.req.APIKey()), err)
+		return r, fmt.Errorf("%w: %s answer: %w", ErrProtocol, wire.KeyName(r.req.APIKey()), err)
 	}
-	return nil
+	return r, nil
 }
 
 // once makes one attempt. sent is false when no connection could be had,
 // so the request certainly did not reach the broker.
-func (c *Client) once(ctx context.Context, r request) (payload []byte, sent bool, err error) {
+func (c *Client) once(ctx context.Context, pick func(cn *conn) (request, error)) (r request, payload []byte, sent bool, err error) {
 	cn, err := c.conn(ctx)
 	if err != nil {
-		return nil, false, err
+		return r, nil, false, err
+	}
+	if r, err = pick(cn); err != nil {
+		return r, nil, false, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, c.cfg.requestTimeout+r.wait, ErrRequestTimeout)
 	defer cancel()
 	payload, err = cn.roundTrip(ctx, r.req)
-	return payload, true, err
+	return r, payload, true, err
 }
 
 // shouldRetry decides whether a failed attempt is tried again.

@@ -27,6 +27,11 @@ type conn struct {
 	nc           net.Conn
 	maxFrame     uint32
 	writeTimeout time.Duration
+	// v2 is set when the node serves wire v2's topic_routes,
+	// produce_batches and fetch_batches (and WithWireVersion allows them);
+	// wire says what was negotiated. Both are fixed once dialled.
+	v2   bool
+	wire wireInfo
 
 	queued atomic.Int32 // writers waiting for wmu
 
@@ -80,11 +85,42 @@ func putFrame(bp *[]byte) {
 	framePool.Put(bp)
 }
 
+// wireInfo is what a connection negotiated: the wire version in use and,
+// with v2, the node's limits from api_versions.
+type wireInfo struct {
+	version int
+	// maxFrame is the largest request frame the node accepts after
+	// authentication; maxBatchBytes and maxBatchRecords bound one batch a
+	// producer builds (raw records section, records). Zero with v1.
+	maxFrame, maxBatchBytes, maxBatchRecords int
+}
+
+// v2Keys are the keys a connection needs to speak wire v2.
+var v2Keys = []uint16{wire.KeyTopicRoutes, wire.KeyProduceBatches, wire.KeyFetchBatches}
+
+// errProbeRefused means the node refused api_versions and then dropped
+// the connection before authenticating: an older node, which takes nothing
+// but authentication first. Dial again without asking.
+var errProbeRefused = errors.New("malachi: api_versions refused before auth")
+
 // dialConn connects to addr, runs the TLS handshake if configured,
-// authenticates and starts the reader.
-func dialConn(ctx context.Context, addr string, cfg *config) (*conn, error) {
+// negotiates the wire version if probe is set and the configuration
+// allows wire v2, authenticates and starts the reader.
+func dialConn(ctx context.Context, addr string, cfg *config, probe bool) (*conn, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.dialTimeout, ErrRequestTimeout)
 	defer cancel()
+	probe = probe && cfg.wireVersion >= 2
+	c, err := dialOnce(ctx, addr, cfg, probe)
+	if errors.Is(err, errProbeRefused) {
+		c, err = dialOnce(ctx, addr, cfg, false)
+	}
+	return c, err
+}
+
+// dialOnce is one attempt of dialConn. With probe, api_versions (key 79,
+// accepted before auth) goes out pipelined ahead of the auth frame, so
+// negotiating costs no round trip.
+func dialOnce(ctx context.Context, addr string, cfg *config, probe bool) (*conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -107,14 +143,85 @@ func dialConn(ctx context.Context, addr string, cfg *config) (*conn, error) {
 		return nil, err
 	}
 	c := newConn(nc, cfg)
-	if _, err = c.roundTrip(ctx, req); err != nil {
+	var versions *call
+	if probe {
+		versions = newCall()
+		if _, err := c.send(wire.APIVersionsRequest{}, versions); err != nil {
+			c.close(ErrClosed)
+			return nil, err
+		}
+	}
+	_, err = c.roundTrip(ctx, req)
+	// The node answers the frames before auth in order, so once the auth
+	// frame is answered (or the connection failed) the probe's answer is
+	// in; only a timeout leaves it missing.
+	var probed *reply
+	if versions != nil {
+		select {
+		case r := <-versions.ch:
+			probed = &r
+		default:
+		}
+	}
+	if err != nil {
 		c.close(ErrClosed)
 		if refusal := tlsRefusal(err); cfg.tls != nil && refusal != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrTLS, addr, refusal)
 		}
+		// A node that predates wire v2 answers api_versions auth_required
+		// and hangs up: dial again without asking. (The answer arrives
+		// before the hang-up even when the unread auth frame turns it into
+		// a reset.) A refusal of the whole connection (tls_required,
+		// connection limits) comes on correlation id 0 and is the answer;
+		// so is a failure without any answer to the probe (not a Malachi
+		// node, or the network), which a second dial would only repeat.
+		var refusal *Error
+		if versions != nil && isConnError(err) && !errors.As(err, &refusal) &&
+			probed != nil && probed.err == nil && probed.code != wire.CodeOK {
+			return nil, errProbeRefused
+		}
 		return nil, err
 	}
+	c.wire = wireInfo{version: 1}
+	if probed != nil {
+		c.negotiate(*probed, cfg)
+	}
 	return c, nil
+}
+
+// negotiate reads the answer to api_versions. A refusal (unknown_api_key
+// from an older node) or an answer without the batch keys leaves the
+// connection on wire v1.
+func (c *conn) negotiate(r reply, cfg *config) {
+	payload, err := r.result()
+	if err != nil {
+		return
+	}
+	var resp wire.APIVersionsResponse
+	if resp.Decode(payload) != nil {
+		return
+	}
+	for _, k := range v2Keys {
+		if !resp.Serves(k, 1) {
+			return
+		}
+	}
+	c.v2 = true
+	c.wire = wireInfo{
+		version:         2,
+		maxFrame:        int(resp.MaxFrame),
+		maxBatchBytes:   int(resp.MaxBatchBytes),
+		maxBatchRecords: int(resp.MaxBatchRecords),
+	}
+	if c.wire.maxFrame <= 0 || c.wire.maxFrame > int(cfg.maxFrame) {
+		c.wire.maxFrame = int(cfg.maxFrame)
+	}
+	if c.wire.maxBatchBytes <= 0 {
+		c.wire.maxBatchBytes = defaultNodeBytes
+	}
+	if c.wire.maxBatchRecords <= 0 {
+		c.wire.maxBatchRecords = defaultNodeRecs
+	}
 }
 
 func newConn(nc net.Conn, cfg *config) *conn {

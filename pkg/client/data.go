@@ -2,8 +2,11 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
+	batchfmt "github.com/malachi-log/malachi/internal/batch"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
@@ -23,6 +26,14 @@ type Record struct {
 	Timestamp time.Time
 	// Headers are application metadata carried with the record.
 	Headers []Header
+	// Range is the range a record was read from, when Fetch read it with
+	// wire v2 (fetch_batches): the active range that took it, or an
+	// ancestor of it (split or merged since) while that history drains.
+	// It is informational, for diagnostics: records of one key share a
+	// range only until the range splits or merges. It is 0 on records
+	// read with wire v1 and on those a Subscription delivers, and it is
+	// ignored when producing: routing is by Key.
+	Range uint64
 }
 
 // Header is one record header.
@@ -51,13 +62,24 @@ type Page struct {
 //   - else Group set: resume from the group's committed position, or the
 //     start if it has committed nothing.
 //   - else: read from the start of the topic.
+//
+// With wire v2 (see WithWireVersion) and Max 0, Fetch reads stored
+// batches (fetch_batches): a page then holds whole batches, bounded by
+// MaxBytes rather than by a record count. A positive Max is an exact
+// bound, which only a wire v1 fetch can keep, so such a Fetch uses wire
+// v1 whatever was negotiated.
 type FetchOptions struct {
 	Cursor string
 	Group  string
 	Member string
-	// Max bounds the records returned (0 = broker default, 100; the
-	// broker caps it at 1000).
+	// Max bounds the records returned (0 = broker default, 100, with wire
+	// v1, and no bound but MaxBytes with wire v2; the broker caps it at
+	// 1000). A positive Max makes Fetch use wire v1.
 	Max int
+	// MaxBytes bounds the stored bytes of a wire v2 page (0 = the node's
+	// default, 1 MiB, which is also its cap). The first batch of a page is
+	// returned whole whatever its size. Wire v1 fetches ignore it.
+	MaxBytes int
 	// Wait makes an empty fetch a long poll: the broker holds it until a
 	// record arrives or Wait passes (capped by the broker at 30 s).
 	Wait time.Duration
@@ -67,13 +89,150 @@ type FetchOptions struct {
 // broker accepted, once they are durable. Records with the same key keep
 // their order. Retriable failures are retried, so a record may be stored
 // twice (delivery is at-least-once). For throughput, use a Producer.
+//
+// With wire v2 the records go out as one stored batch per range
+// (produce_batches), routed by the client's copy of the topic's routes,
+// which it asks the node for on first use; a call holding a record too
+// large for a v2 batch, or needing more batches than a request may carry,
+// goes out with wire v1.
 func (c *Client) Produce(ctx context.Context, topic string, recs ...Record) (int, error) {
 	if len(recs) == 0 {
 		return 0, nil
 	}
-	var resp wire.CountResponse
-	err := c.do(ctx, request{req: produceRequest(topic, recs, time.Now()), resp: &resp, resend: true})
-	return int(resp.Count), err
+	now := time.Now()
+	var table *routeTable
+	if c.wireInfo().version >= 2 {
+		t, err := c.routes(ctx, topic)
+		switch {
+		case err == nil:
+			table = t
+		case errors.Is(err, errNoV2): // the connection changed under us
+		default:
+			return 0, err
+		}
+	}
+	var (
+		v1     *wire.ProduceRequest
+		v2     *wire.ProduceBatchesRequest
+		v2lim  wireInfo
+		count  wire.CountResponse
+		answer wire.ProduceBatchesResponse
+	)
+	defer func() {
+		if v2 != nil {
+			releaseBatches(v2.Batches)
+		}
+	}()
+	var pick func(cn *conn) (request, error)
+	pick = func(cn *conn) (request, error) {
+		if cn.v2 && table != nil && fitsV2(recs, &cn.wire) {
+			if v2 == nil || v2lim != cn.wire {
+				if v2 != nil {
+					releaseBatches(v2.Batches)
+					v2 = nil
+				}
+				batches, err := encodeByRange(table, recs, now, &cn.wire)
+				if err != nil {
+					return request{}, err
+				}
+				if len(batches) > maxRequestBatches || rawBytes(batches) > maxRequestRawBytes {
+					releaseBatches(batches)
+					table = nil // more than one request may carry
+					return pick(cn)
+				}
+				v2, v2lim = &wire.ProduceBatchesRequest{Topic: str(topic), Batches: batches}, cn.wire
+			}
+			return request{req: *v2, resp: &answer, resend: true}, nil
+		}
+		if v1 == nil {
+			req := produceRequest(topic, recs, now)
+			v1 = &req
+		}
+		return request{req: *v1, resp: &count, resend: true}, nil
+	}
+	r, err := c.doPick(ctx, pick)
+	if r.req != nil && r.req.APIKey() == wire.KeyProduceBatches {
+		if answer.Rerouted > 0 || IsRetriable(err) {
+			c.refreshRoutes(topic)
+		}
+		return int(answer.Count), err
+	}
+	return int(count.Count), err
+}
+
+// fitsV2 reports whether every record fits in a batch the node accepts.
+func fitsV2(recs []Record, w *wireInfo) bool {
+	for i := range recs {
+		if recordSize(&recs[i]) > w.maxBatchBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// encodeByRange encodes recs as batches, one per range they route to
+// (more where a range's records exceed the node's batch limits), each
+// range's in the order of recs.
+func encodeByRange(table *routeTable, recs []Record, now time.Time, w *wireInfo) ([]wire.RangeBatch, error) {
+	builders := make(map[int]*batchfmt.Builder)
+	var order []int // ranges in order of first use
+	var out []wire.RangeBatch
+	for i := range recs {
+		r := &recs[i]
+		idx := table.index(r.Key)
+		b := builders[idx]
+		if b == nil {
+			b = new(batchfmt.Builder)
+			builders[idx] = b
+			order = append(order, idx)
+		}
+		if b.Len() > 0 && (b.Len() >= w.maxBatchRecords || b.RawLen()+recordSize(r) > w.maxBatchBytes) {
+			bb, err := finishBatch(b, CompressionNone)
+			if err != nil {
+				releaseBatches(out)
+				return nil, err
+			}
+			out = append(out, wire.RangeBatch{Range: table.ranges[idx].Range, Batch: bb})
+		}
+		addRecord(b, r, timestampMs(r.Timestamp, now))
+	}
+	for _, idx := range order {
+		if b := builders[idx]; b.Len() > 0 {
+			bb, err := finishBatch(b, CompressionNone)
+			if err != nil {
+				releaseBatches(out)
+				return nil, err
+			}
+			out = append(out, wire.RangeBatch{Range: table.ranges[idx].Range, Batch: bb})
+		}
+	}
+	return out, nil
+}
+
+// rawBytes is the raw records bytes of batches (all uncompressed).
+func rawBytes(bs []wire.RangeBatch) int {
+	n := 0
+	for _, b := range bs {
+		n += len(b.Batch) - batchfmt.HeaderSize
+	}
+	return n
+}
+
+// releaseBatches recycles the buffers of batches that were built here and
+// sent.
+func releaseBatches(bs []wire.RangeBatch) {
+	for _, b := range bs {
+		batchfmt.Release(b.Batch)
+	}
+}
+
+// timestampMs is the wire timestamp of a record: its own, or now for a
+// zero Timestamp, in unix milliseconds, never negative.
+func timestampMs(ts, now time.Time) int64 {
+	if ts.IsZero() {
+		ts = now
+	}
+	return max(ts.UnixMilli(), 0)
 }
 
 func produceRequest(topic string, recs []Record, now time.Time) wire.ProduceRequest {
@@ -84,27 +243,71 @@ func produceRequest(topic string, recs []Record, now time.Time) wire.ProduceRequ
 	return wire.ProduceRequest{Topic: str(topic), Records: out}
 }
 
-// Fetch reads the next page of topic from the position opt describes. A
-// topic that does not exist answers an empty page with an empty Cursor,
-// as wire v1 specifies. With opt.Wait, Fetch blocks until a record
-// arrives, the wait ends (an empty page with a cursor to continue from)
-// or ctx is done.
+// Fetch reads the next page of topic from the position opt describes.
+// With opt.Wait, Fetch blocks until a record arrives, the wait ends (an
+// empty page with a cursor to continue from) or ctx is done.
+//
+// A topic that does not exist fails a wire v2 fetch with ErrNoSuchTopic;
+// wire v1 answers it with an empty page and an empty Cursor (so does a
+// Fetch with a positive Max, which uses wire v1).
 func (c *Client) Fetch(ctx context.Context, topic string, opt FetchOptions) (Page, error) {
 	wait := max(opt.Wait, 0)
 	waitMs := uint32(min((wait+time.Millisecond-1)/time.Millisecond, 1<<31))
-	req := wire.FetchRequest{
-		Topic:  str(topic),
-		Cursor: optStr(opt.Cursor),
-		Group:  optStr(opt.Group),
-		Member: optStr(opt.Member),
-		Max:    uint32(min(max(opt.Max, 0), 1<<31)),
-		WaitMs: waitMs,
-	}
-	var resp wire.FetchResponse
-	if err := c.do(ctx, request{req: req, resp: &resp, wait: wait, resend: true}); err != nil {
+	var (
+		v1 wire.FetchResponse
+		v2 wire.FetchBatchesResponse
+	)
+	r, err := c.doPick(ctx, func(cn *conn) (request, error) {
+		if cn.v2 && opt.Max <= 0 {
+			req := wire.FetchBatchesRequest{
+				Topic:    str(topic),
+				Cursor:   optStr(opt.Cursor),
+				Group:    optStr(opt.Group),
+				Member:   optStr(opt.Member),
+				MaxBytes: clampU32(opt.MaxBytes),
+				WaitMs:   waitMs,
+			}
+			return request{req: req, resp: &v2, wait: wait, resend: true}, nil
+		}
+		req := wire.FetchRequest{
+			Topic:  str(topic),
+			Cursor: optStr(opt.Cursor),
+			Group:  optStr(opt.Group),
+			Member: optStr(opt.Member),
+			Max:    clampU32(opt.Max),
+			WaitMs: waitMs,
+		}
+		return request{req: req, resp: &v1, wait: wait, resend: true}, nil
+	})
+	if err != nil {
 		return Page{}, err
 	}
-	return toPage(&resp), nil
+	if r.req.APIKey() == wire.KeyFetchBatches {
+		return batchPage(&v2)
+	}
+	return toPage(&v1), nil
+}
+
+// batchPage decodes the batches of a fetch_batches answer, whose payload
+// belongs to this call: the records' byte slices alias it.
+func batchPage(resp *wire.FetchBatchesResponse) (Page, error) {
+	n := 0
+	for _, b := range resp.Batches {
+		if h, err := batchfmt.ParseHeader(b.Batch); err == nil {
+			n += min(int(h.RecordCount), len(b.Batch)/batchfmt.MinRecordSize)
+		}
+	}
+	p := Page{Records: make([]Record, 0, n)}
+	for _, b := range resp.Batches {
+		var err error
+		if p.Records, err = decodeBatch(b.Batch, b.Range, p.Records); err != nil {
+			return Page{}, fmt.Errorf("%w: fetch_batches: batch of range %d: %w", ErrProtocol, b.Range, err)
+		}
+	}
+	if resp.NextCursor != nil {
+		p.Cursor = *resp.NextCursor
+	}
+	return p, nil
 }
 
 // Commit stores cursor durably as group's position in topic. Later

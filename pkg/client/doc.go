@@ -56,7 +56,36 @@
 // goroutine writes a topic's batches in order and the broker keeps the
 // produces of a connection in order, so per-key order holds; promises run
 // in Produce order per topic. Buffering is bounded: Produce blocks once
-// MaxBufferedRecords are waiting.
+// MaxBufferedRecords are waiting. Produce copies the record's bytes, so
+// the caller may reuse its buffers at once.
+//
+// # Wire versions
+//
+// The client speaks wire v2 where the node does, and wire v1 otherwise
+// (WithWireVersion(1) keeps it on v1 whatever the node speaks, byte for
+// byte as before v2). Every connection starts with api_versions,
+// pipelined ahead of the authentication frame; a node that refuses it (an
+// older one) gets wire v1, silently. Client.WireVersion reports the
+// outcome.
+//
+// Wire v2 carries records as stored batches (docs/storage-format.md)
+// instead of one by one. Producing, the client keeps a copy of each
+// topic's routes (its active ranges, asked for with topic_routes on the
+// topic's first produce) and builds one batch per range, optionally
+// compressed (ProducerOptions.Compression); the node checks each batch
+// and stores it as received. Routes are never shown to users: when a range
+// splits or merges, the node re-routes the stale batches record by record
+// (nothing is lost or reordered) and says so, and the client fetches the
+// routes again. Reading, Fetch with Max 0 gets stored batches back
+// (fetch_batches), bounded by FetchOptions.MaxBytes, checks their CRCs and
+// decodes them; each record says which range it was read from
+// (Record.Range). A positive Max is an exact bound only wire v1 can keep,
+// so such a Fetch uses wire v1. Unlike v1, a v2 Fetch of a missing topic
+// fails with ErrNoSuchTopic.
+//
+// Both versions store the same records: what a v1 client produced, a v2
+// client reads, and the other way round. Subscriptions (Subscribe) use
+// wire v1's push stream (subscribe, key 5) in either case.
 //
 // # Consuming
 //

@@ -284,8 +284,11 @@ func TestLongPollTimesOutEmpty(t *testing.T) {
 	}
 }
 
+// TestFetchUnknownTopicIsEmpty: with wire v1 a fetch of an unknown topic
+// answers an empty page (wire v2: TestV2MissingTopic).
 func TestFetchUnknownTopicIsEmpty(t *testing.T) {
-	_, c := start(t)
+	n, _ := start(t)
+	c := n.Client(t, "admin", "admin123", client.WithWireVersion(1))
 	page, err := c.Fetch(t.Context(), "nothing-here", client.FetchOptions{})
 	if err != nil || len(page.Records) != 0 {
 		t.Fatalf("fetch of an unknown topic: %+v, %v (wire v1 answers an empty page)", page, err)

@@ -51,8 +51,9 @@ var (
 	// request timeout (see WithRequestTimeout). The request may or may not
 	// have taken effect.
 	ErrRequestTimeout = errors.New("malachi: request timed out")
-	// ErrProtocol means the broker sent bytes this client cannot decode;
-	// the connection is dropped.
+	// ErrProtocol means the broker sent bytes this client cannot decode:
+	// a frame (the connection is then dropped), an answer, or a stored
+	// batch of a wire v2 fetch that fails its checks (CRC included).
 	ErrProtocol = errors.New("malachi: protocol error")
 	// ErrRequestTooLarge means a request would exceed the frame limit
 	// (WithMaxFrame); it was not sent.
@@ -152,6 +153,7 @@ var (
 	ErrInvalidRangeCount   = reasonError(wire.ReasonInvalidRangeCount)
 	ErrInvalidCursor       = reasonError(wire.ReasonInvalidCursor)
 	ErrInvalidRecord       = reasonError(wire.ReasonInvalidRecord)
+	ErrInvalidBatch        = reasonError(wire.ReasonInvalidBatch)
 	ErrCannotSplit         = reasonError(wire.ReasonCannotSplit)
 	ErrDifferentTopic      = reasonError(wire.ReasonDifferentTopic)
 	ErrNotBuddies          = reasonError(wire.ReasonNotBuddies)

@@ -31,3 +31,18 @@ func NewTestPKI(t *testing.T, clientCN string) (caFile, serverCert, serverKey, c
 	p := newTestPKI(t, clientCN)
 	return p.caFile, p.serverCertFile, p.serverKeyFile, p.clientCert, p.clientKey
 }
+
+// CachedRanges returns how many ranges the client's copy of topic's
+// routes holds (wire v2), 0 when it holds none.
+func CachedRanges(c *Client, topic string) int {
+	c.rc.mu.Lock()
+	e := c.rc.m[topic]
+	c.rc.mu.Unlock()
+	if e == nil {
+		return 0
+	}
+	if t := e.table.Load(); t != nil {
+		return len(t.ranges)
+	}
+	return 0
+}

@@ -19,16 +19,33 @@ import (
 // machinery (multiplexing, retries, cancellation) that a real broker
 // cannot be made to exercise on demand. Every authentication frame (auth,
 // mtls_auth, token_auth) succeeds, and the first frame of each connection
-// is kept for inspection; every other request goes to handle, which
-// answers through fc.reply whenever it likes (or never).
+// other than api_versions is kept for inspection; every other request
+// goes to handle, which answers through fc.reply whenever it likes (or
+// never).
+//
+// By default it is a node that predates wire v2: it refuses api_versions
+// with unknown_api_key, so clients speak wire v1 to it. fakeOptions
+// change that.
 type fakeBroker struct {
 	ln     net.Listener
 	handle func(fc *fakeConn, corr uint32, req wire.Request)
+	opts   fakeOptions
 
 	mu     sync.Mutex
 	auths  int
 	conns  []*fakeConn
 	firsts []firstFrame
+	keys   []uint16 // every request key received, in order
+}
+
+// fakeOptions say how a fake answers api_versions (key 79).
+type fakeOptions struct {
+	// versions, when set, answers api_versions (before auth or after).
+	versions *wire.APIVersionsResponse
+	// strict answers anything but an auth frame before auth with
+	// auth_required and closes the connection, as nodes did before wire
+	// v2.
+	strict bool
 }
 
 // firstFrame is the first request frame of a connection, as received.
@@ -63,11 +80,16 @@ func (fc *fakeConn) refuse(corr uint32, reason string) {
 
 func startFake(t *testing.T, handle func(fc *fakeConn, corr uint32, req wire.Request)) *fakeBroker {
 	t.Helper()
+	return startFakeWith(t, fakeOptions{}, handle)
+}
+
+func startFakeWith(t *testing.T, opts fakeOptions, handle func(fc *fakeConn, corr uint32, req wire.Request)) *fakeBroker {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveFake(t, ln, handle)
+	return serveFake(t, ln, handle, opts)
 }
 
 // startFakeTLS is startFake behind a TLS listener with cfg.
@@ -77,11 +99,11 @@ func startFakeTLS(t *testing.T, cfg *tls.Config, handle func(fc *fakeConn, corr 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveFake(t, ln, handle)
+	return serveFake(t, ln, handle, fakeOptions{})
 }
 
-func serveFake(t *testing.T, ln net.Listener, handle func(fc *fakeConn, corr uint32, req wire.Request)) *fakeBroker {
-	f := &fakeBroker{ln: ln, handle: handle}
+func serveFake(t *testing.T, ln net.Listener, handle func(fc *fakeConn, corr uint32, req wire.Request), opts fakeOptions) *fakeBroker {
+	f := &fakeBroker{ln: ln, handle: handle, opts: opts}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -127,7 +149,8 @@ func (f *fakeBroker) serve(fc *fakeConn) {
 	}
 	defer fc.nc.Close()
 	br := bufio.NewReader(fc.nc)
-	for n := 0; ; n++ {
+	authed := false
+	for n := 0; ; {
 		body, err := wire.ReadFrame(br, 0, nil)
 		if errors.Is(err, wire.ErrFrameTooLarge) {
 			// As the broker does; a TLS ClientHello sent to a plain
@@ -141,12 +164,31 @@ func (f *fakeBroker) serve(fc *fakeConn) {
 		if err != nil {
 			return
 		}
+		f.mu.Lock()
+		f.keys = append(f.keys, key)
+		f.mu.Unlock()
+		if key == wire.KeyAPIVersions {
+			f.mu.Lock()
+			opts := f.opts
+			f.mu.Unlock()
+			switch {
+			case !authed && opts.strict:
+				fc.refuse(corr, wire.ReasonAuthRequired)
+				return
+			case opts.versions != nil:
+				fc.ok(corr, opts.versions)
+			default:
+				fc.refuse(corr, wire.ReasonUnknownAPIKey)
+			}
+			continue
+		}
 		if n == 0 {
 			first.key, first.payload = key, bytes.Clone(payload)
 			f.mu.Lock()
 			f.firsts = append(f.firsts, first)
 			f.mu.Unlock()
 		}
+		n++
 		req, err := wire.DecodeRequest(key, payload)
 		if err != nil {
 			fc.refuse(corr, wire.ReasonMalformedRequest)
@@ -157,11 +199,26 @@ func (f *fakeBroker) serve(fc *fakeConn) {
 			f.mu.Lock()
 			f.auths++
 			f.mu.Unlock()
+			authed = true
 			fc.ok(corr, wire.TokenResponse{Token: "t"})
 			continue
 		}
 		f.handle(fc, corr, req)
 	}
+}
+
+// setOptions changes how later api_versions frames are answered.
+func (f *fakeBroker) setOptions(opts fakeOptions) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opts = opts
+}
+
+// receivedKeys returns the key of every request received so far.
+func (f *fakeBroker) receivedKeys() []uint16 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.keys)
 }
 
 func (f *fakeBroker) authCount() int {

@@ -14,6 +14,7 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultRetryAttempts  = 5
 	DefaultRetryBase      = 50 * time.Millisecond
+	DefaultWireVersion    = 2
 	// maxRetryDelay caps the exponential back-off between two attempts.
 	maxRetryDelay = 2 * time.Second
 )
@@ -36,6 +37,8 @@ type config struct {
 	maxFrame       uint32
 	retryAttempts  int
 	retryBase      time.Duration
+	// wireVersion is the highest wire version the client may speak.
+	wireVersion int
 }
 
 func defaultConfig() config {
@@ -45,6 +48,7 @@ func defaultConfig() config {
 		maxFrame:       wire.DefaultMaxFrame,
 		retryAttempts:  DefaultRetryAttempts,
 		retryBase:      DefaultRetryBase,
+		wireVersion:    DefaultWireVersion,
 	}
 }
 
@@ -103,4 +107,22 @@ func WithRetry(attempts int, base time.Duration) Option {
 			c.retryBase = base
 		}
 	}
+}
+
+// WithWireVersion sets the highest wire protocol version the client
+// speaks: 1 or 2 (the default). Dial refuses other values.
+//
+// With 2, every connection first asks the node which api keys it serves
+// (api_versions, pipelined ahead of the authentication frame, so it costs
+// no round trip). If the node serves wire v2's batch keys, produces go out
+// as stored batches, one per range (produce_batches, compressed if the
+// Producer asks), and Fetch without Max reads stored batches
+// (fetch_batches). Against an older node the client falls back to wire v1
+// silently. Client.WireVersion reports what was negotiated.
+// Subscriptions use wire v1's push stream (subscribe, key 5) either way.
+//
+// With 1 the client never sends a v2 key, not even api_versions: it
+// behaves byte for byte as clients did before wire v2.
+func WithWireVersion(v int) Option {
+	return func(c *config) { c.wireVersion = v }
 }

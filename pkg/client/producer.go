@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	batchfmt "github.com/malachi-log/malachi/internal/batch"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
@@ -27,8 +29,24 @@ type ProducerOptions struct {
 	// this many records or encoded bytes (defaults 10000 and 1 MiB; the
 	// bytes are capped below the client's frame limit). A record larger
 	// than MaxBatchBytes goes alone.
+	//
+	// With wire v2 a topic's request carries one stored batch per range,
+	// and the limits bound each range's batch (its records and its raw,
+	// uncompressed bytes), capped at the node's own limits
+	// (max_batch_records and max_batch_bytes from api_versions: 4096 and
+	// 256 KiB today); the whole request stays below the frame limit, 16
+	// MiB of raw records and 4096 batches. A record too large for the
+	// node's batch limit goes alone, with wire v1.
 	MaxBatchRecords int
 	MaxBatchBytes   int
+	// Compression compresses each batch sent with wire v2
+	// (CompressionNone, CompressionZstd, CompressionS2 or CompressionLZ4;
+	// default none). A batch that compression does not shrink, or shrinks
+	// beyond what a node accepts (1024 times), goes uncompressed.
+	// The node stores batches as received, so they stay compressed on
+	// disk and on their way to wire v2 readers. Wire v1 carries records
+	// uncompressed whatever this says. An unknown codec means none.
+	Compression Codec
 	// MaxInFlight bounds the produce requests awaiting their answer
 	// (default 32).
 	MaxInFlight int
@@ -55,11 +73,28 @@ func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
 	if o.MaxBufferedRecords <= 0 {
 		o.MaxBufferedRecords = DefaultMaxBufferedRecords
 	}
+	if !o.Compression.valid() {
+		o.Compression = CompressionNone
+	}
 	return o
 }
 
 // Producer batches records per topic and sends the batches pipelined on
 // the Client's connection.
+//
+// With wire v2 (see WithWireVersion) a topic's batch is one
+// produce_batches request holding one stored batch per range: the
+// producer keeps a copy of the topic's routes (asked for on the topic's
+// first record, which makes that Produce wait for one round trip, and
+// asked for again in the background when the node reports it had to
+// re-route), and encodes each record into its range's batch as it is
+// produced. Routes are the client's business only; stale ones cost the
+// node some work but lose or reorder nothing.
+//
+// Produce copies the record's Key, Value and Headers (into the batch being
+// built or, with wire v1, into the producer's buffers): the caller may
+// reuse that memory as soon as Produce returns. The Record a promise
+// receives is the one passed to Produce, so its slices are the caller's.
 //
 // Ordering: a topic's batches are sealed in Produce order and written to
 // the connection in that order by one sender goroutine, and the broker
@@ -107,14 +142,38 @@ type topicState struct {
 	queue []*batch
 }
 
+// batch is one produce request of a topic: wire v1 records, or with wire
+// v2 one batch per range, encoded as records arrive.
 type batch struct {
 	topic    *topicState
-	recs     []Record
-	wrecs    []wire.Record
+	recs     []Record // as produced, for the promises
 	promises []func(Record, error)
+	// bytes is the encoded size: the wire records with v1, the raw
+	// records sections with v2.
 	bytes    int
 	resolved bool
 	err      error
+
+	// Wire v1: the records, their bytes copied into arena.
+	wrecs []wire.Record
+	arena []byte
+
+	// Wire v2 (table is set): a builder per range of table, nil until the
+	// range takes a record, and the order the ranges took their first;
+	// lim is the negotiation the batch was built for.
+	table    *routeTable
+	lim      wireInfo
+	builders []*batchfmt.Builder
+	used     []int
+	// out holds the finished batches (or finishErr why they are not);
+	// when finished is set, a goroutine is compressing them and closes
+	// it when done.
+	out       []wire.RangeBatch
+	finishErr error
+	finished  chan struct{}
+	// v2 says what went out: produce_batches, with sent, its batches.
+	v2   bool
+	sent []wire.RangeBatch
 }
 
 // NewProducer returns a Producer sending through c. Close it to flush and
@@ -142,10 +201,14 @@ func NewProducer(c *Client, opt ProducerOptions) *Producer {
 // Produce buffers rec for topic and calls promise once rec is durable or
 // has failed. Promises run one at a time, in Produce order per topic, on
 // the producer's goroutine: they must not block (hand work to another
-// goroutine instead). promise may be nil.
+// goroutine instead). promise may be nil. Produce copies rec's bytes, so
+// the caller may reuse them once it returns.
 //
 // When MaxBufferedRecords records are buffered, Produce waits for space
 // or for ctx to be done; in the latter case promise gets ctx's error.
+// With wire v2, the first record of a topic also waits for the topic's
+// routes; if they cannot be had (ErrNoSuchTopic, ErrPermissionDenied, ctx
+// done ...), promise gets that error, in its place in the order.
 // After Close, promise is called at once with ErrClosed.
 func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promise func(Record, error)) {
 	if promise == nil {
@@ -154,10 +217,20 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 	if rec.Timestamp.IsZero() {
 		rec.Timestamp = time.Now() // the promise sees the time sent
 	}
-	w := toWire(&rec, rec.Timestamp)
-	size := w.Size()
+	size := recordSize(&rec)
+	var (
+		table    *routeTable
+		routeErr error
+	)
+	info := p.c.wireInfo()
+	if info.version >= 2 && size <= info.maxBatchBytes {
+		table, routeErr = p.c.routes(ctx, topic)
+		if errors.Is(routeErr, errNoV2) {
+			table, routeErr = nil, nil // the connection changed: wire v1
+		}
+	}
 	p.mu.Lock()
-	for !p.closed && p.buffered >= p.opt.MaxBufferedRecords {
+	for !p.closed && routeErr == nil && p.buffered >= p.opt.MaxBufferedRecords {
 		ch := p.changed
 		p.mu.Unlock()
 		select {
@@ -165,11 +238,7 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 			p.mu.Lock()
 		case <-ctx.Done():
 			p.mu.Lock()
-			if !p.closed {
-				p.failLocked(p.topicLocked(topic), rec, promise, context.Cause(ctx))
-				p.mu.Unlock()
-				return
-			}
+			routeErr = context.Cause(ctx)
 		}
 	}
 	if p.closed {
@@ -177,23 +246,123 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 		promise(rec, ErrClosed)
 		return
 	}
+	if routeErr != nil {
+		p.failLocked(p.topicLocked(topic), rec, promise, routeErr)
+		p.mu.Unlock()
+		return
+	}
 	p.buffered++
 	t := p.topicLocked(topic)
-	if b := t.fill; b != nil && (len(b.recs) >= p.opt.MaxBatchRecords || b.bytes+size > p.opt.MaxBatchBytes) {
+	if table != nil {
+		p.addV2Locked(t, rec, promise, size, table, info)
+	} else {
+		p.addV1Locked(t, rec, promise)
+	}
+	p.mu.Unlock()
+}
+
+// addV1Locked adds rec to t's wire v1 batch, sealing as the limits say.
+func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, error)) {
+	w := toWire(&rec, rec.Timestamp)
+	size := w.Size()
+	if b := t.fill; b != nil && (b.table != nil || len(b.recs) >= p.opt.MaxBatchRecords || b.bytes+size > p.opt.MaxBatchBytes) {
 		p.sealLocked(t)
 	}
 	if t.fill == nil {
 		p.openLocked(t)
 	}
 	b := t.fill
-	b.recs = append(b.recs, rec)
+	w, b.arena = copyWire(w, b.arena)
 	b.wrecs = append(b.wrecs, w)
+	b.recs = append(b.recs, rec)
 	b.promises = append(b.promises, promise)
 	b.bytes += size
-	if p.opt.Linger < 0 || len(b.recs) >= p.opt.MaxBatchRecords || b.bytes >= p.opt.MaxBatchBytes {
+	if p.opt.Linger < 0 || len(b.wrecs) >= p.opt.MaxBatchRecords || b.bytes >= p.opt.MaxBatchBytes {
 		p.sealLocked(t)
 	}
-	p.mu.Unlock()
+}
+
+// batchOverhead is what a batch adds to a produce_batches request besides
+// its records section: its header, its range and its length.
+const batchOverhead = batchfmt.HeaderSize + 8 + 4
+
+// v2Limits are the bounds of one range's batch and of the whole request.
+func (p *Producer) v2Limits(lim *wireInfo) (records, bytes, request int) {
+	records = min(p.opt.MaxBatchRecords, lim.maxBatchRecords)
+	bytes = min(p.opt.MaxBatchBytes, lim.maxBatchBytes)
+	frame := min(int(p.c.cfg.maxFrame), lim.maxFrame)
+	// Room for the frame header and the topic name, and for compression
+	// that fails to compress (it adds a little). Batch headers are
+	// counted as ranges take their first record.
+	request = min(max(frame-min(64<<10, frame/8)-frame/64, 1), maxRequestRawBytes)
+	return records, bytes, request
+}
+
+// addV2Locked encodes rec into its range's batch in t's wire v2 request,
+// sealing as the limits say.
+func (p *Producer) addV2Locked(t *topicState, rec Record, promise func(Record, error), size int, table *routeTable, info *wireInfo) {
+	if b := t.fill; b != nil && (b.table == nil || b.lim != *info) {
+		p.sealLocked(t)
+	}
+	i := -1
+	if b := t.fill; b != nil {
+		maxRecs, maxBytes, maxReq := p.v2Limits(&b.lim)
+		i = b.table.index(rec.Key)
+		rb := b.builders[i]
+		if b.bytes+size+batchOverhead > maxReq || rb == nil && len(b.used) >= maxRequestBatches ||
+			rb != nil && rb.Len() > 0 && (rb.Len() >= maxRecs || rb.RawLen()+size > maxBytes) {
+			p.sealLocked(t)
+		}
+	}
+	if t.fill == nil {
+		p.openLocked(t)
+		t.fill.table, t.fill.lim = table, *info
+		t.fill.builders = make([]*batchfmt.Builder, len(table.ranges))
+		i = table.index(rec.Key)
+	}
+	b := t.fill
+	rb := b.builders[i]
+	if rb == nil {
+		rb = new(batchfmt.Builder)
+		b.builders[i] = rb
+		b.used = append(b.used, i)
+		b.bytes += batchOverhead
+	}
+	before := rb.RawLen()
+	addRecord(rb, &rec, max(rec.Timestamp.UnixMilli(), 0))
+	b.bytes += rb.RawLen() - before
+	b.recs = append(b.recs, rec)
+	b.promises = append(b.promises, promise)
+	maxRecs, maxBytes, maxReq := p.v2Limits(&b.lim)
+	if p.opt.Linger < 0 || rb.Len() >= maxRecs || rb.RawLen() >= maxBytes || b.bytes >= maxReq {
+		p.sealLocked(t)
+	}
+}
+
+// copyWire copies w's byte slices into arena, a chunk shared by the
+// records of a batch, so that the caller's buffers may be reused.
+func copyWire(w wire.Record, arena []byte) (wire.Record, []byte) {
+	n := len(w.Key) + len(w.Value)
+	for _, h := range w.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	if cap(arena)-len(arena) < n {
+		arena = make([]byte, 0, max(n, 32<<10))
+	}
+	cp := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(arena)
+		arena = append(arena, b...)
+		return arena[start:len(arena):len(arena)]
+	}
+	w.Key, w.Value = cp(w.Key), cp(w.Value)
+	for i := range w.Headers {
+		// toWire made w.Headers and their keys: only values are the caller's.
+		w.Headers[i].Value = cp(w.Headers[i].Value)
+	}
+	return w, arena
 }
 
 // Flush sends every buffered batch at once and waits until every record
@@ -284,6 +453,31 @@ func (p *Producer) sealLocked(t *topicState) {
 	t.queue = append(t.queue, b)
 	p.sendq = append(p.sendq, b)
 	p.signalLocked(p.wake)
+	if b.table != nil && p.opt.Compression != CompressionNone {
+		// Compress now, off the lock and off the sender, so batches of
+		// several topics (or several batches of one) compress in
+		// parallel while earlier ones go out; the sender waits for it.
+		b.finished = make(chan struct{})
+		go func() {
+			defer close(b.finished)
+			b.finish(p.opt.Compression)
+		}()
+	}
+}
+
+// finish finishes the batches of b's ranges into b.out.
+func (b *batch) finish(codec Codec) {
+	out := make([]wire.RangeBatch, 0, len(b.used))
+	for _, i := range b.used {
+		bb, err := finishBatch(b.builders[i], codec)
+		if err != nil {
+			releaseBatches(out)
+			b.finishErr = err
+			return
+		}
+		out = append(out, wire.RangeBatch{Range: b.table.ranges[i].Range, Batch: bb})
+	}
+	b.builders, b.used, b.out = nil, nil, out
 }
 
 // failLocked fails one record without sending it, after the records
@@ -384,12 +578,17 @@ func (p *Producer) nextToSend() *batch {
 // connection could be had is retried here, before anything later is sent,
 // so the retry keeps the order.
 func (p *Producer) send(b *batch) {
-	req := wire.ProduceRequest{Topic: str(b.topic.name), Records: b.wrecs}
 	for attempt := 1; ; attempt++ {
 		cn, err := p.c.conn(p.stop)
 		if err == nil {
+			req, err := p.request(b, cn)
+			if err != nil {
+				p.fail(b, err)
+				return
+			}
 			cl := newCall()
 			corr, err := cn.send(req, cl)
+			b.release() // the frame holds a copy of the batches now
 			if err != nil {
 				// A write that failed part way may have reached the
 				// broker: not retried.
@@ -406,9 +605,55 @@ func (p *Producer) send(b *batch) {
 	}
 }
 
+// request is the produce request of b on cn: produce_batches for a batch
+// built for wire v2 when cn speaks it as negotiated when the batch was
+// built, else a wire v1 produce (a v2 batch is decoded back to records
+// for it, which keeps each key's records in order). Batches are finished
+// (header, CRC) here when uncompressed; compressed ones were started at
+// seal time.
+func (p *Producer) request(b *batch, cn *conn) (wire.Request, error) {
+	if b.table == nil {
+		return wire.ProduceRequest{Topic: str(b.topic.name), Records: b.wrecs}, nil
+	}
+	if b.finished != nil {
+		<-b.finished
+	} else {
+		b.finish(CompressionNone)
+	}
+	if b.finishErr != nil {
+		return nil, b.finishErr
+	}
+	out := b.out
+	b.out = nil
+	if cn.v2 && cn.wire == b.lim {
+		b.v2, b.sent = true, out
+		return wire.ProduceBatchesRequest{Topic: str(b.topic.name), Batches: out}, nil
+	}
+	recs := make([]Record, 0, len(b.recs))
+	for _, rb := range out {
+		var err error
+		if recs, err = decodeBatch(rb.Batch, 0, recs); err != nil {
+			return nil, err // our own encoding: cannot happen
+		}
+	}
+	wrecs := make([]wire.Record, len(recs))
+	for i := range recs {
+		wrecs[i] = toWire(&recs[i], time.Time{})
+	}
+	// recs alias the batches, which must outlive the send.
+	return wire.ProduceRequest{Topic: str(b.topic.name), Records: wrecs}, nil
+}
+
+// release frees what b needed only until it was written.
+func (b *batch) release() {
+	releaseBatches(b.sent)
+	b.sent, b.wrecs, b.arena = nil, nil, nil
+}
+
 // fail resolves a batch that holds an in-flight slot but was not sent.
 func (p *Producer) fail(b *batch, err error) {
 	<-p.slots
+	b.release()
 	p.resolve(b, err)
 }
 
@@ -422,14 +667,26 @@ func (p *Producer) await(cn *conn, corr uint32, cl *call, b *batch) {
 	case r := <-cl.ch:
 		var payload []byte
 		if payload, err = r.result(); err == nil {
-			var resp wire.CountResponse
-			if derr := resp.Decode(payload); derr != nil {
-				err = ErrProtocol
+			if b.v2 {
+				var resp wire.ProduceBatchesResponse
+				if derr := resp.Decode(payload); derr != nil {
+					err = ErrProtocol
+				} else if resp.Rerouted > 0 {
+					p.c.refreshRoutes(b.topic.name)
+				}
+			} else {
+				var resp wire.CountResponse
+				if derr := resp.Decode(payload); derr != nil {
+					err = ErrProtocol
+				}
 			}
 		}
 	case <-t.C:
 		cn.forget(corr)
 		err = ErrRequestTimeout
+	}
+	if b.v2 && IsRetriable(err) {
+		p.c.refreshRoutes(b.topic.name)
 	}
 	p.resolve(b, err)
 }

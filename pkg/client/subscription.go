@@ -73,7 +73,8 @@ func (c *Client) subscribeOnce(ctx context.Context, topic, group, member string,
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	cn, err := dialConn(ctx, c.addr, &c.cfg)
+	// Stream mode is wire v1 (subscribe, key 5): no need to negotiate.
+	cn, err := dialConn(ctx, c.addr, &c.cfg, false)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,173 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/malachi-log/malachi/internal/keyspace"
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// routeTable is a topic's active ranges as topic_routes (wire v2) answered
+// them: what a producer needs to build one batch per range. It is routing
+// state only, never shown to users, and may be stale: the node re-routes
+// a batch whose range split or merged, and says so (rerouted > 0), which
+// makes the client ask again.
+type routeTable struct {
+	bits   uint8
+	ranges []wire.RouteRange // ascending by Start
+	// next spreads records without a key over the ranges, round-robin.
+	next atomic.Uint64
+}
+
+func newRouteTable(resp *wire.TopicRoutesResponse) (*routeTable, error) {
+	if len(resp.Ranges) == 0 {
+		return nil, fmt.Errorf("%w: topic_routes answered no range", ErrProtocol)
+	}
+	rs := slices.Clone(resp.Ranges)
+	slices.SortFunc(rs, func(a, b wire.RouteRange) int {
+		switch {
+		case a.Start < b.Start:
+			return -1
+		case a.Start > b.Start:
+			return 1
+		}
+		return 0
+	})
+	return &routeTable{bits: resp.Bits, ranges: rs}, nil
+}
+
+// index returns the index in t.ranges of the range that takes a record
+// with key: the one whose [Start, End) holds the key's position, or for
+// a nil key the next range in turn. An empty key is a key like any other.
+func (t *routeTable) index(key []byte) int {
+	if key == nil {
+		return int((t.next.Add(1) - 1) % uint64(len(t.ranges)))
+	}
+	pos := keyspace.Position(key, t.bits)
+	i := sort.Search(len(t.ranges), func(i int) bool { return t.ranges[i].End > pos })
+	// Past the end only if the routes do not tile the keyspace, which a
+	// node never answers; any range will do then, the node re-routes.
+	return min(i, len(t.ranges)-1)
+}
+
+// routeCache holds the route tables of the topics a client produced to.
+type routeCache struct {
+	mu sync.Mutex
+	m  map[string]*routeEntry
+}
+
+type routeEntry struct {
+	ready chan struct{} // closed when the first lookup has ended
+	table atomic.Pointer[routeTable]
+	err   error // of the first lookup, once ready; the entry is then gone
+	// refreshing is set while a refresh is under way (routeCache.mu).
+	refreshing bool
+}
+
+// errNoV2 means the connection at hand does not speak wire v2: the caller
+// falls back to wire v1.
+var errNoV2 = errors.New("malachi: connection does not speak wire v2")
+
+// routes returns topic's route table, asking the node on first use. Only
+// one caller asks; the others wait for its answer. Failures are not
+// cached.
+func (c *Client) routes(ctx context.Context, topic string) (*routeTable, error) {
+	for {
+		c.rc.mu.Lock()
+		if c.rc.m == nil {
+			c.rc.m = make(map[string]*routeEntry)
+		}
+		e := c.rc.m[topic]
+		if e == nil {
+			e = &routeEntry{ready: make(chan struct{})}
+			c.rc.m[topic] = e
+			c.rc.mu.Unlock()
+			t, err := c.fetchRoutes(ctx, topic)
+			c.rc.mu.Lock()
+			if err != nil {
+				e.err = err
+				if c.rc.m[topic] == e {
+					delete(c.rc.m, topic)
+				}
+			} else {
+				e.table.Store(t)
+			}
+			c.rc.mu.Unlock()
+			close(e.ready)
+			return t, err
+		}
+		c.rc.mu.Unlock()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		if t := e.table.Load(); t != nil {
+			return t, nil
+		}
+		// The lookup we waited for failed. If only its caller gave up,
+		// ask again for ourselves.
+		if !errors.Is(e.err, context.Canceled) && !errors.Is(e.err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return nil, e.err
+		}
+	}
+}
+
+// refreshRoutes asks the node for topic's routes again, in the
+// background, because an answer showed they are stale. Produces go on
+// with the old table meanwhile (the node re-routes what they send).
+func (c *Client) refreshRoutes(topic string) {
+	c.rc.mu.Lock()
+	e := c.rc.m[topic]
+	if e == nil || e.refreshing || e.table.Load() == nil {
+		c.rc.mu.Unlock()
+		return
+	}
+	e.refreshing = true
+	c.rc.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.requestTimeout)
+		defer cancel()
+		t, err := c.fetchRoutes(ctx, topic)
+		c.rc.mu.Lock()
+		defer c.rc.mu.Unlock()
+		e.refreshing = false
+		switch {
+		case err == nil:
+			e.table.Store(t)
+		case !IsRetriable(err) && c.rc.m[topic] == e:
+			// The topic is gone (or we may no longer see it): the next
+			// produce asks afresh and reports what the node says.
+			delete(c.rc.m, topic)
+		}
+	}()
+}
+
+// forgetRoutes drops topic's routes (the topic was deleted).
+func (c *Client) forgetRoutes(topic string) {
+	c.rc.mu.Lock()
+	delete(c.rc.m, topic)
+	c.rc.mu.Unlock()
+}
+
+// fetchRoutes asks the node for topic's routes: errNoV2 if the connection
+// does not speak wire v2.
+func (c *Client) fetchRoutes(ctx context.Context, topic string) (*routeTable, error) {
+	var resp wire.TopicRoutesResponse
+	_, err := c.doPick(ctx, func(cn *conn) (request, error) {
+		if !cn.v2 {
+			return request{}, errNoV2
+		}
+		return request{req: wire.TopicRoutesRequest{Topic: str(topic)}, resp: &resp, resend: true}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newRouteTable(&resp)
+}
