@@ -44,9 +44,16 @@ records are due on a fixed schedule and latency is measured from each record's
 due time, so stalls are not hidden (coordinated-omission correction).
 A progress bar is drawn on a terminal; --json prints one JSON document.
 It connects like every other command (--server, --user, --password, the
-saved context; see 'malachi --help'); the dev admin may create the topic.`,
+saved context; see 'malachi --help'); the dev admin may create the topic.
+
+The global --wire picks the protocol (v2, batch-native, by default; v1
+record by record), so the same run with --wire v1 compares the two; the
+report names the version the connections spoke. --compression zstd or s2
+compresses the async producers' batches (v2 only).`,
 		Example: `  malachi bench produce --records 1000000 --size 128
   malachi bench produce --sync --records 20000
+  malachi --wire v1 bench produce --records 1000000 --size 1024
+  malachi bench produce --records 1000000 --size 1024 --compression zstd
   malachi bench produce --rate 50000 --producers 4 --keys 1000 --ranges 4
   malachi bench consume --records 1000000 --via group --consumers 2
   malachi bench e2e --rate 10000 --records 200000 --json`,
@@ -88,11 +95,13 @@ func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&f.linger, "linger", client.DefaultLinger, "how long a batch waits to fill; 0 sends at once")
 	fl.Float64Var(&c.Rate, "rate", 0, "open loop: records/s over all producers, latency from each record's due time; 0 = closed loop")
 	fl.BoolVar(&c.Sync, "sync", false, "one record per request, waiting for each ack")
+	fl.StringVar(&c.Compression, "compression", "none", "compress the async producers' batches: none, zstd or s2 (wire v2)")
 	fl.IntVar(&c.Ranges, "ranges", 0, "ranges of the topic if this run creates it; 0 = broker default")
 	fl.StringVar(&c.Via, "via", bench.ViaFetch, `how consumers read: "fetch" (own cursor each) or "group" (push subscription, one group)`)
 	fl.StringVar(&c.Group, "group", "", "group of --via group (default: a fresh group per run)")
 	fl.IntVar(&c.Window, "window", bench.DefaultWindow, "subscription credit window, records (--via group)")
-	fl.IntVar(&c.PageMax, "page-max", bench.DefaultPageMax, "most records per fetch or pushed page")
+	fl.IntVar(&c.PageMax, "page-max", bench.DefaultPageMax, "most records per pushed page (--via group) or wire v1 fetch")
+	fl.IntVar(&c.MaxBytes, "max-bytes", 0, "most stored bytes per wire v2 fetch page; 0 = the node's default (its cap)")
 	fl.DurationVar(&c.Idle, "idle", bench.DefaultIdle, "give up when no record has arrived for this long")
 	fl.BoolVar(&f.json, "json", false, "print the result as JSON")
 }

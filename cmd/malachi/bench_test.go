@@ -60,6 +60,31 @@ func TestBenchCommand(t *testing.T) {
 
 	res = run(t, "consume", "--topic", "b", "--records", "2050", "--page-max", "500")
 	check(t, res.Stats, 2050, true)
+	if res.Wire != 2 {
+		t.Errorf("consume: wire %d, want 2 (the default)", res.Wire)
+	}
+
+	// --wire v1 and --compression: the same workloads, and the report says
+	// which version ran.
+	res = run(t, "produce", "--topic", "c", "--records", "1000", "--size", "256", "--keys", "7", "--compression", "zstd")
+	check(t, res.Stats, 1000, true)
+	if res.Wire != 2 || res.Config.Compression != "zstd" {
+		t.Errorf("produce: wire %d, compression %q", res.Wire, res.Config.Compression)
+	}
+	res = run(t, "produce", "--topic", "c", "--records", "1000", "--size", "256", "--wire", "v1")
+	check(t, res.Stats, 1000, true)
+	res = run(t, "produce", "--topic", "c", "--records", "100", "--sync", "--wire", "v1")
+	check(t, res.Stats, 100, true)
+	if res.Wire != 1 {
+		t.Errorf("produce --wire v1: wire %d", res.Wire)
+	}
+	for _, wire := range []string{"v1", "v2"} {
+		res = run(t, "consume", "--topic", "c", "--records", "2100", "--wire", wire, "--max-bytes", "4096")
+		check(t, res.Stats, 2100, true)
+		if want := int(wire[1] - '0'); res.Wire != want {
+			t.Errorf("consume --wire %s: wire %d", wire, res.Wire)
+		}
+	}
 
 	res = run(t, "consume", "--topic", "b", "--records", "2050", "--via", "group", "--consumers", "2")
 	check(t, res.Stats, 2050, false)

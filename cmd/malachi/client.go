@@ -32,6 +32,7 @@ type app struct {
 	output   string
 	context  string
 	timeout  time.Duration
+	wire     wireFlag
 	secure   secureFlags
 	// useContextCreds sends a saved context's password or token to a
 	// server other than the context's.
@@ -48,7 +49,10 @@ func addClientCommands(root *cobra.Command) {
 consumers read them back with opaque cursors or as consumer groups.
 
 'malachi serve' runs a node; every other command talks to one, at --server
-(default ` + defaultServer + `) as --user (default the dev admin, ` + defaultUser + `/` + defaultPassword + `).`
+(default ` + defaultServer + `) as --user (default the dev admin, ` + defaultUser + `/` + defaultPassword + `).
+They speak wire v2 where the node does (records travel in stored batches,
+compressed with 'produce --compression'), else wire v1; --wire v1 keeps to
+the record-by-record protocol of v1 with any node.`
 	root.Example = `  malachi serve --dev
   malachi topic create orders --ranges 4
   printf 'user-1\tcreated\n' | malachi produce orders --kv
@@ -105,6 +109,8 @@ func (a *app) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	fs.StringVar(&a.context, "context", "", "use this saved context instead of the current one (env MALACHI_CONTEXT)")
 	fs.DurationVar(&a.timeout, "timeout", defaultTimeout, "how long to wait to connect and for each answer")
+	a.wire = wireFlag(defaultWire)
+	fs.Var(&a.wire, "wire", "wire protocol version: v2 (batch-native produce and fetch; v1 with nodes that lack it) or v1 (record by record)")
 	a.secure.register(fs)
 	fs.BoolVar(&a.useContextCreds, "use-context-credentials", false, "send the saved context's password or token even to a --server other than the context's")
 }
@@ -115,6 +121,8 @@ type settings struct {
 	User     string
 	Password string
 	Timeout  time.Duration
+	// Wire is the wire protocol version the client speaks, 1 or 2.
+	Wire int
 	// Context names the saved context they came from, "" for none.
 	Context string
 
@@ -141,7 +149,7 @@ type settings struct {
 // password and token are used only with the context's own server, unless
 // --use-context-credentials says otherwise.
 func (a *app) settings() (settings, error) {
-	s := settings{Server: defaultServer, User: defaultUser, Password: defaultPassword, Timeout: a.timeout}
+	s := settings{Server: defaultServer, User: defaultUser, Password: defaultPassword, Timeout: a.timeout, Wire: int(a.wire)}
 	name := a.pick("context", a.context, "MALACHI_CONTEXT", "")
 	ctx, err := loadSelectedContext(name)
 	if err != nil {

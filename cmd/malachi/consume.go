@@ -73,8 +73,10 @@ Output (--format):
            and --print-headers put the key and the headers (name=value,
            comma-separated) before it, TAB-separated, as kcat -K does
   json     one JSON object per line: "key" (null for none), "value",
-           "headers" [{"key","value"}], "timestamp" (RFC 3339, UTC) and,
-           on the last record of each page, "cursor" (resume after it).
+           "headers" [{"key","value"}], "timestamp" (RFC 3339, UTC),
+           "range" (the range it was read from, when the fetch says:
+           wire v2) and, on the last record of each page, "cursor"
+           (resume after it).
            Keys, values and header values that are not UTF-8 are base64,
            with "key_base64", "value_base64" set; 'malachi produce
            --format json' reads these lines back, so the pair copies a topic
@@ -242,11 +244,7 @@ func (c *consumer) loop(ctx context.Context) error {
 	// before any record does; later ones wait only once drained.
 	wait := false
 	for c.f.max == 0 || c.seen.Load() < int64(c.f.max) {
-		limit := pageMax
-		if c.f.max > 0 {
-			limit = min(limit, c.f.max-int(c.seen.Load()))
-		}
-		page, err := c.fetch(ctx, limit, wait)
+		page, err := c.fetch(ctx, c.limit(), wait)
 		if err != nil && c.f.follow && connectionLost(err) {
 			// The node went away (a restart, a network cut): wait for it
 			// and go on from the cursor, which moves only once a page
@@ -269,6 +267,21 @@ func (c *consumer) loop(ctx context.Context) error {
 		wait = len(page.Records) == 0
 	}
 	return nil
+}
+
+// limit is the record bound of the next fetch. Without --max, a wire v2
+// connection reads whole stored batches (fetch_batches, bounded by the
+// node's page bytes): limit 0. With --max the bound must be exact, and
+// pkg/client keeps a positive Max with a wire v1 fetch, whose records
+// carry no range.
+func (c *consumer) limit() int {
+	switch {
+	case c.f.max > 0:
+		return min(pageMax, c.f.max-int(c.seen.Load()))
+	case c.s.c.WireVersion() >= 2:
+		return 0
+	}
+	return pageMax
 }
 
 // fetch reads the next page from the cursor, or where the flags say for

@@ -146,6 +146,9 @@ type jsonRecord struct {
 	ValueBase64 bool         `json:"value_base64,omitempty"`
 	Headers     []jsonHeader `json:"headers,omitempty"`
 	Timestamp   string       `json:"timestamp,omitempty"`
+	// Range is the range the record was read from, when the wire says
+	// (v2); produce ignores it.
+	Range uint64 `json:"range,omitempty"`
 	// Cursor resumes reading after this record; consume sets it on the
 	// last record of each page it read, produce ignores it.
 	Cursor string `json:"cursor,omitempty"`
@@ -158,7 +161,7 @@ type jsonHeader struct {
 }
 
 func writeJSONRecord(w *bufio.Writer, r *client.Record, cursor string) error {
-	j := jsonRecord{Timestamp: jsonTime(r.Timestamp), Cursor: cursor}
+	j := jsonRecord{Timestamp: jsonTime(r.Timestamp), Range: r.Range, Cursor: cursor}
 	if r.Key != nil {
 		var k string
 		k, j.KeyBase64 = textOrBase64(r.Key)

@@ -154,6 +154,9 @@ func resolveSecurity(fs *pflag.FlagSet, f *secureFlags, ctx *savedContext, passw
 // clientOptions turns s into the options of client.Dial.
 func (s *settings) clientOptions() ([]client.Option, error) {
 	var opts []client.Option
+	if s.Wire != 0 {
+		opts = append(opts, client.WithWireVersion(s.Wire))
+	}
 	if s.Timeout > 0 {
 		opts = append(opts, client.WithDialTimeout(s.Timeout), client.WithRequestTimeout(s.Timeout))
 	}

@@ -46,7 +46,7 @@ func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a Malachi node",
-		Long: `Run a Malachi node: the client protocol (wire v1) on --listen and health and
+		Long: `Run a Malachi node: the client protocol (wire v1 and v2) on --listen and health and
 readiness on --http. Data lives in --data-dir. With --dev the development users
 (admin/admin123, producer/producer123, consumer/consumer123, app/app123) are
 created on first start; otherwise the admin password comes from
