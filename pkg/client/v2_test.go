@@ -301,7 +301,7 @@ func TestProducerV2BatchSentOverV1(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the client did not notice the dropped connection")
 		}
-		time.Sleep(time.Millisecond)
+		<-time.After(time.Millisecond) // poll: the client has no event for it
 	}
 	if err := p.Close(t.Context()); err != nil {
 		t.Fatal(err)
@@ -400,7 +400,9 @@ func TestFallbackAfterReset(t *testing.T) {
 				key, corr, _, _ := wire.ParseRequestHeader(body)
 				if key != wire.KeyAuth {
 					nc.Write(wire.AppendErrorFrame(nil, corr, wire.ReasonAuthRequired))
-					time.Sleep(20 * time.Millisecond) // the auth frame arrives, unread
+					// Wait for the auth frame pipelined behind it and close
+					// with its body unread, so the client sees a reset.
+					io.ReadFull(nc, hdr[:])
 					return
 				}
 				nc.Write(wire.AppendOKFrame(nil, corr, wire.TokenResponse{Token: "t"}))
