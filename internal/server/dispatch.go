@@ -77,6 +77,19 @@ func (c *conn) answer(corr uint32, resp wire.Response, err error) {
 // stops reading is refused: retry when the node drains (shutting_down),
 // else the client has gone and the answer is not read anyway.
 func (c *conn) fetchWithinBudget(corr uint32, r *wire.FetchRequest) {
+	c.withinBudget(corr, func() []byte {
+		resp, err := c.handle(r)
+		if err != nil {
+			return wire.AppendErrorFrame(nil, corr, reason(err))
+		}
+		return wire.AppendOKFrame(frameBuffer(resp), corr, resp)
+	})
+}
+
+// withinBudget runs answer, which builds a fetch-shaped frame, once the
+// largest such frame fits in the connection's byte budget, and queues the
+// frame in place of the reservation.
+func (c *conn) withinBudget(corr uint32, answer func() []byte) {
 	need := c.s.fetchReserve
 	if !c.budget.reserve(c.reqCtx, c.draining, need) {
 		reason := wire.ReasonRetry
@@ -86,14 +99,7 @@ func (c *conn) fetchWithinBudget(corr uint32, r *wire.FetchRequest) {
 		c.refuse(corr, reason)
 		return
 	}
-	resp, err := c.handle(r)
-	var frame []byte
-	if err != nil {
-		frame = wire.AppendErrorFrame(nil, corr, reason(err))
-	} else {
-		frame = wire.AppendOKFrame(frameBuffer(resp), corr, resp)
-	}
-	c.queueSettled(frame, need)
+	c.queueSettled(answer(), need)
 }
 
 // refuse queues an error answer of an admitted request on its slot.

@@ -102,23 +102,13 @@ func (c *conn) produceBatches(corr uint32, r *wire.ProduceBatchesRequest) {
 
 // fetchBatchesWithinBudget is fetchWithinBudget for fetch_batches.
 func (c *conn) fetchBatchesWithinBudget(corr uint32, r *wire.FetchBatchesRequest) {
-	need := c.s.fetchReserve
-	if !c.budget.reserve(c.reqCtx, c.draining, need) {
-		reason := wire.ReasonRetry
-		if c.isDraining() {
-			reason = wire.ReasonShuttingDown
+	c.withinBudget(corr, func() []byte {
+		resp, err := c.fetchBatches(c.identity(), r)
+		if err != nil {
+			return wire.AppendErrorFrame(nil, corr, reason(err))
 		}
-		c.refuse(corr, reason)
-		return
-	}
-	var frame []byte
-	resp, err := c.fetchBatches(c.identity(), r)
-	if err != nil {
-		frame = wire.AppendErrorFrame(nil, corr, reason(err))
-	} else {
-		frame = wire.AppendOKFrame(make([]byte, 0, resp.Size()+64), corr, resp)
-	}
-	c.queueSettled(frame, need)
+		return wire.AppendOKFrame(make([]byte, 0, resp.Size()+64), corr, resp)
+	})
 }
 
 func (c *conn) fetchBatches(id broker.Identity, r *wire.FetchBatchesRequest) (*wire.FetchBatchesResponse, error) {
