@@ -132,9 +132,17 @@ func fdChild(t *testing.T) {
 	}
 	fmt.Println("exhausted")
 
-	deadline := time.Now().Add(20 * time.Second)
-	for s.Stats().AcceptErrors == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	// The accept loop counts its errors but signals nothing, so the child
+	// polls the counter, on a ticker, until the first one or a deadline.
+	deadline := time.After(20 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.Stats().AcceptErrors == 0 {
+		select {
+		case <-deadline:
+			t.Fatal("the accept loop never failed with its descriptors gone")
+		case <-tick.C:
+		}
 	}
 	fmt.Printf("accept-errors %d\n", s.Stats().AcceptErrors)
 	for _, fd := range held {
