@@ -295,6 +295,17 @@ func (b *Broker) readPage(pos position, max int) ([]Record, []cursor.Entry, erro
 // the reader stands: each source in lineage order, skipping what is
 // already delivered, until the budget is spent or the live tail is reached.
 func (b *Broker) readRange(p *plan, entries []cursor.Entry, lin lineage, bg *budget, out []Record) ([]Record, []cursor.Entry, error) {
+	return walkRange(p, entries, lin, bg, out, b.readSource)
+}
+
+// sourceReader reads one source of a plan from start into out, and says
+// the offset reached and whether the source is exhausted: records for
+// wire v1, whole batches for v2.
+type sourceReader[T any] func(p *plan, src *source, entries []cursor.Entry, lin lineage, start uint64, bg *budget, out []T) (uint64, bool, []T, error)
+
+// walkRange reads a plan's sources in lineage order with read, skipping
+// those the entries mark done, and advances the entries past what it read.
+func walkRange[T any](p *plan, entries []cursor.Entry, lin lineage, bg *budget, out []T, read sourceReader[T]) ([]T, []cursor.Entry, error) {
 	sliceBits := p.slice.Log2Size()
 	for i := range p.sources {
 		src := &p.sources[i]
@@ -302,11 +313,11 @@ func (b *Broker) readRange(p *plan, entries []cursor.Entry, lin lineage, bg *bud
 		if done {
 			continue
 		}
-		next, exhausted, recs, err := b.readSource(p, src, entries, lin, start, bg, out)
+		next, exhausted, got, err := read(p, src, entries, lin, start, bg, out)
 		if err != nil {
 			return nil, nil, err
 		}
-		out = recs
+		out = got
 		entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, lin.isAncestor)
 		if !exhausted || bg.spent() {
 			break

@@ -96,24 +96,7 @@ func (b *Broker) readBatchPage(pos position, total budget) ([]RangeBatch, []curs
 
 // readRangeBatches is readRange for whole batches.
 func (b *Broker) readRangeBatches(p *plan, entries []cursor.Entry, lin lineage, bg *budget, out []RangeBatch) ([]RangeBatch, []cursor.Entry, error) {
-	sliceBits := p.slice.Log2Size()
-	for i := range p.sources {
-		src := &p.sources[i]
-		start, done := cursor.Start(entries, src.id, p.slice.Start, sliceBits, sourceBase(src), lin.isAncestor)
-		if done {
-			continue
-		}
-		next, exhausted, batches, err := b.readSourceBatches(p, src, entries, lin, start, bg, out)
-		if err != nil {
-			return nil, nil, err
-		}
-		out = batches
-		entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, lin.isAncestor)
-		if !exhausted || bg.spent() {
-			break
-		}
-	}
-	return out, entries, nil
+	return walkRange(p, entries, lin, bg, out, b.readSourceBatches)
 }
 
 // readSourceBatches is readSource for whole batches.
