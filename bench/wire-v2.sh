@@ -64,41 +64,19 @@ declare -A RECORDS=([128]=$RECORDS_128 [1024]=$RECORDS_1K [16384]=$RECORDS_16K)
 declare -A SIZE_NAME=([128]="128 B" [1024]="1 KiB" [16384]="16 KiB")
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib.sh
+source "$REPO/bench/lib.sh"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/malachi-wire-v2.XXXXXX")
 DATA=$WORK/data
 RESULTS=$WORK/results.tsv # label wire records_per_s mb_per_s p50_us p99_us rss_kb
 PIDS=()
 NODE_PID=
 
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	if [[ $KEEP == 1 ]]; then
-		log "work folder kept: $WORK"
-	else
-		rm -rf "$WORK"
-	fi
-}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # forget PID: drop a reaped process from PIDS, so that cleanup never
 # signals a PID the system may have given to another process since.
-forget() {
-	local keep=() pid
-	for pid in "${PIDS[@]}"; do
-		[[ $pid == "$1" ]] || keep+=("$pid")
-	done
-	PIDS=("${keep[@]}")
-}
 
 # The bench commands must not pick up the user's saved contexts or
 # MALACHI_* settings.
@@ -108,8 +86,6 @@ done
 export XDG_CONFIG_HOME=$WORK/config
 
 # ---- node --------------------------------------------------------------
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 start_node() {
 	port_free "$PORT" && port_free $((PORT + 1)) || die "port $PORT or $((PORT + 1)) is in use; set PORT"
@@ -127,8 +103,6 @@ start_node() {
 }
 
 # ---- peak RSS ----------------------------------------------------------
-
-rss_kb() { awk -v f="$2" '$1 == f":" {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 SAMPLER=
 start_rss() {
@@ -158,20 +132,6 @@ stop_rss() { # sets RSS, the peak in kB
 
 # run_cmd OUT CMD...: one command, its output to OUT, in the background
 # so that Ctrl-C reaches the script at once.
-run_cmd() {
-	local out=$1 pid rc=0
-	shift
-	timeout "$CMD_TIMEOUT" "$@" >"$out" 2>&1 &
-	pid=$!
-	PIDS+=("$pid")
-	wait "$pid" || rc=$?
-	forget "$pid"
-	if ((rc != 0)); then
-		log "command failed ($rc): $*"
-		tail -20 "$out" >&2
-		die "see $out (KEEP=1 keeps it)"
-	fi
-}
 
 # jstat FILE KEY: the first "KEY": value of a --json result (the run's own
 # stats come before any nested ones, and no config key shares these names).

@@ -89,38 +89,16 @@ for i in "${!SIZE_LIST[@]}"; do
 done
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../lib.sh
+source "$REPO/bench/lib.sh"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/malachi-vs-nats.XXXXXX")
 RESULTS=$WORK/results.tsv # workload system metric round value rss_kb size
 PIDS=()
 
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	if [[ $KEEP == 1 ]]; then
-		log "work folder kept: $WORK"
-	else
-		rm -rf "$WORK"
-	fi
-}
 trap cleanup EXIT
 
 # forget PID: drop a reaped process from PIDS, so that cleanup never
 # signals a PID the system may have given to another process since.
-forget() {
-	local keep=() pid
-	for pid in "${PIDS[@]}"; do
-		[[ $pid == "$1" ]] || keep+=("$pid")
-	done
-	PIDS=("${keep[@]}")
-}
 trap 'exit 130' INT TERM
 
 # ---- install and build -------------------------------------------------
@@ -148,8 +126,6 @@ build() {
 }
 
 # ---- servers ---------------------------------------------------------
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # wait_ready PID LOG PATTERN: until LOG shows PATTERN (30 s at most).
 wait_ready() {
@@ -206,7 +182,6 @@ start_servers() {
 # Peak RSS per workload: reset the server's high-water mark (VmHWM) through
 # /proc/PID/clear_refs before the command and read it after. Where the
 # reset is refused, sample VmRSS in the background instead.
-rss_kb() { awk -v f="$2" '$1 == f":" {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 SAMPLER=
 start_rss() { # PID
@@ -235,20 +210,6 @@ stop_rss() { # PID: sets RSS to the peak in kB
 # run_cmd OUT CMD...: run one benchmark command, its output to OUT. It
 # runs in the background and is waited for, so that a signal reaches the
 # script (and its cleanup) at once rather than when the command ends.
-run_cmd() {
-	local out=$1 pid rc=0
-	shift
-	timeout "$CMD_TIMEOUT" "$@" >"$out" 2>&1 &
-	pid=$!
-	PIDS+=("$pid")
-	wait "$pid" || rc=$?
-	forget "$pid"
-	if ((rc != 0)); then
-		log "command failed ($rc): $*"
-		tail -20 "$out" >&2
-		die "see $out (KEEP=1 keeps it)"
-	fi
-}
 
 # record WORKLOAD SYSTEM METRIC ROUND VALUE RSS_KB, at the current $CUR_SIZE.
 record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" "$CUR_SIZE" >>"$RESULTS"; }

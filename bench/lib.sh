@@ -1,0 +1,47 @@
+# Shell helpers shared by the benchmark scripts (sourced, not run).
+# The caller sets PIDS=() (background processes to stop on exit), WORK (a
+# scratch folder), KEEP (1 keeps WORK) and CMD_TIMEOUT (seconds one
+# command may run), and traps EXIT with cleanup.
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+rss_kb() { awk -v f="$2" '$1 == f":" {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+cleanup() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	if [[ $KEEP == 1 ]]; then
+		log "work folder kept: $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+}
+
+forget() {
+	local keep=() pid
+	for pid in "${PIDS[@]}"; do
+		[[ $pid == "$1" ]] || keep+=("$pid")
+	done
+	PIDS=("${keep[@]}")
+}
+
+run_cmd() {
+	local out=$1 pid rc=0
+	shift
+	timeout "$CMD_TIMEOUT" "$@" >"$out" 2>&1 &
+	pid=$!
+	PIDS+=("$pid")
+	wait "$pid" || rc=$?
+	forget "$pid"
+	if ((rc != 0)); then
+		log "command failed ($rc): $*"
+		tail -20 "$out" >&2
+		die "see $out (KEEP=1 keeps it)"
+	fi
+}
