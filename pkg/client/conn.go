@@ -146,7 +146,14 @@ func dialOnce(ctx context.Context, addr string, cfg *config, probe bool) (*conn,
 	var versions *call
 	if probe {
 		versions = newCall()
-		if _, err := c.send(wire.APIVersionsRequest{}, versions); err != nil {
+		// Held back so that it leaves in one write with the auth frame: a
+		// node that refuses the first frame and closes (tls_required on a
+		// TLS-only node) would otherwise reset the second write before
+		// its refusal is read.
+		c.queued.Add(1)
+		_, err := c.send(wire.APIVersionsRequest{}, versions)
+		c.queued.Add(-1)
+		if err != nil {
 			c.close(ErrClosed)
 			return nil, err
 		}
