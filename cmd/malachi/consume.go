@@ -29,6 +29,9 @@ type consumeFlags struct {
 	from   string
 	cursor string
 	group  string
+	// member is --member: read as this member of the group, only the
+	// ranges the group assigns it.
+	member string
 	commit bool
 	follow bool
 	max    int
@@ -56,6 +59,18 @@ Where reading starts: --cursor (a cursor printed by an earlier consume), else
 (2026-01-02T15:04:05Z) or a duration back from now (-1h, -90s). A time is
 resolved by the node from record timestamps, range by range: reading starts
 at each range's first record at or after it.
+
+--member M (with --group) joins the group as member M: each member reads
+only the ranges the group assigns it, from the group's committed position,
+and commits each page once it is printed (--member implies --commit), so two
+terminals running the same command with different member names share the
+topic's records instead of each printing all of them. When a member stops
+(Ctrl-C, SIGTERM, or drained without --follow) it commits what it printed and
+leaves, and the others take its ranges from there; one that joins gets its
+share once the member reading those ranges has moved past what it printed.
+Without --follow a member stops at its first empty page: its ranges are
+drained, or another member has not handed them over yet. 'malachi group
+describe' shows the members, their ranges and the generation.
 
 --last N starts N records before the end of each range: N is per range, not
 in total, as kcat's -o -N is per partition, so a topic of 4 ranges prints up
@@ -89,6 +104,7 @@ Any other word is an error.`,
   malachi consume orders --last 5
   malachi consume orders --last 5 --follow
   malachi consume orders --group billing --commit
+  malachi consume orders --group billing --member worker-1 --follow
   malachi consume orders --follow --print-cursor
   malachi consume orders --print-keys --print-headers
   malachi consume orders --cursor "$CURSOR" --max 10
@@ -106,7 +122,7 @@ Any other word is an error.`,
 				return err
 			}
 			topic := args[0]
-			return a.run(cmd, errSubject{topic: topic}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: topic, op: "consume"}, func(ctx context.Context, s *session) error {
 				return runConsume(ctx, &consumer{s: s, topic: topic, f: f, format: format})
 			})
 		},
@@ -115,6 +131,7 @@ Any other word is an error.`,
 	fl.StringVar(&f.from, "from", "", "start, end, an RFC 3339 time or -DURATION (-1h), when neither --cursor nor --group says where to start (default start)")
 	fl.StringVar(&f.cursor, "cursor", "", "resume from this cursor")
 	fl.StringVar(&f.group, "group", "", "read from this consumer group's committed position")
+	fl.StringVar(&f.member, "member", "", "join --group as this member and read only its assigned ranges (implies --commit)")
 	fl.BoolVar(&f.commit, "commit", false, "commit the group's position after each page is printed (needs --group)")
 	fl.Uint64Var(&f.last, "last", 0, "start N records before the end of each range (N per range, like kcat -o -N per partition)")
 	fl.BoolVar(&f.follow, "follow", false, "keep waiting for new records until Ctrl-C")
@@ -144,9 +161,16 @@ func (f *consumeFlags) check() error {
 		return usageErr("--from conflicts with --cursor and --group, which say where to start")
 	case f.commit && f.group == "":
 		return usageErr("--commit needs --group: it stores the group's position")
+	case f.member != "" && f.group == "":
+		return usageErr("--member needs --group: it names a member of that group")
+	case f.member != "" && f.cursor != "":
+		return usageErr("--member conflicts with --cursor: a member reads from the group's committed position")
 	case f.max < 0:
 		return usageErr("--max must not be negative")
 	}
+	// A member's fetches start at the group's committed position: without
+	// a commit per page it would read the same page again and again.
+	f.commit = f.commit || f.member != ""
 	return nil
 }
 
@@ -179,6 +203,9 @@ type consumer struct {
 	cursor string
 	// seen counts records printed; the progress line reads it.
 	seen atomic.Int64
+	// joined is set once a member's fetch succeeded: it has a group to
+	// leave.
+	joined bool
 }
 
 // runConsume prints pages until the topic is drained, --max is reached or,
@@ -194,6 +221,9 @@ func runConsume(ctx context.Context, c *consumer) error {
 		prog = startProgress(c.s.out.errw, c.status)
 	}
 	err := c.loop(sig)
+	if c.f.member != "" {
+		c.leave(ctx)
+	}
 	// Read before stop, which cancels sig too.
 	interrupted := sig.Err() != nil && ctx.Err() == nil
 	stop() // a second Ctrl-C ends the process at once
@@ -288,13 +318,24 @@ func (c *consumer) limit() int {
 // the first page.
 func (c *consumer) fetch(ctx context.Context, limit int, wait bool) (client.Page, error) {
 	opt := client.FetchOptions{Cursor: c.cursor, Max: limit}
-	if c.cursor == "" {
-		opt.Group = c.f.group
+	if c.cursor == "" || c.f.member != "" {
+		opt.Group, opt.Member = c.f.group, c.f.member
 	}
 	if wait {
 		opt.Wait = followWait
+		if c.f.member != "" {
+			opt.Wait = memberWait
+		}
 	}
-	page, err := c.s.c.Fetch(ctx, c.topic, opt)
+	var (
+		page client.Page
+		err  error
+	)
+	if c.f.member != "" {
+		page, err = c.memberFetch(ctx, opt)
+	} else {
+		page, err = c.s.c.Fetch(ctx, c.topic, opt)
+	}
 	if err == nil && page.Cursor == "" {
 		// Wire v1 answers a fetch of a missing topic with an empty page and
 		// no cursor; say so instead of printing nothing.

@@ -26,6 +26,10 @@ type errSubject struct {
 	// existing marks operations on a topic that must already exist
 	// (delete, describe), where creating it is no answer.
 	existing bool
+	// op is what the operation does, when it needs the produce or consume
+	// permission: produce, consume or create (a topic, which takes
+	// produce); "" otherwise.
+	op string
 }
 
 // explain turns err into the one line main prints, "reason: what to do",
@@ -135,7 +139,7 @@ func reasonHint(e *client.Error, sub errSubject) string {
 		if sub.adminOnly {
 			return fmt.Sprintf("only an administrator may do this, and %s is not one: log in as an admin with --user/--password or a saved context (see 'malachi context')", sub.set.User)
 		}
-		return fmt.Sprintf("user %s may not do this; an admin can grant it with 'malachi acl grant %s produce|consume %s'", sub.set.User, sub.set.User, topic)
+		return permissionHint(sub, topic)
 	case "invalid_cursor":
 		return "the cursor is not one this server issued for " + topic + "; start again with --from start or --group"
 	case "sealed":
@@ -210,4 +214,23 @@ func speaksHTTP(addr string) bool {
 	buf := make([]byte, 5)
 	_, err = io.ReadFull(conn, buf)
 	return err == nil && string(buf) == "HTTP/"
+}
+
+// permissionHint says what a user refused a produce or consume needs. The
+// client cannot tell the node's ACL mode, and the remedy differs: every
+// node checks the user's own permissions (fixed by 'user add --perms'), and
+// only a node with --acl-strict also wants a grant for the topic.
+func permissionHint(sub errSubject, topic string) string {
+	op, action := "produce|consume", "do this on"
+	switch sub.op {
+	case "produce":
+		op, action = "produce", "produce to"
+	case "consume":
+		op, action = "consume", "read"
+	case "create":
+		op, action = "produce", "create the topic"
+	}
+	return fmt.Sprintf("user %s may not %s %s: it needs the %s permission ('malachi user add --perms') and, "+
+		"on a node started with --acl-strict, a grant: an admin can add one with 'malachi acl grant %s %s %s'",
+		sub.set.User, action, topic, op, sub.set.User, op, topic)
 }

@@ -49,7 +49,7 @@ cursor printed by 'malachi consume'. The group must have no live members.`,
 				}
 				at = t
 			}
-			return a.run(cmd, errSubject{topic: topic, group: group, existing: true}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: topic, group: group, existing: true, op: "consume"}, func(ctx context.Context, s *session) error {
 				cursor, err := seekTarget(ctx, s.c, topic, to, at)
 				if err != nil {
 					return err
@@ -98,7 +98,7 @@ the beginning if it is used again. The group must have no live members.`,
 		Args:    exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			topic, group := args[0], args[1]
-			return a.run(cmd, errSubject{topic: topic, group: group, existing: true}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: topic, group: group, existing: true, op: "consume"}, func(ctx context.Context, s *session) error {
 				if err := s.c.DeleteGroup(ctx, topic, group); err != nil {
 					return err
 				}
@@ -158,7 +158,7 @@ the last; into a file or a pipe they follow each other, a blank line apart.`,
 				return err
 			}
 			topic, group := args[0], args[1]
-			return a.run(cmd, errSubject{topic: topic}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: topic, group: group, existing: true, op: "consume"}, func(ctx context.Context, s *session) error {
 				return watch(ctx, s.out, every, func(ctx context.Context, out *printer) error {
 					return describeGroup(ctx, s.c, out, topic, group)
 				})
@@ -256,7 +256,7 @@ func newGroupListCmd(a *app) *cobra.Command {
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			topic := args[0]
-			return a.run(cmd, errSubject{topic: topic}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: topic, op: "consume"}, func(ctx context.Context, s *session) error {
 				return listGroups(ctx, s, topic)
 			})
 		},

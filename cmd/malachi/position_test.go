@@ -11,29 +11,40 @@ import (
 )
 
 // TestConsumeFromTime: --from a time or a duration starts at the first
-// record at or after it, by record timestamps, through a split.
+// record at or after it, by record timestamps, through a split. The
+// records are an hour apart, half an hour off the present, so that no
+// check depends on how long the commands take.
 func TestConsumeFromTime(t *testing.T) {
 	t.Parallel()
 	c, n := withNode(t)
 	admin := adminClient(t, n)
 	c.ok("topic", "create", "t")
 	now := time.Now()
-	at := func(v string, ago time.Duration) client.Record {
-		return client.Record{Key: []byte("k"), Value: []byte(v), Timestamp: now.Add(-ago)}
+	at := func(v string, offset time.Duration) client.Record {
+		return client.Record{Key: []byte("k"), Value: []byte(v), Timestamp: now.Add(offset)}
 	}
-	if _, err := admin.Produce(t.Context(), "t", at("h3", 3*time.Hour), at("h2", 2*time.Hour)); err != nil {
+	h := time.Hour
+	if _, err := admin.Produce(t.Context(), "t", at("-3.5h", -7*h/2), at("-2.5h", -5*h/2)); err != nil {
 		t.Fatal(err)
 	}
 	c.ok("topic", "split", "t")
-	if _, err := admin.Produce(t.Context(), "t", at("h1", time.Hour), at("now", 0)); err != nil {
+	if _, err := admin.Produce(t.Context(), "t", at("-1.5h", -3*h/2), at("-0.5h", -h/2), at("+0.5h", h/2)); err != nil {
 		t.Fatal(err)
 	}
-	from := now.Add(-150 * time.Minute).UTC().Format(time.RFC3339)
-	if out := c.ok("consume", "t", "--from", from); out != "h2\nh1\nnow\n" {
-		t.Errorf("--from %s: %q", from, out)
+	from := now.Add(-3 * h).UTC().Format(time.RFC3339)
+	for _, tc := range []struct{ from, want string }{
+		{from, "-2.5h\n-1.5h\n-0.5h\n+0.5h\n"},
+		{"-1h", "-0.5h\n+0.5h\n"},
+		{"-1s", "+0.5h\n"},
+		{"start", "-3.5h\n-2.5h\n-1.5h\n-0.5h\n+0.5h\n"},
+	} {
+		if out := c.ok("consume", "t", "--from", tc.from); out != tc.want {
+			t.Errorf("--from %s: %q, want %q", tc.from, out, tc.want)
+		}
 	}
-	if out := c.ok("consume", "t", "--from", "-90m"); out != "h1\nnow\n" {
-		t.Errorf("--from -90m: %q", out)
+	c.ok("group", "seek", "t", "g", "--to", "-1s")
+	if out := c.ok("consume", "t", "--group", "g"); out != "+0.5h\n" {
+		t.Errorf("group seek --to -1s: %q", out)
 	}
 	c.fails(2, "consume", "t", "--from", "yesterday")
 }

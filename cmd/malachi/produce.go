@@ -84,7 +84,7 @@ sent.`,
 			}
 			defer closeIn()
 			topic := args[0]
-			return a.run(cmd, errSubject{topic: topic}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: topic, op: "produce"}, func(ctx context.Context, s *session) error {
 				return runProduce(ctx, s, topic, in, lf, f.skipBad, codec)
 			})
 		},
@@ -204,7 +204,7 @@ func runProduce(ctx context.Context, s *session, topic string, in io.Reader, lf 
 	err := errors.Join(t.err, readErr, closeErr)
 	if err != nil {
 		return fmt.Errorf("%w (read %d line%s, sent %d, skipped %d; %d of %d records produced)",
-			explain(err, errSubject{topic: topic, set: s.set}), read, plural(int(read)), sent, skipped, acked, sent)
+			explain(err, errSubject{topic: topic, set: s.set, op: "produce"}), read, plural(int(read)), sent, skipped, acked, sent)
 	}
 	if s.out.json {
 		return s.out.doc(map[string]any{"topic": topic, "records": acked, "skipped": skipped})

@@ -43,7 +43,7 @@ start for a topic known to be busy.`,
 			if ranges < 1 || ranges&(ranges-1) != 0 {
 				return usageErr("--ranges must be a power of two (1, 2, 4, ...), not %d", ranges)
 			}
-			return a.run(cmd, errSubject{topic: name}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: name, op: "create"}, func(ctx context.Context, s *session) error {
 				if err := s.c.CreateTopic(ctx, name, client.WithRanges(ranges), client.WithKeyspaceBits(bits)); err != nil {
 					return err
 				}
@@ -86,10 +86,28 @@ func newTopicListCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if len(topics) == 0 && !s.out.json {
+					return noTopicsNote(ctx, s)
+				}
 				return printTopicList(s.out, topics)
 			})
 		},
 	}
+}
+
+// noTopicsNote says why the list is empty. On a node with --acl-strict a
+// user who is not an administrator sees only the topics its grants match
+// (status then shows no data directory), so "create one" would be wrong:
+// the topics may exist, and the user may not create any.
+func noTopicsNote(ctx context.Context, s *session) error {
+	st, err := s.c.Status(ctx)
+	if err == nil && st.DataDir == "" {
+		s.out.notef("no topics visible to %s: this node lists only the topics a user's grants match; "+
+			"an admin can grant one with 'malachi acl grant %s consume TOPIC'", s.set.User, s.set.User)
+		return nil
+	}
+	s.out.notef("no topics yet: create one with 'malachi topic create NAME'")
+	return nil
 }
 
 func printTopicList(out *printer, topics []client.TopicSummary) error {
@@ -143,7 +161,7 @@ follow each other, a blank line apart.`,
 			if err := checkWatch(cmd, every); err != nil {
 				return err
 			}
-			return a.run(cmd, errSubject{topic: args[0], existing: true}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: args[0], existing: true, op: "consume"}, func(ctx context.Context, s *session) error {
 				return watch(ctx, s.out, every, func(ctx context.Context, out *printer) error {
 					d, err := s.c.DescribeTopic(ctx, args[0])
 					if err != nil {
@@ -176,7 +194,7 @@ On a terminal it asks first; --yes skips the question.`,
 			if !yes && isTerminal(os.Stdin) && !confirm(cmd, fmt.Sprintf("Delete topic %s and all its records?", name)) {
 				return &exitError{code: 1, err: fmt.Errorf("not deleted (answer y, or pass --yes)")}
 			}
-			return a.run(cmd, errSubject{topic: name, existing: true}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: name, existing: true, adminOnly: true}, func(ctx context.Context, s *session) error {
 				if err := s.c.DeleteTopic(ctx, name); err != nil {
 					return err
 				}

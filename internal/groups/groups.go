@@ -34,6 +34,19 @@
 // as a Plan for the owner to compute outside its lock (Install caches the
 // result); Poll and Heartbeat compute in line, for owners with no lock.
 //
+// # Handoff
+//
+// A range that moves from one live member to another is not handed to its
+// new owner at once: the old owner may hold records of it that it has
+// read but not yet committed, and the new owner starts from the committed
+// position, so both would deliver them. The range stays with the member
+// last told it (its holder) until that member polls or heartbeats again
+// and learns the new assignment; a member that polls again has finished
+// with its previous answer (a fetch loop commits a page before fetching
+// the next). Meanwhile the new owner's answer leaves the range out. A
+// member that leaves or is evicted holds nothing, so its ranges pass at
+// once. Members reports the assignment itself, without this hold.
+//
 // # Limits and concurrency
 //
 // Group and member names come from clients, so the groups of the node, of
@@ -146,6 +159,9 @@ type group struct {
 	ranges  []uint64         // the topic's active ranges, ascending, unique
 	gen     uint64
 	assign  map[string][]uint64 // nil when stale
+	// held maps a range to the member last handed it, until that member
+	// learns it lost it (see Handoff).
+	held map[uint64]string
 }
 
 // New returns an empty Coordinator with the node-wide limits only. Values
@@ -188,7 +204,7 @@ func (c *Coordinator) Join(topic uint64, groupName, member, owner string, ranges
 		if err := c.admit(k, owner, now); err != nil {
 			return Assignment{}, nil, err
 		}
-		g = &group{owner: owner, members: make(map[string]int64)}
+		g = &group{owner: owner, members: make(map[string]int64), held: make(map[uint64]string)}
 	}
 	changed := len(c.evictSilent(g, now, member)) > 0
 	if _, ok := g.members[member]; !ok {
@@ -201,6 +217,7 @@ func (c *Coordinator) Join(topic uint64, groupName, member, owner string, ranges
 	c.seen(g, member, now)
 	if norm := normalize(ranges); !slices.Equal(norm, g.ranges) {
 		g.ranges = norm
+		g.dropGoneRanges()
 		changed = true
 	}
 	c.settle(k, g, changed)
@@ -216,6 +233,17 @@ func (c *Coordinator) Install(p *Plan, assign map[string][]uint64) bool {
 		return false
 	}
 	g.assign = assign
+	// The members waiting on this plan are answered from it (Plan.For),
+	// not through answer: take their holds here. A member not told yet
+	// holds its ranges early, which only delays a later handoff until
+	// it polls.
+	for m, rs := range assign {
+		for _, r := range rs {
+			if !g.heldByOther(r, m) {
+				g.held[r] = m
+			}
+		}
+	}
 	return true
 }
 
@@ -250,6 +278,7 @@ func (c *Coordinator) Leave(topic uint64, groupName, member string, now int64) b
 	changed := len(c.evictSilent(g, now, "")) > 0
 	_, ok := g.members[member]
 	delete(g.members, member)
+	g.release(member)
 	c.settle(k, g, changed || ok)
 	return ok
 }
@@ -281,6 +310,7 @@ func (c *Coordinator) SetRanges(topic uint64, ranges []uint64) int {
 	for name, g := range c.byTopic[topic] {
 		if !slices.Equal(norm, g.ranges) {
 			g.ranges = slices.Clone(norm)
+			g.dropGoneRanges()
 			c.settle(groupKey{topic, name}, g, true)
 			n++
 		}
@@ -298,10 +328,12 @@ func (c *Coordinator) Members(topic uint64, groupName string) []Member {
 		return nil
 	}
 	out := make([]Member, 0, len(g.members))
+	if g.assign == nil {
+		p := c.plan(k, g)
+		c.Install(p, p.Compute())
+	}
 	for _, name := range slices.Sorted(maps.Keys(g.members)) {
-		a, plan := c.answer(k, g, name)
-		a, _ = c.settlePlan(a, plan, name, nil)
-		out = append(out, Member{Name: name, LastSeen: g.members[name], Ranges: a.Ranges})
+		out = append(out, Member{Name: name, LastSeen: g.members[name], Ranges: slices.Clone(g.assign[name])})
 	}
 	return out
 }
@@ -364,6 +396,7 @@ func (c *Coordinator) evictSilent(g *group, now int64, keep string) []string {
 	for name, seen := range g.members {
 		if name != keep && c.silent(seen, now) {
 			delete(g.members, name)
+			g.release(name)
 			gone = append(gone, name)
 		}
 	}
@@ -435,14 +468,66 @@ func deleteFrom[O, I comparable](m map[O]map[I]*group, outer O, inner I) {
 
 // answer returns member's share under the current generation, or the plan
 // to compute it when the generation's assignment is not cached.
+//
+// Answering from the cached assignment hands member its ranges that no
+// other live member holds, and releases the ones it held that are no
+// longer its own: it polled again, so it is done with them.
 func (c *Coordinator) answer(k groupKey, g *group, member string) (Assignment, *Plan) {
 	if g.assign == nil {
-		return Assignment{}, &Plan{
-			Topic: k.topic, Group: k.name, Generation: g.gen,
-			Ranges: slices.Clone(g.ranges), Members: slices.Sorted(maps.Keys(g.members)),
+		return Assignment{}, c.plan(k, g)
+	}
+	mine := g.assign[member]
+	var out []uint64
+	for _, r := range mine {
+		if !g.heldByOther(r, member) {
+			g.held[r] = member
+			out = append(out, r)
 		}
 	}
-	return Assignment{Generation: g.gen, Ranges: slices.Clone(g.assign[member])}, nil
+	for r, h := range g.held {
+		if h == member && !slices.Contains(mine, r) {
+			delete(g.held, r)
+		}
+	}
+	return Assignment{Generation: g.gen, Ranges: out}, nil
+}
+
+// plan copies what computing g's assignment needs, with the holds that
+// Plan.For leaves out.
+func (c *Coordinator) plan(k groupKey, g *group) *Plan {
+	return &Plan{
+		Topic: k.topic, Group: k.name, Generation: g.gen,
+		Ranges: slices.Clone(g.ranges), Members: slices.Sorted(maps.Keys(g.members)),
+		Held: maps.Clone(g.held),
+	}
+}
+
+// heldByOther reports whether a live member other than member holds r.
+func (g *group) heldByOther(r uint64, member string) bool {
+	h, ok := g.held[r]
+	if !ok || h == member {
+		return false
+	}
+	_, live := g.members[h]
+	return live
+}
+
+// release drops the holds of a member that left or was evicted.
+func (g *group) release(member string) {
+	for r, h := range g.held {
+		if h == member {
+			delete(g.held, r)
+		}
+	}
+}
+
+// dropGoneRanges drops the holds of ranges no longer in the group's set.
+func (g *group) dropGoneRanges() {
+	for r := range g.held {
+		if _, found := slices.BinarySearch(g.ranges, r); !found {
+			delete(g.held, r)
+		}
+	}
 }
 
 // settlePlan computes and installs a plan in line, for callers that hold

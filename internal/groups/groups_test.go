@@ -51,6 +51,9 @@ func TestPollJoinsAndAssigns(t *testing.T) {
 	if a.Generation != b.Generation {
 		t.Fatalf("members disagree on the generation: %d vs %d", a.Generation, b.Generation)
 	}
+	// m1 held every range when m2 joined; m2 gets its share once m1 has
+	// polled under the new generation (see TestHandoffWaitsForHolder).
+	b = mustPoll(t, c, "g", "m2", ranges, 2000)
 	all := append(slices.Clone(a.Ranges), b.Ranges...)
 	slices.Sort(all)
 	if !reflect.DeepEqual(all, []uint64{1, 3, 5}) {
@@ -59,6 +62,43 @@ func TestPollJoinsAndAssigns(t *testing.T) {
 	want := Assign([]uint64{1, 3, 5}, []string{"m1", "m2"})
 	if !slices.Equal(a.Ranges, want["m1"]) || !slices.Equal(b.Ranges, want["m2"]) {
 		t.Fatalf("assignment %v/%v differs from Assign %v", a.Ranges, b.Ranges, want)
+	}
+}
+
+// TestHandoffWaitsForHolder: a range moving between live members reaches
+// its new owner only after the member that held it has polled again, so
+// the two never read it at the same time; leaving hands it over at once.
+func TestHandoffWaitsForHolder(t *testing.T) {
+	c := New(timeout, 10, 10)
+	ranges := []uint64{1, 2, 3, 4}
+	if a := mustPoll(t, c, "g", "a", ranges, 0); len(a.Ranges) != 4 {
+		t.Fatalf("sole member got %v", a.Ranges)
+	}
+	want := Assign(ranges, []string{"a", "b"})
+	if len(want["b"]) == 0 {
+		t.Fatal("the test needs b to get a range")
+	}
+	if b := mustPoll(t, c, "g", "b", ranges, 1); len(b.Ranges) != 0 {
+		t.Fatalf("b got %v while a still holds every range", b.Ranges)
+	}
+	if got := c.Members(1, "g"); !slices.Equal(got[1].Ranges, want["b"]) {
+		t.Fatalf("Members reports %v for b, want the assignment %v", got[1].Ranges, want["b"])
+	}
+	if a := mustPoll(t, c, "g", "a", ranges, 2); !slices.Equal(a.Ranges, want["a"]) {
+		t.Fatalf("a got %v, want %v", a.Ranges, want["a"])
+	}
+	if b := mustPoll(t, c, "g", "b", ranges, 3); !slices.Equal(b.Ranges, want["b"]) {
+		t.Fatalf("b got %v after a polled, want %v", b.Ranges, want["b"])
+	}
+	// b leaves: its ranges go back to a at once.
+	c.Leave(1, "g", "b", 4)
+	if a := mustPoll(t, c, "g", "a", ranges, 5); len(a.Ranges) != 4 {
+		t.Fatalf("a got %v after b left", a.Ranges)
+	}
+	// c joins and a is evicted without polling again: c need not wait.
+	mustPoll(t, c, "g", "c", ranges, timeout)
+	if got := mustPoll(t, c, "g", "c", ranges, timeout+6); len(got.Ranges) != 4 {
+		t.Fatalf("c got %v after a went silent", got.Ranges)
 	}
 }
 
@@ -304,9 +344,30 @@ func TestPropCoordinator(t *testing.T) {
 			group string
 		}
 		lastSeen := map[key]map[string]int64{} // the model
+		// told is what each member was last answered: no range may be
+		// in two live members' answers at once.
+		told := map[key]map[string][]uint64{}
+		now := int64(0)
+		hand := func(k key, member string, rs []uint64) {
+			for other, theirs := range told[k] {
+				// A member silent past the timeout may have been evicted,
+				// and an evicted member holds nothing.
+				if seen, ok := lastSeen[k][other]; !ok || now-seen > to || other == member {
+					continue
+				}
+				for _, r := range rs {
+					if slices.Contains(theirs, r) {
+						t.Fatalf("range %d of %v handed to %s while %s holds it", r, k, member, other)
+					}
+				}
+			}
+			if told[k] == nil {
+				told[k] = map[string][]uint64{}
+			}
+			told[k][member] = rs
+		}
 		lastGen := map[key]uint64{}
 		rangesOf := map[uint64][]uint64{1: {1, 2, 3}, 2: {10}}
-		now := int64(0)
 
 		for range rapid.IntRange(1, 60).Draw(t, "steps") {
 			now += rapid.Int64Range(0, 60).Draw(t, "dt")
@@ -317,22 +378,25 @@ func TestPropCoordinator(t *testing.T) {
 			case 0, 1:
 				owner := rapid.SampledFrom(owners).Draw(t, "owner")
 				a, plan, err := c.Join(topic, k.group, member, owner, rangesOf[topic], now)
-				_, err = c.settlePlan(a, plan, member, err)
+				a, err = c.settlePlan(a, plan, member, err)
 				if err == nil {
 					if lastSeen[k] == nil {
 						lastSeen[k] = map[string]int64{}
 					}
 					lastSeen[k][member] = now
+					hand(k, member, a.Ranges)
 				}
 			case 2:
-				if _, err := c.Heartbeat(topic, k.group, member, now); err == nil {
+				if a, err := c.Heartbeat(topic, k.group, member, now); err == nil {
 					lastSeen[k][member] = now
+					hand(k, member, a.Ranges)
 				} else if seen, ok := lastSeen[k][member]; ok && now-seen <= to {
 					t.Fatalf("heartbeat of live member %v/%s refused: %v", k, member, err)
 				}
 			case 3:
 				c.Leave(topic, k.group, member, now)
 				delete(lastSeen[k], member)
+				delete(told[k], member)
 			case 4:
 				for _, ev := range c.Expire(now) {
 					seen := lastSeen[key{ev.Topic, ev.Group}][ev.Member]
@@ -354,6 +418,7 @@ func TestPropCoordinator(t *testing.T) {
 					}
 					if !in {
 						delete(ms, m)
+						delete(told[k], m)
 					}
 				}
 				for _, m := range alive {
