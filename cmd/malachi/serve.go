@@ -33,6 +33,7 @@ type serveFlags struct {
 	logLevel        string
 	autoSplit       broker.AutoSplit
 	pprof           bool
+	noJournal       bool
 	// TLS on the client port; see server.Config.
 	tlsCert, tlsKey   string
 	tlsClientCA       string
@@ -80,6 +81,7 @@ milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
 	fl.DurationVar(&f.segmentMaxAge, "segment-max-age", time.Duration(envInt("MALACHI_SEGMENT_MAX_AGE_MS", 7*24*3600*1000))*time.Millisecond, "roll an active segment older than this (env MALACHI_SEGMENT_MAX_AGE_MS)")
 	fl.StringVar(&f.logLevel, "log-level", envString("MALACHI_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go runtime profiles under /debug/pprof/ on the HTTP address")
+	fl.BoolVar(&f.noJournal, "no-journal", envBool("MALACHI_NO_JOURNAL"), "fsync every written segment file per commit round instead of one node journal (env MALACHI_NO_JOURNAL=true)")
 	fl.Int64Var(&f.autoSplit.SplitBytes, "auto-split-bytes", envInt("MALACHI_AUTO_SPLIT_BYTES", 0), "split a range automatically once it holds this many bytes; 0 = off (env MALACHI_AUTO_SPLIT_BYTES)")
 	fl.Int64Var(&f.autoSplit.SplitRate, "auto-split-rate", envInt("MALACHI_AUTO_SPLIT_RATE", 0), "split a range automatically when written faster than this many bytes/s; 0 = off (env MALACHI_AUTO_SPLIT_RATE)")
 	fl.Int64Var(&f.autoSplit.MergeRate, "auto-merge-rate", envInt("MALACHI_AUTO_MERGE_RATE", 0), "merge buddy ranges both written slower than this many bytes/s; 0 = never (env MALACHI_AUTO_MERGE_RATE)")
@@ -93,6 +95,20 @@ milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
 	fl.DurationVar(&f.tlsReloadInterval, "tls-reload-interval", envDuration("MALACHI_TLS_RELOAD_INTERVAL_MS", 5*time.Second), "how often to check the TLS files for changes; negative: only on SIGHUP (env MALACHI_TLS_RELOAD_INTERVAL_MS)")
 	f.security.register(fl)
 	return cmd
+}
+
+// envBool reads a true/false variable (true, 1, false, 0, ...); any
+// other value stops serve with the variable's name.
+func envBool(name string) bool {
+	v := os.Getenv(name)
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		badEnv(name, v, "true or false")
+	}
+	return b
 }
 
 func envString(name, def string) string {
@@ -211,6 +227,8 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		SegmentMaxBytes: f.segmentMaxBytes,
 		SegmentMaxAge:   f.segmentMaxAge,
 		AutoSplit:       f.autoSplit,
+		NoJournal:       f.noJournal,
+		JournalPrealloc: true,
 	}
 	f.security.apply(&cfg)
 	b, err := broker.Open(ctx, cfg)

@@ -57,6 +57,12 @@ type Config struct {
 	MaxMembersPerGroup int
 	// MaxPendingBytes bounds produced bytes waiting for their fsync.
 	MaxPendingBytes int64
+	// NoJournal makes every commit round fsync each segment file it wrote
+	// instead of the node journal (storage.Config.NoJournal).
+	NoJournal bool
+	// JournalPrealloc zero-fills a journal file ahead when there is none to
+	// recycle (storage.Config.JournalPrealloc); serve turns it on.
+	JournalPrealloc bool
 	// Codec compresses stored batches; default none.
 	Codec segment.Codec
 	// ACLStrict requires an explicit grant for non-admin topic access.
@@ -224,6 +230,8 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 		FS:              cfg.FS,
 		MaxPendingBytes: cfg.MaxPendingBytes,
 		MaxOpenFiles:    cfg.Limits.MaxOpenSealedFiles,
+		NoJournal:       cfg.NoJournal,
+		JournalPrealloc: cfg.JournalPrealloc,
 	})
 	if err != nil {
 		meta.Close()

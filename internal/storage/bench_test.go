@@ -56,14 +56,24 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
-// BenchmarkAppendSegments spreads 8 appenders over 8 segments, so each
-// round syncs up to 8 files.
+// BenchmarkAppendSegments spreads the appenders over many segments, with
+// the node journal (one fdatasync per round) and without it (a round
+// fdatasyncs every segment file it wrote).
 func BenchmarkAppendSegments(b *testing.B) {
-	b.Run("recs=100/val=1024/appenders=8/segments=8", func(b *testing.B) { benchAppend(b, 100, 1024, 8, 8) })
+	for _, segs := range []int{1, 8, 64} {
+		for _, journal := range []bool{true, false} {
+			name := fmt.Sprintf("recs=100/val=128/appenders=%d/segments=%d/journal=%v", max(segs, 8), segs, journal)
+			b.Run(name, func(b *testing.B) { benchAppendMode(b, 100, 128, max(segs, 8), segs, !journal) })
+		}
+	}
 }
 
 func benchAppend(b *testing.B, recs, val, apps, segs int) {
-	s, err := Open(Config{Dir: b.TempDir()})
+	benchAppendMode(b, recs, val, apps, segs, false)
+}
+
+func benchAppendMode(b *testing.B, recs, val, apps, segs int, noJournal bool) {
+	s, err := Open(Config{Dir: b.TempDir(), NoJournal: noJournal})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -155,5 +165,3 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -17,6 +17,9 @@ type request struct {
 	batch []byte
 	size  int64
 	done  func(error)
+	// tomb marks a barrier that also records the segment's deletion in
+	// the node journal, so a replay does not look for its file.
+	tomb bool
 }
 
 // AppendAsync validates one encoded batch and queues it for segment id.
@@ -125,11 +128,21 @@ func (s *Store) Append(ctx context.Context, id SegmentID, batch []byte) error {
 // everything queued before it is durable or failed. Barriers are not
 // counted against MaxPendingBytes.
 func (s *Store) barrierLocked(sg *seg) (<-chan struct{}, error) {
+	return s.queueBarrierLocked(sg, false)
+}
+
+// tombstoneLocked is barrierLocked for a segment about to be deleted: with
+// the journal on, the deletion is journaled before the channel closes.
+func (s *Store) tombstoneLocked(sg *seg) (<-chan struct{}, error) {
+	return s.queueBarrierLocked(sg, s.jr != nil)
+}
+
+func (s *Store) queueBarrierLocked(sg *seg, tomb bool) (<-chan struct{}, error) {
 	if s.closing {
 		return nil, ErrClosed
 	}
 	ch := make(chan struct{})
-	s.queue = append(s.queue, request{sg: sg, done: func(error) { close(ch) }})
+	s.queue = append(s.queue, request{sg: sg, tomb: tomb, done: func(error) { close(ch) }})
 	s.kick() // non-blocking, safe under the lock
 	return ch, nil
 }
@@ -152,6 +165,7 @@ func (s *Store) signalSpaceLocked() {
 // and repeats until Close has been called and the queue is empty.
 func (s *Store) commitLoop() {
 	defer close(s.exited)
+	defer s.closeJournal()
 	for {
 		round, ok := s.nextRound()
 		if !ok {
@@ -183,8 +197,10 @@ func (s *Store) nextRound() ([]request, bool) {
 
 // group is one segment's share of a round.
 type group struct {
+	sg      *seg
 	log     *segment.Segment
 	batches [][]byte
+	pos     int64 // with the journal: where the next batch goes in the file
 	err     error
 }
 
@@ -198,6 +214,8 @@ func (s *Store) commit(round []request) {
 		for _, g := range groups {
 			g.err = err
 		}
+	} else if s.jr != nil {
+		s.journalRound(round, groups, of)
 	} else {
 		s.writeAll(groups)
 		s.syncAll(groups)
@@ -229,7 +247,7 @@ func groupRound(round []request) ([]*group, []int) {
 		if !ok {
 			gi = len(groups)
 			idx[r.log] = gi
-			groups = append(groups, &group{log: r.log})
+			groups = append(groups, &group{sg: r.sg, log: r.log})
 		}
 		groups[gi].batches = append(groups[gi].batches, r.batch)
 		of[i] = gi

@@ -145,7 +145,7 @@ func (m *crashModel) checkReadDuringSync(id SegmentID, seed uint64) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	m.fs.SetRule(func(op vfs.Op, name string) error {
-		if op == vfs.OpSync && strings.HasSuffix(name, ".log") {
+		if op == vfs.OpSync && (strings.HasSuffix(name, ".log") || strings.HasSuffix(name, ".jnl")) {
 			once.Do(func() {
 				close(entered)
 				<-release
@@ -245,8 +245,15 @@ func TestCrashRecoveryProperty(t *testing.T) {
 		m := &crashModel{t: rt, mem: vfs.NewMem(),
 			acked: map[SegmentID]int{}, subs: map[SegmentID][][]byte{},
 			next: map[SegmentID]uint64{}, seals: map[SegmentID]bool{}}
+		// A tiny journal file size makes checkpoints (segment fsyncs and
+		// journal deletions) race the appends, crashes and seals.
 		m.cfg = Config{Dir: "/data", IndexIntervalBytes: 128,
-			MaxPendingBytes: rapid.SampledFrom([]int64{0, 600}).Draw(rt, "maxPending")}
+			MaxPendingBytes:  rapid.SampledFrom([]int64{0, 600}).Draw(rt, "maxPending"),
+			NoJournal:        rapid.IntRange(0, 3).Draw(rt, "journal") == 0,
+			JournalFileBytes: rapid.SampledFrom([]int64{0, 700, 3000}).Draw(rt, "journalFile"),
+		}
+		// Preallocation writes JournalFileBytes of zeros: only small ones.
+		m.cfg.JournalPrealloc = m.cfg.JournalFileBytes != 0 && rapid.Bool().Draw(rt, "prealloc")
 		m.open()
 		for i := 1; i <= nseg; i++ {
 			id := SegmentID(i)

@@ -14,7 +14,8 @@
 // # Durability contract
 //
 //   - An append is acknowledged (done(nil)) only after the fdatasync that
-//     covers it has returned. No path acknowledges without it.
+//     covers it (the journal's, or without it the segment file's) has
+//     returned. No path acknowledges without it.
 //   - Batches of one segment reach the file, and are acknowledged, in the
 //     order AppendAsync accepted them.
 //   - Read never returns a byte that is not yet durable: it is bounded by
@@ -30,16 +31,21 @@
 //     IsCorrupt) by Open (Info.Damage), Read and Verify, and the bytes are
 //     kept for repair from a healthy replica.
 //
-// # Group commit
+// # Group commit and the node journal
 //
 // One commit goroutine per Store, started by Open and ended by Close,
-// takes everything queued, writes each segment's share with one write
-// call, fdatasyncs each touched file once (files in parallel, so the
-// filesystem can share a journal commit), then fires the callbacks in queue
-// order. While one round syncs, the next accumulates: the more concurrent
-// appenders, the more batches share an fsync. Queued-but-unacknowledged
-// bytes are bounded by MaxPendingBytes; AppendAsync blocks (respecting its
-// context) beyond it.
+// takes everything queued as a round. With the node journal (the default)
+// it appends the round to the journal in one write, writes each segment's
+// share while the journal's fdatasync runs, publishes the batches to
+// readers once it returned, and fires the callbacks in queue order: one
+// fsync per round however many segments it touched. A checkpoint goroutine
+// fsyncs the segment files of each full journal file and then recycles it;
+// Open replays what is left (replay.go, journal.go). With Config.NoJournal
+// a round instead fdatasyncs each touched file once (files in parallel, so
+// the filesystem can share a journal commit). While one round syncs, the
+// next accumulates: the more concurrent appenders, the more batches share
+// an fsync. Queued-but-unacknowledged bytes are bounded by
+// MaxPendingBytes; AppendAsync blocks (respecting its context) beyond it.
 //
 // # Failures: fail-stop per store
 //

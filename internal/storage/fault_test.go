@@ -18,10 +18,17 @@ import (
 // them, and leaves the whole store refusing writes (fail-stop); durable
 // data stays readable and survives a power loss, the failed round does not.
 func TestSyncErrorFailsRoundAndStopsStore(t *testing.T) {
+	// With the journal, the round's one fsync is the journal's; without
+	// it, segment 1's.
+	t.Run("journal", func(t *testing.T) { testSyncErrorFailsRound(t, false, ".jnl") })
+	t.Run("no-journal", func(t *testing.T) { testSyncErrorFailsRound(t, true, "1.log") })
+}
+
+func testSyncErrorFailsRound(t *testing.T, noJournal bool, syncSuffix string) {
 	ctx := context.Background()
 	mem := vfs.NewMem()
 	fs := vfs.NewFaulty(mem, nil)
-	s, err := Open(Config{Dir: "/data", FS: fs})
+	s, err := Open(Config{Dir: "/data", FS: fs, NoJournal: noJournal})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +44,7 @@ func TestSyncErrorFailsRoundAndStopsStore(t *testing.T) {
 	gate, entered := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	fs.SetRule(func(op vfs.Op, name string) error {
-		if op != vfs.OpSync || !strings.HasSuffix(name, "1.log") {
+		if op != vfs.OpSync || !strings.HasSuffix(name, syncSuffix) {
 			return nil
 		}
 		parked := false
@@ -91,11 +98,13 @@ func TestSyncErrorFailsRoundAndStopsStore(t *testing.T) {
 
 // A write torn part-way fails the append; the torn bytes are cut at the
 // next Open and acknowledged batches are intact.
+// (Without the journal: with it, the batch whose segment write tore is
+// durable in the journal and replayed; TestJournalSegmentWriteTorn.)
 func TestTornWriteRecovered(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewMem()
 	fs := vfs.NewFaulty(mem, nil)
-	s, _ := Open(Config{Dir: "/data", FS: fs})
+	s, _ := Open(Config{Dir: "/data", FS: fs, NoJournal: true})
 	defer s.Close()
 	_ = s.Create(1, 0)
 	for i := uint64(0); i < 5; i++ {

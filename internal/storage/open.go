@@ -69,7 +69,7 @@ func Open(cfg Config) (*Store, error) {
 	if err := s.prepareDir(); err != nil {
 		return nil, err
 	}
-	if err := s.recoverAll(); err != nil {
+	if err := s.recoverWithJournal(); err != nil {
 		for _, sg := range s.segs {
 			if sg.h != nil {
 				_ = sg.h.log.Close()
@@ -79,6 +79,25 @@ func Open(cfg Config) (*Store, error) {
 	}
 	go s.commitLoop()
 	return s, nil
+}
+
+// recoverWithJournal recovers the segments, replays the node journal into
+// them (see replay.go) and, unless the journal is off, starts a new one.
+func (s *Store) recoverWithJournal() error {
+	plan, err := s.scanJournal()
+	if err != nil {
+		return err
+	}
+	if err := s.recoverAll(plan.cuts); err != nil {
+		return err
+	}
+	if err := s.replay(plan); err != nil {
+		return err
+	}
+	if s.cfg.NoJournal {
+		return nil
+	}
+	return s.startJournal(plan)
 }
 
 // prepareDir creates the directory and makes its entry durable.
@@ -92,7 +111,7 @@ func (s *Store) prepareDir() error {
 	return s.fs.SyncDir(s.cfg.Dir)
 }
 
-func (s *Store) recoverAll() error {
+func (s *Store) recoverAll(cuts map[SegmentID]int64) error {
 	names, err := s.fs.ReadDir(s.cfg.Dir)
 	if err != nil {
 		return err
@@ -129,7 +148,7 @@ func (s *Store) recoverAll() error {
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
-		removed, err := s.recoverSegment(id, files[id])
+		removed, err := s.recoverSegment(id, files[id], cuts)
 		if err != nil {
 			return err
 		}
@@ -142,14 +161,18 @@ func (s *Store) recoverAll() error {
 }
 
 // recoverSegment recovers one segment; removed reports files it deleted.
-func (s *Store) recoverSegment(id SegmentID, f *segFiles) (removed bool, err error) {
+func (s *Store) recoverSegment(id SegmentID, f *segFiles, cuts map[SegmentID]int64) (removed bool, err error) {
 	switch {
 	case !f.log:
 		return true, s.removeSidecars(id)
 	case f.seal:
 		return false, s.recoverSealed(id)
 	default:
-		return s.recoverActive(id)
+		cut, ok := cuts[id]
+		if !ok {
+			cut = -1
+		}
+		return s.recoverActive(id, cut)
 	}
 }
 
@@ -162,9 +185,17 @@ func (s *Store) removeSidecars(id SegmentID) error {
 	return nil
 }
 
-func (s *Store) recoverActive(id SegmentID) (removed bool, err error) {
+// recoverActive recovers an active segment; cut >= 0 is where the node
+// journal's part of it begins (segment.RecoverCut).
+func (s *Store) recoverActive(id SegmentID, cut int64) (removed bool, err error) {
 	path := s.path(id, logExt)
-	log, rec, err := segment.Recover(s.fs, path, s.opts)
+	var log *segment.Segment
+	var rec segment.Recovery
+	if cut >= 0 {
+		log, rec, err = segment.RecoverCut(s.fs, path, s.opts, cut)
+	} else {
+		log, rec, err = segment.Recover(s.fs, path, s.opts)
+	}
 	switch {
 	case errors.Is(err, segment.ErrTornCreate):
 		// Create never returned: the file holds no batch.

@@ -139,6 +139,13 @@ func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Fo
 	if o.End != 0 {
 		end = o.End
 	}
+	// With the node journal the file's latest batches may be durable only
+	// in the journal, which a checkpoint will drop: a sealed file must
+	// stand alone.
+	if err := log.SyncFile(); err != nil {
+		s.fail(err)
+		return Footer{}, err
+	}
 	ft, err := log.Footer(end, o.Generation)
 	if err != nil {
 		return Footer{}, err
@@ -248,9 +255,13 @@ func (s *Store) detach(id SegmentID) error {
 	sg.gone, sg.fenced = true, true
 	delete(s.segs, id)
 	var wait <-chan struct{}
-	if !sg.sealed && sg.h != nil {
+	active := !sg.sealed && sg.h != nil
+	// With the journal on, every deletion is journaled, sealed or not: the
+	// journal may still hold the segment's batches, and a replay must know
+	// the file is gone on purpose.
+	if active || s.jr != nil {
 		var err error
-		if wait, err = s.barrierLocked(sg); err != nil {
+		if wait, err = s.tombstoneLocked(sg); err != nil {
 			wait = s.exited // closing: the commit goroutine drains the queue first
 		}
 	}
@@ -259,11 +270,17 @@ func (s *Store) detach(id SegmentID) error {
 		<-wait
 	}
 	s.mu.Lock()
-	if !sg.sealed && sg.h != nil {
+	if active {
 		sg.h.refs--
 	}
 	s.retireLocked(sg)
+	failed := s.failed
 	s.mu.Unlock()
+	if failed != nil && s.jr != nil {
+		// The tombstone may not be durable: keep the files, so a replay
+		// finds what the journal holds for them.
+		return failed
+	}
 	return nil
 }
 

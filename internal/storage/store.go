@@ -32,6 +32,18 @@ type Config struct {
 	MaxPendingBytes int64
 	// IndexIntervalBytes is the sparse index spacing (default 4096).
 	IndexIntervalBytes int
+	// NoJournal turns the node journal off: each round then fdatasyncs
+	// every segment file it wrote. A journal left by an earlier run is
+	// replayed either way.
+	NoJournal bool
+	// JournalFileBytes is the journal file size from which the store moves
+	// to a new file and checkpoints the old one (default 64 MiB).
+	JournalFileBytes int64
+	// JournalPrealloc writes a zero-filled journal file of JournalFileBytes
+	// in the background when the store has no checkpointed one to recycle
+	// (a new node), so that its first journal file already overwrites
+	// allocated blocks. Recycled files need nothing.
+	JournalPrealloc bool
 }
 
 // Defaults for Config.
@@ -45,7 +57,7 @@ func (c *Config) setDefaults() error {
 	if c.Dir == "" {
 		return errors.New("storage: Config.Dir is required")
 	}
-	if c.MaxOpenFiles < 0 || c.MaxPendingBytes < 0 || c.IndexIntervalBytes < 0 {
+	if c.MaxOpenFiles < 0 || c.MaxPendingBytes < 0 || c.IndexIntervalBytes < 0 || c.JournalFileBytes < 0 {
 		return errors.New("storage: negative limit in Config")
 	}
 	if c.FS == nil {
@@ -59,6 +71,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IndexIntervalBytes == 0 {
 		c.IndexIntervalBytes = DefaultIndexIntervalBytes
+	}
+	if c.JournalFileBytes == 0 {
+		c.JournalFileBytes = DefaultJournalFileBytes
 	}
 	return nil
 }
@@ -134,16 +149,23 @@ type SealOptions struct {
 
 // Stats are cumulative counters of a Store.
 type Stats struct {
-	Rounds  uint64 // group-commit rounds that wrote or synced something
-	Syncs   uint64 // fdatasync calls on segment files
-	Batches uint64 // batches acknowledged durable
-	Bytes   uint64 // bytes acknowledged durable
+	Rounds uint64 // group-commit rounds that wrote or synced something
+	Syncs  uint64 // fdatasync calls on segment files
+	// JournalSyncs counts fdatasyncs of the node journal (one per round
+	// with the journal on); Checkpoints, journal files retired.
+	JournalSyncs uint64
+	Checkpoints  uint64
+	// ReplayedBatches counts batches Open appended from the journal.
+	ReplayedBatches uint64
+	Batches         uint64 // batches acknowledged durable
+	Bytes           uint64 // bytes acknowledged durable
 	// TruncatedBytes is the size of torn tails removed at Open.
 	TruncatedBytes uint64
 }
 
 type counters struct {
 	rounds, syncs, batches, bytes, truncated atomic.Uint64
+	journalSyncs, checkpoints, replayed      atomic.Uint64
 }
 
 // handle is an open segment file shared by readers and, while the segment
@@ -196,6 +218,13 @@ type Store struct {
 	wake   chan struct{} // cap 1: work was queued
 	exited chan struct{} // closed when the commit goroutine returns
 	stats  counters
+
+	// The node journal (nil when off): written by the commit goroutine,
+	// which hands full files to the checkpoint goroutine through ckpt.
+	jr       *journal
+	ckpt     chan checkpoint
+	ckptDone chan struct{} // closed when the checkpoint goroutine returns
+	spares   chan string   // cap 1: a checkpointed journal file to recycle
 }
 
 func (s *Store) path(id SegmentID, ext string) string {
@@ -295,6 +324,8 @@ func (s *Store) Stats() Stats {
 		Rounds: s.stats.rounds.Load(), Syncs: s.stats.syncs.Load(),
 		Batches: s.stats.batches.Load(), Bytes: s.stats.bytes.Load(),
 		TruncatedBytes: s.stats.truncated.Load(),
+		JournalSyncs:   s.stats.journalSyncs.Load(), Checkpoints: s.stats.checkpoints.Load(),
+		ReplayedBatches: s.stats.replayed.Load(),
 	}
 }
 

@@ -111,22 +111,24 @@ func (s *Segment) corrupt(pos int64, err error) error {
 }
 
 // SeekTime returns the base offset of the first durable batch whose
-// MaxTimestamp is at least t, walking batch headers only: no record is
+// MaxTimestamp is at least t, reading batch headers only: no record is
 // read or decompressed. ok is false when no batch qualifies. Record
-// timestamps are the clients' and need not grow with offsets, so the walk
-// starts at the first batch: a search that assumed order could skip an
-// earlier batch that qualifies. A segment whose durable MaxTimestamp is
-// below t is answered without reading the file.
+// timestamps are the clients' and need not grow with offsets, so batches
+// are not ordered by time; the index's prefix maxima are, and name the one
+// index interval that holds the answer (see Index.SeekTime), whose headers
+// are then walked. A segment whose durable MaxTimestamp is below t is
+// answered without reading the file.
 func (s *Segment) SeekTime(t int64) (base uint64, ok bool, err error) {
 	s.mu.RLock()
 	d := s.durable
+	pos := s.idx.SeekTime(t)
 	s.mu.RUnlock()
 	if d.Records == 0 || d.MaxTimestamp < t {
 		return 0, false, nil
 	}
 	limit := FileHeaderSize + d.Bytes
 	w := &window{f: s.f, size: limit, chunk: s.interval + 2*HeaderSize}
-	for pos := int64(FileHeaderSize); pos < limit; {
+	for pos < limit {
 		hb, err := w.at(pos, HeaderSize)
 		if err != nil {
 			return 0, false, s.corrupt(pos, shortOr(err))

@@ -132,7 +132,7 @@ func Recover(fs vfs.FS, path string, o Options) (*Segment, Recovery, error) {
 	if err != nil {
 		return nil, rec, err
 	}
-	s, rec, err := recoverFile(f, o)
+	s, rec, err := recoverFile(f, o, -1)
 	if err != nil {
 		_ = f.Close()
 		return nil, rec, fmt.Errorf("recover %s: %w", path, err)
@@ -140,7 +140,28 @@ func Recover(fs vfs.FS, path string, o Options) (*Segment, Recovery, error) {
 	return s, rec, nil
 }
 
-func recoverFile(f vfs.File, o Options) (*Segment, Recovery, error) {
+// RecoverCut is Recover for a segment whose appends since byte cut are
+// held, durably, by the store's node journal, which will append them
+// again: everything before cut was fsynced and must be whole (an invalid
+// batch there is Damage, never a torn tail), and whatever follows cut —
+// possibly pages of unsynced appends that reached the disk out of order —
+// is cut off. A file shorter than cut has lost synced data: Damage.
+func RecoverCut(fs vfs.FS, path string, o Options, cut int64) (*Segment, Recovery, error) {
+	f, err := fs.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, Recovery{}, err
+	}
+	s, rec, err := recoverFile(f, o, max(cut, FileHeaderSize))
+	if err != nil {
+		_ = f.Close()
+		return nil, rec, fmt.Errorf("recover %s: %w", path, err)
+	}
+	return s, rec, nil
+}
+
+// recoverFile recovers an active segment's file; cut < 0 means no journal
+// holds its tail (see RecoverCut).
+func recoverFile(f vfs.File, o Options, cut int64) (*Segment, Recovery, error) {
 	var rec Recovery
 	size, err := f.Size()
 	if err != nil {
@@ -163,8 +184,11 @@ func recoverFile(f vfs.File, o Options) (*Segment, Recovery, error) {
 	}
 	id, base := fh.id, fh.base
 	s := newSegment(f, fh, o)
+	if cut >= 0 {
+		return recoverTrusted(w, s, cut)
+	}
 	stop, serr := scan(w, FileHeaderSize, base, true, func(h BatchHeader, pos int64, b []byte) {
-		s.idx.Add(h.BaseOffset, pos)
+		s.idx.Add(h, pos)
 		s.written.add(h)
 		_, _ = s.hash.Write(b)
 	})
@@ -187,6 +211,50 @@ func recoverFile(f vfs.File, o Options) (*Segment, Recovery, error) {
 	// Whatever survived a process crash may still be only in the page
 	// cache; make it durable before anyone reads it.
 	if err := f.Sync(); err != nil {
+		return nil, rec, err
+	}
+	s.durable = s.written
+	return s, rec, nil
+}
+
+// recoverTrusted is recoverFile's journal case: [0, cut) was synced and
+// must verify; the rest is cut off, the journal holding it.
+func recoverTrusted(w *window, s *Segment, cut int64) (*Segment, Recovery, error) {
+	var rec Recovery
+	size := w.size
+	if size < cut {
+		rec.Damage = fmt.Errorf("%w: segment %d: file ends at byte %d, its synced part reached byte %d",
+			ErrCorrupt, s.id, size, cut)
+	} else {
+		w.size = cut
+	}
+	stop, serr := scan(w, FileHeaderSize, s.base, true, func(h BatchHeader, pos int64, b []byte) {
+		s.idx.Add(h, pos)
+		s.written.add(h)
+		_, _ = s.hash.Write(b)
+	})
+	switch {
+	case serr != nil && !isDataError(serr):
+		return nil, rec, serr
+	case serr != nil && rec.Damage == nil:
+		rec.Damage = fmt.Errorf("%w: segment %d: invalid batch at byte %d of its synced part (%v)",
+			ErrCorrupt, s.id, stop, serr)
+	}
+	if rec.Damage != nil {
+		rec.EndPastDamage = s.written.End
+		if stop < w.size {
+			if next, ok := findValidAfter(w, stop+1, s.written.End); ok {
+				rec.EndPastDamage = endPastDamage(w, next, s.written.End)
+			}
+		}
+		s.err = rec.Damage
+	} else if size > cut {
+		if err := s.f.Truncate(cut); err != nil {
+			return nil, rec, err
+		}
+		rec.TruncatedBytes = size - cut
+	}
+	if err := s.f.Sync(); err != nil {
 		return nil, rec, err
 	}
 	s.durable = s.written
@@ -288,7 +356,7 @@ func openSealedFile(fs vfs.FS, f vfs.File, idxPath string, ft Footer, o Options)
 	s := newSegment(f, fh, o)
 	if !loadIndex(fs, s, idxPath, size) {
 		if _, err := scan(w, FileHeaderSize, base, false, func(h BatchHeader, pos int64, _ []byte) {
-			s.idx.Add(h.BaseOffset, pos)
+			s.idx.Add(h, pos)
 		}); err != nil {
 			return nil, err
 		}
@@ -303,7 +371,7 @@ func loadIndex(fs vfs.FS, s *Segment, idxPath string, size int64) bool {
 	if idxPath == "" {
 		return false
 	}
-	b, err := readSmallFile(fs, idxPath, 16*(size/HeaderSize+1)+idxHeader+4)
+	b, err := readSmallFile(fs, idxPath, idxEntrySize*(size/HeaderSize+1)+idxHeader+4)
 	if err != nil {
 		return false
 	}

@@ -227,7 +227,7 @@ func (s *Segment) Append(batches ...[]byte) error {
 	s.unhashed = append(s.unhashed, batches...)
 	s.mu.Lock()
 	for _, h := range hdrs {
-		s.idx.Add(h.BaseOffset, pos)
+		s.idx.Add(h, pos)
 		s.written.add(h)
 		pos += int64(h.Length)
 	}
@@ -305,6 +305,45 @@ func (s *Segment) Sync() error {
 	return nil
 }
 
+// WriteEnd is the file position the next appended batch will be written at.
+func (s *Segment) WriteEnd() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return FileHeaderSize + s.written.Bytes
+}
+
+// Publish lets readers see everything written, as Sync does, but without
+// syncing the file: the caller has made the same bytes durable elsewhere
+// (the store's node journal) and syncs the file later with SyncFile. It
+// brings the content hash up to date.
+func (s *Segment) Publish() error {
+	s.mu.RLock()
+	w, err := s.written, s.err
+	s.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	s.hashWritten()
+	s.mu.Lock()
+	s.durable = w
+	s.mu.Unlock()
+	return nil
+}
+
+// SyncFile fdatasyncs the file. Unlike Sync it changes nothing readers
+// see, so it may run beside the writer: it makes durable at least what was
+// written before it was called. A failure is sticky, as for Sync.
+func (s *Segment) SyncFile() error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	if err := s.f.Sync(); err != nil {
+		s.fail(err)
+		return err
+	}
+	return nil
+}
+
 // overlapHash is the amount of unhashed data from which hashing runs
 // beside the fsync rather than before it; below it, handing the fsync to
 // another goroutine costs more than the hash.
@@ -322,15 +361,21 @@ func (s *Segment) syncAndHash() error {
 		errc = make(chan error, 1)
 		go func() { errc <- s.f.Sync() }()
 	}
+	s.hashWritten()
+	if errc != nil {
+		return <-errc
+	}
+	return s.f.Sync()
+}
+
+// hashWritten feeds the batches written since the last call to the
+// content hash. Writer only.
+func (s *Segment) hashWritten() {
 	for _, b := range s.unhashed {
 		_, _ = s.hash.Write(b)
 	}
 	clear(s.unhashed) // do not keep callers' buffers alive
 	s.unhashed = s.unhashed[:0]
-	if errc != nil {
-		return <-errc
-	}
-	return s.f.Sync()
 }
 
 // Footer computes the seal footer with end offset end, which must be at

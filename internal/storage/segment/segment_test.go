@@ -388,8 +388,8 @@ func TestSealedCorruptionDetected(t *testing.T) {
 
 func TestIndexFileRejectsNonsense(t *testing.T) {
 	x := NewIndex(10)
-	x.Add(0, FileHeaderSize)
-	x.Add(5, 100)
+	x.Add(BatchHeader{BaseOffset: 0}, FileHeaderSize)
+	x.Add(BatchHeader{BaseOffset: 5}, 100)
 	b, _ := x.MarshalBinary()
 	if _, ok := parseIndex(b, 10, 200); !ok {
 		t.Fatal("good index rejected")

@@ -1,0 +1,195 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// checkpoint is a journal file to retire: once every segment written while
+// it was current has been fsynced, nothing needs the file any more.
+type checkpoint struct {
+	path string
+	seq  uint64
+	segs []*seg
+}
+
+// checkpointLoop is the store's checkpoint goroutine, started by Open when
+// the journal is on and ended when the commit goroutine closes s.ckpt. It
+// first prepares a preallocated spare if asked to, then retires journal
+// files in order; after a failure it keeps them (and the store is failed),
+// so the next Open replays them.
+func (s *Store) checkpointLoop(prealloc bool) {
+	defer close(s.ckptDone)
+	if prealloc {
+		if err := s.preallocSpare(); err != nil {
+			s.fail(err)
+		}
+	}
+	for ck := range s.ckpt {
+		if s.failure() != nil {
+			continue
+		}
+		if err := s.syncSegments(ck.segs); err != nil {
+			s.fail(err)
+			continue
+		}
+		if err := s.recycle(ck.path, ck.seq); err != nil {
+			s.fail(err)
+			continue
+		}
+		s.stats.checkpoints.Add(1)
+	}
+}
+
+// recycle turns a journal file whose rounds are all checkpointed into the
+// spare, or deletes it when there is one already. Either way it is no
+// longer replayed once the directory change is durable; replaying it
+// before that is harmless.
+func (s *Store) recycle(path string, seq uint64) error {
+	if len(s.spares) == 0 {
+		spare := sparePath(s.jr.dir, seq)
+		if err := s.fs.Rename(path, spare); err != nil {
+			return err
+		}
+		if err := s.fs.SyncDir(s.jr.dir); err != nil {
+			return err
+		}
+		select {
+		case s.spares <- spare:
+			return nil
+		default: // only this goroutine offers spares, so this does not happen
+			path = spare
+		}
+	}
+	if err := s.fs.Remove(path); err != nil {
+		return err
+	}
+	return s.fs.SyncDir(s.jr.dir)
+}
+
+// preallocSpare writes a zero-filled spare of JournalFileBytes when there
+// is none, so even a new node's first journal file overwrites blocks it
+// already has instead of growing.
+func (s *Store) preallocSpare() error {
+	if len(s.spares) > 0 {
+		return nil
+	}
+	tmp := filepath.Join(s.jr.dir, spareName+"prealloc"+journalExt+".tmp")
+	f, err := s.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, vfs.FileMode)
+	if err != nil {
+		return err
+	}
+	zeros := make([]byte, 1<<20)
+	for pos := int64(0); pos < s.cfg.JournalFileBytes && err == nil; pos += int64(len(zeros)) {
+		_, err = f.WriteAt(zeros, pos)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	spare := filepath.Join(s.jr.dir, spareName+"prealloc"+journalExt)
+	if err == nil {
+		err = s.fs.Rename(tmp, spare)
+	}
+	if err == nil {
+		err = s.fs.SyncDir(s.jr.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("preallocating a journal file: %w", err)
+	}
+	s.spares <- spare // empty: checked above, and only this goroutine offers
+	return nil
+}
+
+// syncSegments fdatasyncs the files of segs that still exist, several at a
+// time so the filesystem can fold them into fewer journal commits. A
+// segment deleted since needs nothing (its tombstone is in the journal), a
+// sealed one was fsynced by its seal.
+func (s *Store) syncSegments(segs []*seg) error {
+	s.mu.Lock()
+	hs := make([]*handle, 0, len(segs))
+	for _, sg := range segs {
+		if sg.gone || sg.sealed {
+			continue
+		}
+		if h := s.refLocked(sg); h != nil {
+			hs = append(hs, h)
+		}
+	}
+	s.mu.Unlock()
+	defer func() {
+		for _, h := range hs {
+			s.release(h)
+		}
+	}()
+	const parallel = 16
+	errs := make([]error, len(hs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	for i, h := range hs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s.stats.syncs.Add(1)
+			errs[i] = h.log.SyncFile()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// retire hands the current journal file to the checkpoint goroutine and
+// starts the next one, from the spare when there is one. It blocks while
+// the previous file's checkpoint runs, so at most two files wait for their
+// segments' fsyncs.
+func (s *Store) retire() error {
+	ck := checkpoint{path: s.jr.path(), seq: s.jr.seq, segs: dirtySegs(s.jr.dirty)}
+	// Closed first, so the journal holds one file open, never two.
+	if err := s.jr.f.Close(); err != nil {
+		return err
+	}
+	if err := s.jr.openFile(s.jr.seq+1, s.jr.round, s.takeSpare()); err != nil {
+		return err
+	}
+	s.ckpt <- ck
+	return nil
+}
+
+// takeSpare returns the spare's path, or "" when there is none yet.
+func (s *Store) takeSpare() string {
+	select {
+	case p := <-s.spares:
+		return p
+	default:
+		return ""
+	}
+}
+
+func dirtySegs(m map[*seg]struct{}) []*seg {
+	out := make([]*seg, 0, len(m))
+	for sg := range m {
+		out = append(out, sg)
+	}
+	return out
+}
+
+// closeJournal, at Close, checkpoints the current file too, so a clean
+// shutdown leaves no journal to replay, and waits for the checkpoints.
+func (s *Store) closeJournal() {
+	if s.jr == nil {
+		return
+	}
+	_ = s.jr.f.Close()
+	s.ckpt <- checkpoint{path: s.jr.path(), seq: s.jr.seq, segs: dirtySegs(s.jr.dirty)}
+	close(s.ckpt)
+	<-s.ckptDone
+}

@@ -1,0 +1,70 @@
+package storage
+
+// journalRound is commit with the node journal on: the round's records go
+// to the journal in one write, the segment files are written while the
+// journal's fdatasync runs, and the batches are published to readers only
+// once it returned. The segment files are fsynced later, by checkpoints.
+func (s *Store) journalRound(round []request, groups []*group, of []int) {
+	b, any := s.journalBody(round, groups, of)
+	if !any {
+		return
+	}
+	if err := s.jr.write(b); err != nil {
+		failGroups(groups, err)
+		s.fail(err)
+		return
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- s.jr.f.Sync() }()
+	s.writeAll(groups)
+	err := <-synced
+	s.stats.journalSyncs.Add(1)
+	if err != nil {
+		failGroups(groups, err)
+		s.fail(err)
+		return
+	}
+	for _, g := range groups {
+		s.jr.dirty[g.sg] = struct{}{}
+		if g.err == nil {
+			g.err = g.log.Publish()
+		}
+	}
+	if s.jr.size >= s.cfg.JournalFileBytes {
+		if err := s.retire(); err != nil {
+			s.fail(err)
+		}
+	}
+}
+
+// journalBody encodes the round's records in queue order: each batch with
+// the file position it is about to be written at, and tombstones. any is
+// false when the round holds neither (only plain barriers).
+func (s *Store) journalBody(round []request, groups []*group, of []int) (b []byte, any bool) {
+	for _, g := range groups {
+		g.pos = g.log.WriteEnd()
+	}
+	b = s.jr.begin()
+	for i, r := range round {
+		switch {
+		case r.tomb:
+			b = appendRecordHeader(b, recTomb, r.sg.id, 0, 0)
+			any = true
+		case of[i] >= 0:
+			g := groups[of[i]]
+			b = appendRecordHeader(b, recBatch, r.sg.id, g.pos, len(r.batch))
+			b = append(b, r.batch...)
+			g.pos += int64(len(r.batch))
+			any = true
+		}
+	}
+	return b, any
+}
+
+func failGroups(groups []*group, err error) {
+	for _, g := range groups {
+		if g.err == nil {
+			g.err = err
+		}
+	}
+}

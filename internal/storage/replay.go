@@ -1,0 +1,370 @@
+package storage
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// Replay of the node journal at Open, in two passes over its files.
+//
+// The first pass (scanJournal) validates every round and learns, per
+// segment, where the journal's part of it begins: the file position of its
+// first batch after its last tombstone. Everything before that position
+// was fsynced by a checkpoint; everything after it may be torn, even in
+// pages that reached the disk out of order, so recovery cuts the file
+// there (segment.RecoverCut) and the second pass (replay) appends the
+// journal's batches again, checking each lands exactly where it was
+// journaled. The journal is deleted only after the replayed segments are
+// fsynced; a crash before that replays it again, to the same result.
+//
+// The journal never silently loses a batch: damage inside it (an invalid
+// round followed by a valid later one) fails Open, and batches it cannot
+// place (a segment's file missing without a tombstone, or damaged) leave
+// the journal moved into QuarantineDir and the segment reported damaged.
+
+// jfile is one journal file found at Open.
+type jfile struct {
+	path string
+	seq  uint64
+	end  int64 // end of the file's rounds
+}
+
+// journalPlan is what the first pass learned.
+type journalPlan struct {
+	files     []jfile
+	cuts      map[SegmentID]int64  // see above
+	lastTomb  map[SegmentID]uint64 // index of the segment's last tombstone record
+	ends      map[SegmentID]uint64 // offset after the segment's last journaled batch
+	nextSeq   uint64
+	nextRound uint64
+	started   bool     // a file header was read: rounds must follow on
+	spares    []string // checkpointed files kept for recycling
+}
+
+func (s *Store) journalPath() string { return filepath.Join(s.cfg.Dir, journalDir) }
+
+// scanJournal is the first pass.
+func (s *Store) scanJournal() (*journalPlan, error) {
+	p := &journalPlan{cuts: map[SegmentID]int64{}, lastTomb: map[SegmentID]uint64{}, ends: map[SegmentID]uint64{}}
+	names, err := s.fs.ReadDir(s.journalPath())
+	if vfs.IsNotExist(err) {
+		return p, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		path := filepath.Join(s.journalPath(), name)
+		switch seq, ok := parseJournalName(name); {
+		case ok:
+			p.files = append(p.files, jfile{path: path, seq: seq})
+		case strings.HasPrefix(name, spareName) && strings.HasSuffix(name, journalExt):
+			p.spares = append(p.spares, path)
+		}
+	}
+	sort.Slice(p.files, func(i, j int) bool { return p.files[i].seq < p.files[j].seq })
+	var k uint64 // record index across files
+	for i := range p.files {
+		f := &p.files[i]
+		err := s.eachRound(f, i == len(p.files)-1, p, func(body []byte) error {
+			return eachRecord(body, func(r jrecord) error {
+				p.note(r, k)
+				k++
+				return nil
+			})
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.nextSeq = f.seq + 1
+	}
+	return p, nil
+}
+
+// note records what the first pass needs of record r, the k-th.
+func (p *journalPlan) note(r jrecord, k uint64) {
+	if r.kind == recTomb {
+		p.lastTomb[r.id] = k
+		delete(p.cuts, r.id)
+		delete(p.ends, r.id)
+		return
+	}
+	if _, ok := p.cuts[r.id]; !ok {
+		p.cuts[r.id] = r.pos
+	}
+	if h, err := segment.ParseHeader(r.batch); err == nil {
+		p.ends[r.id] = h.LastOffset() + 1
+	}
+}
+
+// eachRound reads journal file f and calls fn with the body of each of its
+// rounds, in order: those carrying the file's salt and numbered on from its
+// first round; the first that does not ends the file. A file's first round
+// must follow on from the previous file's last, which also proves a file
+// before the last was not cut short. After the last file's rounds, a
+// valid round of the same file means damage, not a torn tail.
+func (s *Store) eachRound(f *jfile, last bool, p *journalPlan, fn func([]byte) error) error {
+	b, err := readFile(s.fs, f.path)
+	if err != nil {
+		return err
+	}
+	h, herr := parseJournalHeader(b)
+	switch {
+	case herr != nil && last && len(b) <= journalHeaderLen:
+		f.end = 0 // a file whose creation a crash interrupted: holds nothing
+		return nil
+	case herr != nil:
+		return fmt.Errorf("journal %s: %w", f.path, herr)
+	case h.seq != f.seq:
+		return fmt.Errorf("%w: journal %s names file %d", ErrCorrupt, f.path, h.seq)
+	case p.started && h.firstRound != p.nextRound:
+		return fmt.Errorf("%w: journal %s starts at round %d, round %d expected (rounds are missing)",
+			ErrCorrupt, f.path, h.firstRound, p.nextRound)
+	}
+	pos, want := int64(journalHeaderLen), h.firstRound
+	for pos < int64(len(b)) {
+		rseq, body, err := parseRound(b[pos:], h.salt)
+		if err != nil {
+			break
+		}
+		if rseq != want {
+			return fmt.Errorf("%w: journal %s byte %d: round %d, round %d expected", ErrCorrupt, f.path, pos, rseq, want)
+		}
+		if err := fn(body); err != nil {
+			return err
+		}
+		pos += int64(roundHeaderLen + len(body))
+		want++
+	}
+	f.end, p.nextRound, p.started = pos, want, true
+	if last {
+		return damageAfter(f.path, b, pos, h.salt)
+	}
+	return nil
+}
+
+// damageAfter reports a round of this file (its salt) after pos, where
+// its rounds ended: an invalid round followed by a valid one is damage.
+func damageAfter(path string, b []byte, pos int64, salt uint64) error {
+	for q := pos + 1; q < int64(len(b)); q++ {
+		i := bytes.Index(b[q:], []byte(roundMagic))
+		if i < 0 {
+			return nil
+		}
+		q += int64(i)
+		if rseq, _, err := parseRound(b[q:], salt); err == nil {
+			return fmt.Errorf("%w: journal %s: invalid round at byte %d followed by valid round %d at byte %d",
+				ErrCorrupt, path, pos, rseq, q)
+		}
+	}
+	return nil
+}
+
+// readFile reads a whole file.
+func readFile(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, size)
+	if n, err := f.ReadAt(b, 0); n < len(b) {
+		return nil, err
+	}
+	return b, nil
+}
+
+// replayer is the second pass's state.
+type replayer struct {
+	s         *Store
+	p         *journalPlan
+	k         uint64
+	touched   map[*seg]struct{}
+	orphans   map[SegmentID]int // batches for segments whose file is missing
+	unapplied int               // batches that could not be placed
+}
+
+// replay is the second pass; it ends with the journal deleted (or
+// quarantined) and everything it held durable in the segment files.
+func (s *Store) replay(p *journalPlan) error {
+	if len(p.files) == 0 {
+		return nil
+	}
+	r := &replayer{s: s, p: p, touched: map[*seg]struct{}{}, orphans: map[SegmentID]int{}}
+	for i := range p.files {
+		f := p.files[i]
+		err := s.eachRound(&f, i == len(p.files)-1, &journalPlan{}, func(body []byte) error {
+			return eachRecord(body, r.apply)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for sg := range r.touched {
+		if err := sg.h.log.Sync(); err != nil {
+			return err
+		}
+		w, _ := sg.h.log.Stats()
+		sg.queuedEnd = w.End
+	}
+	s.markOrphans(r.orphans, p.ends)
+	if len(r.orphans) > 0 || r.unapplied > 0 {
+		return s.quarantineJournal(p.files)
+	}
+	for _, f := range p.files {
+		var err error
+		if len(p.spares) == 0 {
+			spare := sparePath(s.journalPath(), f.seq)
+			err = s.fs.Rename(f.path, spare)
+			p.spares = append(p.spares, spare)
+		} else {
+			err = s.fs.Remove(f.path)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return s.fs.SyncDir(s.journalPath())
+}
+
+// apply replays one record.
+func (r *replayer) apply(rec jrecord) error {
+	k := r.k
+	r.k++
+	if t, ok := r.p.lastTomb[rec.id]; (ok && k <= t) || rec.kind == recTomb {
+		return nil
+	}
+	sg := r.s.segs[rec.id]
+	switch {
+	case sg == nil:
+		r.orphans[rec.id]++
+		return nil
+	case sg.sealed:
+		return nil // a seal fsyncs the file first: it holds the batch
+	case sg.damage != nil || sg.h == nil:
+		sg.endPastDamage = max(sg.endPastDamage, r.p.ends[rec.id])
+		r.unapplied++
+		return nil
+	}
+	log := sg.h.log
+	if at := log.WriteEnd(); at != rec.pos {
+		sg.damage = fmt.Errorf("%w: segment %d: the journal places a batch at byte %d, the file ends at byte %d",
+			ErrCorrupt, sg.id, rec.pos, at)
+		sg.fenced = true
+		w, _ := log.Stats()
+		sg.endPastDamage = max(w.End, r.p.ends[rec.id])
+		r.unapplied++
+		return nil
+	}
+	if _, err := checkBatch(rec.batch); err != nil {
+		return fmt.Errorf("journal batch for segment %d: %w", sg.id, err)
+	}
+	if err := log.Append(rec.batch); err != nil {
+		return err
+	}
+	r.touched[sg] = struct{}{}
+	r.s.stats.replayed.Add(1)
+	return nil
+}
+
+// markOrphans lists, as damaged, segments the journal holds batches for
+// but whose files are gone without a tombstone: the batches are kept in
+// the quarantined journal.
+func (s *Store) markOrphans(orphans map[SegmentID]int, ends map[SegmentID]uint64) {
+	for id, n := range orphans {
+		s.segs[id] = &seg{id: id, ready: true, fenced: true, endPastDamage: ends[id],
+			damage: fmt.Errorf("%w: the journal holds %d batches of segment %d, whose file is missing; the journal is kept in %s",
+				ErrCorrupt, n, id, QuarantineDir)}
+	}
+}
+
+// quarantineJournal moves the journal's files into QuarantineDir instead of
+// deleting them, because they hold batches no segment file took.
+func (s *Store) quarantineJournal(files []jfile) error {
+	qdir := filepath.Join(s.cfg.Dir, QuarantineDir)
+	if err := s.fs.MkdirAll(qdir, vfs.DirMode); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		return err
+	}
+	for _, f := range files {
+		dst := filepath.Join(qdir, "journal-"+filepath.Base(f.path))
+		if err := s.fs.Rename(f.path, dst); err != nil {
+			return err
+		}
+	}
+	if err := s.fs.SyncDir(qdir); err != nil {
+		return err
+	}
+	return s.fs.SyncDir(s.journalPath())
+}
+
+// startJournal creates the journal's directory and first file (from a
+// spare left by an earlier run when there is one; extra spares and
+// leftover temporary files are removed), after replay, and starts the
+// checkpoint goroutine.
+func (s *Store) startJournal(p *journalPlan) error {
+	dir := s.journalPath()
+	if err := s.fs.MkdirAll(dir, vfs.DirMode); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		return err
+	}
+	if err := s.removeJournalLeftovers(p); err != nil {
+		return err
+	}
+	spare := ""
+	if len(p.spares) > 0 {
+		spare = p.spares[0]
+	}
+	s.jr = &journal{fs: s.fs, dir: dir}
+	if err := s.jr.openFile(p.nextSeq, p.nextRound, spare); err != nil {
+		return err
+	}
+	s.ckpt = make(chan checkpoint)
+	s.ckptDone = make(chan struct{})
+	s.spares = make(chan string, 1)
+	go s.checkpointLoop(s.cfg.JournalPrealloc)
+	return nil
+}
+
+// removeJournalLeftovers removes spares beyond the first and temporary
+// files of an interrupted preallocation.
+func (s *Store) removeJournalLeftovers(p *journalPlan) error {
+	names, err := s.fs.ReadDir(s.journalPath())
+	if err != nil {
+		return err
+	}
+	changed := false
+	for _, name := range names {
+		if strings.HasSuffix(name, ".tmp") {
+			if err := s.fs.Remove(filepath.Join(s.journalPath(), name)); err != nil {
+				return err
+			}
+			changed = true
+		}
+	}
+	for len(p.spares) > 1 {
+		if err := s.fs.Remove(p.spares[len(p.spares)-1]); err != nil {
+			return err
+		}
+		p.spares, changed = p.spares[:len(p.spares)-1], true
+	}
+	if changed {
+		return s.fs.SyncDir(s.journalPath())
+	}
+	return nil
+}
