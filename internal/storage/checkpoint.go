@@ -38,6 +38,9 @@ func (s *Store) checkpointLoop(prealloc bool) {
 			s.fail(err)
 			continue
 		}
+		if s.failure() != nil {
+			continue // a failed round or delete may count on this file
+		}
 		if err := s.recycle(ck.path, ck.seq); err != nil {
 			s.fail(err)
 			continue
@@ -108,15 +111,16 @@ func (s *Store) preallocSpare() error {
 	return nil
 }
 
-// syncSegments fdatasyncs the files of segs that still exist, several at a
-// time so the filesystem can fold them into fewer journal commits. A
-// segment deleted since needs nothing (its tombstone is in the journal), a
+// syncSegments fdatasyncs the files of segs that are still open, several
+// at a time so the filesystem can fold them into fewer journal commits. A
+// segment being deleted stays open until its tombstone is durable, so it
+// is synced until then; once its handle is retired it needs nothing. A
 // sealed one was fsynced by its seal.
 func (s *Store) syncSegments(segs []*seg) error {
 	s.mu.Lock()
 	hs := make([]*handle, 0, len(segs))
 	for _, sg := range segs {
-		if sg.gone || sg.sealed {
+		if sg.sealed {
 			continue
 		}
 		if h := s.refLocked(sg); h != nil {

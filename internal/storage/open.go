@@ -18,16 +18,20 @@ const (
 	logExt  = ".log"
 	sealExt = ".seal"
 	idxExt  = ".idx"
+	// damageExt marks damage only a journal replay could see (replay.go):
+	// it keeps the segment reported damaged, and its file untouched, on
+	// every later Open, after the journal that showed it is gone.
+	damageExt = ".damage"
 )
 
 // segFiles records which of a segment's files exist.
-type segFiles struct{ log, seal, idx bool }
+type segFiles struct{ log, seal, idx, damage bool }
 
 // parseName splits a segment file name; ok is false for foreign files,
 // which Open leaves alone.
 func parseName(name string) (SegmentID, string, bool) {
 	ext := filepath.Ext(name)
-	if ext != logExt && ext != sealExt && ext != idxExt {
+	if ext != logExt && ext != sealExt && ext != idxExt && ext != damageExt {
 		return 0, "", false
 	}
 	stem := strings.TrimSuffix(name, ext)
@@ -140,6 +144,8 @@ func (s *Store) recoverAll(cuts map[SegmentID]int64) error {
 			files[id].seal = true
 		case idxExt:
 			files[id].idx = true
+		case damageExt:
+			files[id].damage = true
 		}
 	}
 	ids := make([]SegmentID, 0, len(files))
@@ -163,6 +169,8 @@ func (s *Store) recoverAll(cuts map[SegmentID]int64) error {
 // recoverSegment recovers one segment; removed reports files it deleted.
 func (s *Store) recoverSegment(id SegmentID, f *segFiles, cuts map[SegmentID]int64) (removed bool, err error) {
 	switch {
+	case f.damage:
+		return false, s.recoverMarked(id, f)
 	case !f.log:
 		return true, s.removeSidecars(id)
 	case f.seal:
@@ -241,4 +249,45 @@ func (s *Store) recoverSealed(id SegmentID) error {
 			ErrCorrupt, id, st.Size, segment.FileHeaderSize+ft.Bytes)
 	}
 	return nil
+}
+
+// recoverMarked recovers a segment with a damage marker: reported damaged
+// and fenced, its files read but never modified, whatever they hold.
+func (s *Store) recoverMarked(id SegmentID, f *segFiles) error {
+	end, reason, err := readDamageMarker(s.fs, s.path(id, damageExt))
+	if err != nil {
+		return err
+	}
+	damage := fmt.Errorf("%w: segment %d: %s", ErrCorrupt, id, reason)
+	switch {
+	case f.log && f.seal:
+		if err := s.recoverSealed(id); err != nil {
+			return err
+		}
+	case f.log:
+		s.recoverMarkedActive(id)
+	default:
+		s.segs[id] = &seg{id: id, ready: true, fenced: true}
+	}
+	sg := s.segs[id]
+	sg.damage, sg.fenced = damage, true
+	sg.endPastDamage = max(sg.endPastDamage, end)
+	return nil
+}
+
+// recoverMarkedActive opens a marked active segment for reading what is
+// valid of it: every byte is treated as synced, so nothing is cut.
+func (s *Store) recoverMarkedActive(id SegmentID) {
+	path := s.path(id, logExt)
+	st, err := s.fs.Stat(path)
+	var log *segment.Segment
+	if err == nil {
+		log, _, err = segment.RecoverCut(s.fs, path, s.opts, st.Size)
+	}
+	sg := &seg{id: id, ready: true}
+	if err == nil {
+		w, _ := log.Stats()
+		sg.base, sg.queuedEnd, sg.endPastDamage, sg.h = log.Base(), w.End, w.End, &handle{log: log, refs: 1}
+	}
+	s.segs[id] = sg
 }

@@ -170,7 +170,7 @@ func (s *Store) Delete(id SegmentID) error {
 	if err := s.detach(id); err != nil {
 		return err
 	}
-	for _, ext := range []string{logExt, idxExt, sealExt} {
+	for _, ext := range []string{logExt, idxExt, sealExt, damageExt} {
 		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
 			return err
 		}
@@ -208,7 +208,7 @@ func (s *Store) Quarantine(id SegmentID) (string, error) {
 	// only sidecars in place, which Open discards. Moving the .seal first
 	// would leave a sealed segment's .log without its seal, which Open
 	// takes for an active segment and would append to.
-	for _, ext := range []string{logExt, sealExt, idxExt} {
+	for _, ext := range []string{logExt, sealExt, idxExt, damageExt} {
 		err := s.fs.Rename(s.path(id, ext), filepath.Join(qdir, stem+ext))
 		if err != nil && !vfs.IsNotExist(err) {
 			return "", err
@@ -248,40 +248,61 @@ func (s *Store) detach(id SegmentID) error {
 	sg.sealMu.Lock()
 	defer sg.sealMu.Unlock()
 	s.mu.Lock()
-	if sg.gone {
+	switch {
+	case sg.gone:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	case s.closing:
+		s.mu.Unlock()
+		return ErrClosed
 	}
 	sg.gone, sg.fenced = true, true
 	delete(s.segs, id)
 	var wait <-chan struct{}
 	active := !sg.sealed && sg.h != nil
-	// With the journal on, every deletion is journaled, sealed or not: the
-	// journal may still hold the segment's batches, and a replay must know
-	// the file is gone on purpose.
-	if active || s.jr != nil {
-		var err error
-		if wait, err = s.tombstoneLocked(sg); err != nil {
-			wait = s.exited // closing: the commit goroutine drains the queue first
-		}
+	if active {
+		wait, _ = s.barrierLocked(sg) // cannot fail: not closing, under this lock
 	}
 	s.mu.Unlock()
 	if wait != nil {
 		<-wait
 	}
+	err = s.settle(sg, active)
 	s.mu.Lock()
 	if active {
 		sg.h.refs--
 	}
 	s.retireLocked(sg)
-	failed := s.failed
 	s.mu.Unlock()
-	if failed != nil && s.jr != nil {
-		// The tombstone may not be durable: keep the files, so a replay
-		// finds what the journal holds for them.
-		return failed
+	return err
+}
+
+// settle, with the journal on, makes a detached segment's file stand alone
+// and then journals its tombstone, which voids its journaled batches for a
+// replay: the file is fsynced first, so the files Delete or Quarantine go
+// on to remove or move hold every acknowledged byte until then. Any error
+// means the files must be kept: a replay then finds what the journal holds.
+func (s *Store) settle(sg *seg, active bool) error {
+	if s.jr == nil {
+		return nil
 	}
-	return nil
+	if err := s.failure(); err != nil {
+		return err
+	}
+	if active {
+		if err := sg.h.log.SyncFile(); err != nil {
+			s.fail(err)
+			return err
+		}
+	}
+	s.mu.Lock()
+	wait, err := s.tombstoneLocked(sg)
+	s.mu.Unlock()
+	if err != nil {
+		return err // closing began: the tombstone cannot be journaled
+	}
+	<-wait
+	return s.failure()
 }
 
 // acquire returns segment id with an open handle and a reference on it,

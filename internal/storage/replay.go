@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/malachi-log/malachi/internal/storage/segment"
@@ -187,30 +188,45 @@ func readFile(fs vfs.FS, path string) ([]byte, error) {
 
 // replayer is the second pass's state.
 type replayer struct {
-	s         *Store
-	p         *journalPlan
-	k         uint64
-	touched   map[*seg]struct{}
-	orphans   map[SegmentID]int // batches for segments whose file is missing
-	unapplied int               // batches that could not be placed
+	s       *Store
+	p       *journalPlan
+	k       uint64
+	touched map[*seg]struct{}
+	orphans map[SegmentID]int // batches for segments whose file is missing
+	// unplaced counts, per damaged segment, batches it could not take.
+	unplaced map[*seg]int
 }
 
-// replay is the second pass; it ends with the journal deleted (or
+// replay is the second pass; it ends with the journal retired (or
 // quarantined) and everything it held durable in the segment files.
 func (s *Store) replay(p *journalPlan) error {
 	if len(p.files) == 0 {
 		return nil
 	}
-	r := &replayer{s: s, p: p, touched: map[*seg]struct{}{}, orphans: map[SegmentID]int{}}
+	r := &replayer{s: s, p: p, touched: map[*seg]struct{}{}, orphans: map[SegmentID]int{}, unplaced: map[*seg]int{}}
 	for i := range p.files {
 		f := p.files[i]
 		err := s.eachRound(&f, i == len(p.files)-1, &journalPlan{}, func(body []byte) error {
 			return eachRecord(body, r.apply)
 		})
+		if err == nil {
+			err = r.syncTouched() // also lets go of this file's bytes
+		}
 		if err != nil {
 			return err
 		}
 	}
+	if len(r.orphans) > 0 || len(r.unplaced) > 0 {
+		if err := s.markDamage(r); err != nil {
+			return err
+		}
+		return s.quarantineJournal(p.files)
+	}
+	return s.retireReplayed(p)
+}
+
+// syncTouched fsyncs the segments replayed into so far.
+func (r *replayer) syncTouched() error {
 	for sg := range r.touched {
 		if err := sg.h.log.Sync(); err != nil {
 			return err
@@ -218,10 +234,13 @@ func (s *Store) replay(p *journalPlan) error {
 		w, _ := sg.h.log.Stats()
 		sg.queuedEnd = w.End
 	}
-	s.markOrphans(r.orphans, p.ends)
-	if len(r.orphans) > 0 || r.unapplied > 0 {
-		return s.quarantineJournal(p.files)
-	}
+	clear(r.touched)
+	return nil
+}
+
+// retireReplayed keeps the first replayed file as the spare and deletes
+// the rest.
+func (s *Store) retireReplayed(p *journalPlan) error {
 	for _, f := range p.files {
 		var err error
 		if len(p.spares) == 0 {
@@ -254,7 +273,7 @@ func (r *replayer) apply(rec jrecord) error {
 		return nil // a seal fsyncs the file first: it holds the batch
 	case sg.damage != nil || sg.h == nil:
 		sg.endPastDamage = max(sg.endPastDamage, r.p.ends[rec.id])
-		r.unapplied++
+		r.unplaced[sg]++
 		return nil
 	}
 	log := sg.h.log
@@ -264,7 +283,7 @@ func (r *replayer) apply(rec jrecord) error {
 		sg.fenced = true
 		w, _ := log.Stats()
 		sg.endPastDamage = max(w.End, r.p.ends[rec.id])
-		r.unapplied++
+		r.unplaced[sg]++
 		return nil
 	}
 	if _, err := checkBatch(rec.batch); err != nil {
@@ -278,15 +297,45 @@ func (r *replayer) apply(rec jrecord) error {
 	return nil
 }
 
-// markOrphans lists, as damaged, segments the journal holds batches for
-// but whose files are gone without a tombstone: the batches are kept in
-// the quarantined journal.
-func (s *Store) markOrphans(orphans map[SegmentID]int, ends map[SegmentID]uint64) {
-	for id, n := range orphans {
-		s.segs[id] = &seg{id: id, ready: true, fenced: true, endPastDamage: ends[id],
-			damage: fmt.Errorf("%w: the journal holds %d batches of segment %d, whose file is missing; the journal is kept in %s",
-				ErrCorrupt, n, id, QuarantineDir)}
+// markDamage records, durably, the damage the replay found, before the
+// journal that showed it is moved away: each segment that could not take
+// its journaled batches, and each whose file is missing, gets a damage
+// marker (<id>.damage) that every later Open honours, so its files are
+// never cut or appended to as if nothing had happened.
+func (s *Store) markDamage(r *replayer) error {
+	for sg, n := range r.unplaced {
+		reason := fmt.Sprintf("%v; %d journaled batches it could not take are kept in %s", sg.damage, n, QuarantineDir)
+		if err := writeDamageMarker(s.fs, s.path(sg.id, damageExt), sg.endPastDamage, reason); err != nil {
+			return err
+		}
 	}
+	for id, n := range r.orphans {
+		reason := fmt.Sprintf("the journal holds %d batches of it but its file is missing; they are kept in %s", n, QuarantineDir)
+		if err := writeDamageMarker(s.fs, s.path(id, damageExt), r.p.ends[id], reason); err != nil {
+			return err
+		}
+		s.segs[id] = &seg{id: id, ready: true, fenced: true, endPastDamage: r.p.ends[id],
+			damage: fmt.Errorf("%w: segment %d: %s", ErrCorrupt, id, reason)}
+	}
+	return s.fs.SyncDir(s.cfg.Dir)
+}
+
+// A damage marker: the end past the damage (decimal), a newline, the reason.
+func writeDamageMarker(fs vfs.FS, path string, end uint64, reason string) error {
+	return segment.WriteFileAtomic(fs, path, []byte(strconv.FormatUint(end, 10)+"\n"+reason))
+}
+
+func readDamageMarker(fs vfs.FS, path string) (end uint64, reason string, err error) {
+	b, err := readFile(fs, path)
+	if err != nil {
+		return 0, "", err
+	}
+	first, rest, _ := strings.Cut(string(b), "\n")
+	end, perr := strconv.ParseUint(first, 10, 64)
+	if perr != nil {
+		return 0, "damaged (unreadable damage marker)", nil
+	}
+	return end, rest, nil
 }
 
 // quarantineJournal moves the journal's files into QuarantineDir instead of
@@ -300,7 +349,10 @@ func (s *Store) quarantineJournal(files []jfile) error {
 		return err
 	}
 	for _, f := range files {
-		dst := filepath.Join(qdir, "journal-"+filepath.Base(f.path))
+		dst, err := freeName(s.fs, qdir, "journal-"+strings.TrimSuffix(filepath.Base(f.path), journalExt), journalExt)
+		if err != nil {
+			return err
+		}
 		if err := s.fs.Rename(f.path, dst); err != nil {
 			return err
 		}
@@ -309,6 +361,24 @@ func (s *Store) quarantineJournal(files []jfile) error {
 		return err
 	}
 	return s.fs.SyncDir(s.journalPath())
+}
+
+// freeName returns dir/stem+ext, or dir/stem-N+ext, that does not exist.
+func freeName(fs vfs.FS, dir, stem, ext string) (string, error) {
+	for n := 0; ; n++ {
+		name := stem
+		if n > 0 {
+			name = fmt.Sprintf("%s-%d", stem, n)
+		}
+		path := filepath.Join(dir, name+ext)
+		_, err := fs.Stat(path)
+		if vfs.IsNotExist(err) {
+			return path, nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
 }
 
 // startJournal creates the journal's directory and first file (from a
@@ -337,7 +407,7 @@ func (s *Store) startJournal(p *journalPlan) error {
 	s.ckpt = make(chan checkpoint)
 	s.ckptDone = make(chan struct{})
 	s.spares = make(chan string, 1)
-	go s.checkpointLoop(s.cfg.JournalPrealloc)
+	go s.checkpointLoop(s.cfg.JournalPrealloc && spare == "")
 	return nil
 }
 

@@ -51,11 +51,18 @@ const (
 	DefaultMaxOpenFiles       = 256
 	DefaultMaxPendingBytes    = 64 << 20
 	DefaultIndexIntervalBytes = 4096
+	// MaxPendingBytesLimit caps Config.MaxPendingBytes.
+	MaxPendingBytesLimit = 1 << 30
 )
 
 func (c *Config) setDefaults() error {
 	if c.Dir == "" {
 		return errors.New("storage: Config.Dir is required")
+	}
+	// A journal round holds at most MaxPendingBytes plus one batch, and
+	// its length field is 32 bits.
+	if c.MaxPendingBytes > MaxPendingBytesLimit {
+		return fmt.Errorf("storage: MaxPendingBytes %d above %d", c.MaxPendingBytes, int64(MaxPendingBytesLimit))
 	}
 	if c.MaxOpenFiles < 0 || c.MaxPendingBytes < 0 || c.IndexIntervalBytes < 0 || c.JournalFileBytes < 0 {
 		return errors.New("storage: negative limit in Config")
@@ -374,7 +381,7 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 func (s *Store) createFiles(id SegmentID, base uint64, owner uint32) (*segment.Segment, error) {
 	// A .seal or .idx left by an interrupted Delete must not attach to the
 	// new segment.
-	for _, ext := range []string{sealExt, idxExt} {
+	for _, ext := range []string{sealExt, idxExt, damageExt} {
 		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
 			return nil, err
 		}
