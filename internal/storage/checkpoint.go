@@ -34,7 +34,13 @@ func (s *Store) checkpointLoop(prealloc bool) {
 		if s.failure() != nil {
 			continue
 		}
-		if err := s.syncSegments(ck.segs); err != nil {
+		err := s.syncSegments(ck.segs)
+		if err == nil {
+			// Segments created while the file was current exist only by
+			// their journal record until their directory entry is durable.
+			err = s.fs.SyncDir(s.cfg.Dir)
+		}
+		if err != nil {
 			s.fail(err)
 			continue
 		}

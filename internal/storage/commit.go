@@ -20,6 +20,11 @@ type request struct {
 	// tomb marks a barrier that also records the segment's deletion in
 	// the node journal, so a replay does not look for its file.
 	tomb bool
+	// create marks a barrier that records the segment's creation (base,
+	// owner) in the node journal, so a replay can recreate its file.
+	create bool
+	base   uint64
+	owner  uint32
 }
 
 // AppendAsync validates one encoded batch and queues it for segment id.

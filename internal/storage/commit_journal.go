@@ -1,5 +1,7 @@
 package storage
 
+import "encoding/binary"
+
 // journalRound is commit with the node journal on: the round's records go
 // to the journal in one write, the segment files are written while the
 // journal's fdatasync runs, and the batches are published to readers only
@@ -49,6 +51,11 @@ func (s *Store) journalBody(round []request, groups []*group, of []int) (b []byt
 		switch {
 		case r.tomb:
 			b = appendRecordHeader(b, recTomb, r.sg.id, 0, 0)
+			any = true
+		case r.create:
+			b = appendRecordHeader(b, recCreate, r.sg.id, int64(r.base), 4)
+			b = binary.LittleEndian.AppendUint32(b, r.owner)
+			s.jr.dirty[r.sg] = struct{}{} // its header and name need a checkpoint
 			any = true
 		case of[i] >= 0:
 			g := groups[of[i]]

@@ -30,7 +30,9 @@ import (
 //	rounds:            "MJRD" | salt u64 | round seq u64 | body length u32 |
 //	                   body CRC32C u32 | CRC32C of the round header's bytes 0..27
 //	body:              records, each kind u8 | segment id u64 |
-//	                   file position u64 | length u32 | batch (length bytes)
+//	                   file position u64 | length u32 | batch (length bytes);
+//	                   a create record's position is the base offset and its
+//	                   4 bytes the owner tag
 //
 // Round sequence numbers run on across files without a gap. A round is
 // written with one write, and the next round only after its fdatasync
@@ -54,8 +56,9 @@ const (
 	recordHeaderLen  = 21
 	spareName        = "spare-"
 
-	recBatch = 1 // a batch appended to a segment at a file position
-	recTomb  = 2 // the segment was deleted: its earlier records are void
+	recBatch  = 1 // a batch appended to a segment at a file position
+	recTomb   = 2 // the segment was deleted: its earlier records are void
+	recCreate = 3 // the segment was created: position = base, owner u32
 )
 
 // DefaultJournalFileBytes is the size from which the journal moves to a new
@@ -166,7 +169,7 @@ func eachRecord(body []byte, fn func(jrecord) error) error {
 		r := jrecord{kind: body[0], id: SegmentID(le.Uint64(body[1:])), pos: int64(le.Uint64(body[9:]))}
 		n := int(le.Uint32(body[17:]))
 		body = body[recordHeaderLen:]
-		if n > len(body) || (r.kind != recBatch && r.kind != recTomb) {
+		if n > len(body) || r.kind < recBatch || r.kind > recCreate || (r.kind == recCreate && n != 4) {
 			return fmt.Errorf("%w: journal record of kind %d and length %d does not fit its round", ErrCorrupt, r.kind, n)
 		}
 		r.batch, body = body[:n], body[n:]

@@ -89,11 +89,16 @@ func TestJournalCheckpointDropsDeletedSegmentBeforeTombstoneDurable(t *testing.T
 		}
 		return nil
 	})
-	s, err := Open(Config{Dir: "/data", FS: fs, JournalFileBytes: 1, JournalPrealloc: true})
-	if err != nil {
+	// Segment 5 is created first, without the journal: a journaled create
+	// would itself retire the journal file and wait for the checkpoint
+	// goroutine this test holds.
+	pre := openMemCfg(t, Config{Dir: "/data", FS: mem, NoJournal: true})
+	if err := pre.Create(5, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Create(5, 0); err != nil {
+	_ = pre.Close()
+	s, err := Open(Config{Dir: "/data", FS: fs, JournalFileBytes: 1, JournalPrealloc: true})
+	if err != nil {
 		t.Fatal(err)
 	}
 	acked := make(chan error, 1)
@@ -146,6 +151,7 @@ func TestJournalQuarantinedJournalNotOverwritten(t *testing.T) {
 	mem := vfs.NewMem()
 	s := openMem(t, mem)
 	_ = s.Create(5, 0)
+	s = reopenClean(t, s, mem) // the create is checkpointed: only the file says it exists
 	if err := s.Append(ctx, 5, b5); err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +175,11 @@ func TestJournalQuarantinedJournalNotOverwritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = r.Create(6, 100)
+	_ = r.Close()
+	r, err = Open(Config{Dir: "/data", FS: crashed})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Append(ctx, 6, span(t, 100, 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -282,4 +293,25 @@ func TestJournalPreallocOnlyWithoutSpare(t *testing.T) {
 	if n := preallocWrites.Load(); n != 0 {
 		t.Fatalf("a node with a spare preallocated again (%d writes)", n)
 	}
+}
+
+// openMemCfg opens a store with cfg, closed at the end of the test.
+func openMemCfg(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// reopenClean closes s (a checkpoint of everything) and opens the store
+// again on mem.
+func reopenClean(t *testing.T, s *Store, mem *vfs.MemFS) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return openMem(t, mem)
 }

@@ -92,7 +92,7 @@ func (s *Store) recoverWithJournal() error {
 	if err != nil {
 		return err
 	}
-	if err := s.recoverAll(plan.cuts); err != nil {
+	if err := s.recoverAll(plan); err != nil {
 		return err
 	}
 	if err := s.replay(plan); err != nil {
@@ -115,7 +115,7 @@ func (s *Store) prepareDir() error {
 	return s.fs.SyncDir(s.cfg.Dir)
 }
 
-func (s *Store) recoverAll(cuts map[SegmentID]int64) error {
+func (s *Store) recoverAll(plan *journalPlan) error {
 	names, err := s.fs.ReadDir(s.cfg.Dir)
 	if err != nil {
 		return err
@@ -154,7 +154,7 @@ func (s *Store) recoverAll(cuts map[SegmentID]int64) error {
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
-		removed, err := s.recoverSegment(id, files[id], cuts)
+		removed, err := s.recoverSegment(id, files[id], plan)
 		if err != nil {
 			return err
 		}
@@ -167,16 +167,18 @@ func (s *Store) recoverAll(cuts map[SegmentID]int64) error {
 }
 
 // recoverSegment recovers one segment; removed reports files it deleted.
-func (s *Store) recoverSegment(id SegmentID, f *segFiles, cuts map[SegmentID]int64) (removed bool, err error) {
+func (s *Store) recoverSegment(id SegmentID, f *segFiles, plan *journalPlan) (removed bool, err error) {
 	switch {
 	case f.damage:
 		return false, s.recoverMarked(id, f)
+	case f.log && !f.seal && plan.creates[id]:
+		return false, nil // the replay recreates it from the journal
 	case !f.log:
 		return true, s.removeSidecars(id)
 	case f.seal:
 		return false, s.recoverSealed(id)
 	default:
-		cut, ok := cuts[id]
+		cut, ok := plan.cuts[id]
 		if !ok {
 			cut = -1
 		}

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,6 +42,7 @@ type jfile struct {
 type journalPlan struct {
 	files     []jfile
 	cuts      map[SegmentID]int64  // see above
+	creates   map[SegmentID]bool   // created (after their last tombstone) in the journal
 	lastTomb  map[SegmentID]uint64 // index of the segment's last tombstone record
 	ends      map[SegmentID]uint64 // offset after the segment's last journaled batch
 	nextSeq   uint64
@@ -53,7 +55,8 @@ func (s *Store) journalPath() string { return filepath.Join(s.cfg.Dir, journalDi
 
 // scanJournal is the first pass.
 func (s *Store) scanJournal() (*journalPlan, error) {
-	p := &journalPlan{cuts: map[SegmentID]int64{}, lastTomb: map[SegmentID]uint64{}, ends: map[SegmentID]uint64{}}
+	p := &journalPlan{cuts: map[SegmentID]int64{}, creates: map[SegmentID]bool{},
+		lastTomb: map[SegmentID]uint64{}, ends: map[SegmentID]uint64{}}
 	names, err := s.fs.ReadDir(s.journalPath())
 	if vfs.IsNotExist(err) {
 		return p, nil
@@ -91,10 +94,15 @@ func (s *Store) scanJournal() (*journalPlan, error) {
 
 // note records what the first pass needs of record r, the k-th.
 func (p *journalPlan) note(r jrecord, k uint64) {
-	if r.kind == recTomb {
+	switch r.kind {
+	case recTomb:
 		p.lastTomb[r.id] = k
 		delete(p.cuts, r.id)
 		delete(p.ends, r.id)
+		delete(p.creates, r.id)
+		return
+	case recCreate:
+		p.creates[r.id] = true
 		return
 	}
 	if _, ok := p.cuts[r.id]; !ok {
@@ -265,6 +273,12 @@ func (r *replayer) apply(rec jrecord) error {
 		return nil
 	}
 	sg := r.s.segs[rec.id]
+	if rec.kind == recCreate {
+		if sg != nil {
+			return nil // sealed since, or marked damaged: its file stands
+		}
+		return r.s.recreate(rec)
+	}
 	switch {
 	case sg == nil:
 		r.orphans[rec.id]++
@@ -294,6 +308,27 @@ func (r *replayer) apply(rec jrecord) error {
 	}
 	r.touched[sg] = struct{}{}
 	r.s.stats.replayed.Add(1)
+	return nil
+}
+
+// recreate makes, afresh, the file of a segment whose creation the
+// journal holds: nothing of it was checkpointed (the journal file holding
+// the record would be gone), so whatever a crash left of its file is
+// replaced by the journal's batches, appended next.
+func (s *Store) recreate(rec jrecord) error {
+	if len(rec.batch) != 4 {
+		return fmt.Errorf("%w: journal create record of %d bytes", ErrCorrupt, len(rec.batch))
+	}
+	if err := s.fs.Remove(s.path(rec.id, logExt)); err != nil && !vfs.IsNotExist(err) {
+		return err
+	}
+	owner := binary.LittleEndian.Uint32(rec.batch)
+	log, err := s.createFiles(rec.id, uint64(rec.pos), owner, true)
+	if err != nil {
+		return err
+	}
+	s.segs[rec.id] = &seg{id: rec.id, base: uint64(rec.pos), ready: true, queuedEnd: uint64(rec.pos),
+		h: &handle{log: log, refs: 1}}
 	return nil
 }
 

@@ -362,7 +362,8 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 	s.segs[id] = sg // reserved: not ready, so invisible to everything else
 	s.mu.Unlock()
 
-	log, err := s.createFiles(id, base, owner)
+	journaled := s.jr != nil
+	log, err := s.createFiles(id, base, owner, !journaled)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil && s.closing {
@@ -374,11 +375,39 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 		return err
 	}
 	sg.h = &handle{log: log, refs: 1}
+	if journaled {
+		if err := s.journalCreateLocked(sg, base, owner); err != nil {
+			sg.h.refs--
+			s.retireLocked(sg)
+			delete(s.segs, id)
+			return err
+		}
+	}
 	sg.ready = true
 	return nil
 }
 
-func (s *Store) createFiles(id SegmentID, base uint64, owner uint32) (*segment.Segment, error) {
+// journalCreateLocked makes a new segment's creation durable through the
+// journal (a create record, sharing a round's fsync) instead of fsyncing
+// its file and the directory: a replay recreates the file from the
+// record. It drops s.mu while it waits. sg.h is set first, so a checkpoint
+// of the journal file holding the record syncs the file.
+func (s *Store) journalCreateLocked(sg *seg, base uint64, owner uint32) error {
+	if s.closing {
+		return ErrClosed
+	}
+	ch := make(chan struct{})
+	s.queue = append(s.queue, request{sg: sg, create: true, base: base, owner: owner, done: func(error) { close(ch) }})
+	s.kick()
+	s.mu.Unlock()
+	<-ch
+	s.mu.Lock()
+	return s.failed
+}
+
+// createFiles creates a segment's .log; sync makes it and its directory
+// entry durable before returning.
+func (s *Store) createFiles(id SegmentID, base uint64, owner uint32, sync bool) (*segment.Segment, error) {
 	// A .seal or .idx left by an interrupted Delete must not attach to the
 	// new segment.
 	for _, ext := range []string{sealExt, idxExt, damageExt} {
@@ -386,12 +415,19 @@ func (s *Store) createFiles(id SegmentID, base uint64, owner uint32) (*segment.S
 			return nil, err
 		}
 	}
-	log, err := segment.CreateFor(s.fs, s.path(id, logExt), uint64(id), base, owner, s.opts)
+	create := segment.CreateFor
+	if !sync {
+		create = segment.CreateUnsynced
+	}
+	log, err := create(s.fs, s.path(id, logExt), uint64(id), base, owner, s.opts)
 	if errors.Is(err, vfs.ErrExist) {
 		return nil, fmt.Errorf("%w: %d (file present)", ErrExists, id)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !sync {
+		return log, nil
 	}
 	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
 		_ = log.Close()

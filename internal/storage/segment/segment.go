@@ -150,11 +150,22 @@ func Create(fs vfs.FS, path string, id, base uint64, o Options) (*Segment, error
 // CreateFor is Create with an owner tag recorded in the header (see the
 // file header layout).
 func CreateFor(fs vfs.FS, path string, id, base uint64, owner uint32, o Options) (*Segment, error) {
+	return create(fs, path, id, base, owner, o, true)
+}
+
+// CreateUnsynced is CreateFor without the fsync: for a caller that makes
+// the segment's creation durable another way (the store's node journal)
+// and fsyncs the file later.
+func CreateUnsynced(fs vfs.FS, path string, id, base uint64, owner uint32, o Options) (*Segment, error) {
+	return create(fs, path, id, base, owner, o, false)
+}
+
+func create(fs vfs.FS, path string, id, base uint64, owner uint32, o Options, sync bool) (*Segment, error) {
 	f, err := fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, vfs.FileMode)
 	if err != nil {
 		return nil, err
 	}
-	if _, err = f.WriteAt(marshalFileHeader(id, base, owner), 0); err == nil {
+	if _, err = f.WriteAt(marshalFileHeader(id, base, owner), 0); err == nil && sync {
 		err = f.Sync()
 	}
 	if err != nil {
