@@ -155,10 +155,6 @@ type Broker struct {
 
 	// keyless spreads records without a key across a topic's ranges.
 	keyless atomic.Uint64
-	// rotate picks the range a v2 page starts at, so pages share out
-	// batches larger than a range's share fairly over time.
-	rotate atomic.Uint64
-
 	// coord is the consumer-group coordinator, under its own lock.
 	coord *coordinator
 

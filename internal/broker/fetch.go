@@ -44,9 +44,9 @@ type Page struct {
 // Fetch returns the next page of a topic for the request's position.
 func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 	var recs []Record
-	pos, err := b.poll(ctx, req, func(pos *position) (bool, error) {
+	pos, err := b.poll(ctx, req, func(pos *position, at seen) (bool, error) {
 		var err error
-		recs, pos.entries, err = b.readPage(*pos, req.Max)
+		recs, pos.entries, err = b.readPage(*pos, req.Max, at)
 		return len(recs) > 0, err
 	})
 	if errors.Is(err, metadata.ErrNoSuchTopic) {
@@ -61,9 +61,10 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 
 // poll resolves the request's position and calls read until it finds
 // something, the request's wait passes, the node closes or ctx ends. read
-// advances pos.entries. On ctx's end it returns the position reached with
-// ctx's error; on other errors the zero position.
-func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *position) (bool, error)) (position, error) {
+// advances pos.entries; at is the topic's watch as taken before the read.
+// On ctx's end it returns the position reached with ctx's error; on other
+// errors the zero position.
+func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *position, at seen) (bool, error)) (position, error) {
 	pos, err := b.startPosition(req)
 	if err != nil {
 		return position{}, err
@@ -72,8 +73,8 @@ func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *posi
 	deadline := b.cfg.Clock.Now().Add(wait)
 	w := b.watchFor(pos.topicID)
 	for {
-		woken := w.wait()
-		found, err := read(&pos)
+		woken, at := w.waitGen()
+		found, err := read(&pos, at)
 		if err != nil {
 			return position{}, err
 		}
@@ -170,6 +171,12 @@ type plan struct {
 	slice   keyspace.Span
 	bits    uint8 // the topic's keyspace bits
 	sources []source
+	// lineage is every ancestor, then the range: the sources whose
+	// entries can speak for the slice. It is more than sources, which
+	// leave out ancestors that never held a key of the slice: an entry of
+	// such an ancestor made while reading a merged range carries the
+	// merged range's slice, and marks that slice's older sources done.
+	lineage []uint64
 }
 
 // lineage answers ancestor questions for the cursor helpers.
@@ -202,7 +209,8 @@ func (b *Broker) plans(pos position) ([]plan, lineage) {
 				continue
 			}
 			p := plan{rangeID: r.ID, slice: keyspace.Span{Start: r.Start, End: r.End}, bits: t.Bits}
-			for _, sid := range append(append([]uint64(nil), r.Lineage...), r.ID) {
+			p.lineage = append(append([]uint64(nil), r.Lineage...), r.ID)
+			for _, sid := range p.lineage {
 				sr, _ := st.Range(sid)
 				if !p.slice.Overlaps(keyspace.Span{Start: sr.Start, End: sr.End}) {
 					continue // an ancestor of an ancestor that never held these keys
@@ -254,76 +262,37 @@ func (bg *budget) hard() int {
 	return max(bg.records, 1)
 }
 
-// readPage reads up to max records across the reader's ranges. A first
-// pass gives each range an equal share so one busy range cannot starve
-// the others; a second pass lets the ranges that have more fill the rest.
-func (b *Broker) readPage(pos position, max int) ([]Record, []cursor.Entry, error) {
-	plans, lin := b.plans(pos)
-	entries := pos.entries
+// readPage reads up to maxRecords records across the reader's ranges (see
+// pageRead.fill): each range visited gets an equal share of the page, so
+// one busy range cannot starve the others, and a page over many ranges
+// still reads in large pieces.
+func (b *Broker) readPage(pos position, maxRecords int, at seen) ([]Record, []cursor.Entry, error) {
+	pr, plans, first := b.startPage(pos, at)
 	if len(plans) == 0 {
-		return nil, entries, nil
+		return nil, pos.entries, nil
 	}
-	total := &budget{records: max, bytes: b.cfg.FetchMaxBytes}
+	total := &budget{records: maxRecords, bytes: b.cfg.FetchMaxBytes}
+	each := share(maxRecords, len(plans))
 	var out []Record
-	share := max / len(plans)
-	if share < 1 {
-		share = 1
+	err := pr.fill(plans, first, total.spent, func(p *plan, pass int) (walkEnd, error) {
+		quota := total.records
+		if pass == 0 {
+			quota = min(each, total.records)
+		}
+		bg := &budget{records: quota, bytes: total.bytes}
+		var (
+			end walkEnd
+			err error
+		)
+		out, end, err = walkRange(pr, p, bg, out, b.readSource)
+		total.records -= quota - bg.records
+		total.bytes = bg.bytes
+		return end, err
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	for pass := 0; pass < 2 && !total.spent(); pass++ {
-		for i := range plans {
-			if total.spent() {
-				break
-			}
-			quota := total.records
-			if pass == 0 {
-				quota = min(share, total.records)
-			}
-			bg := &budget{records: quota, bytes: total.bytes}
-			var err error
-			out, entries, err = b.readRange(&plans[i], entries, lin, bg, out)
-			if err != nil {
-				return nil, nil, err
-			}
-			total.records -= quota - bg.records
-			total.bytes = bg.bytes
-		}
-	}
-	return out, entries, nil
-}
-
-// readRange reads one active range's history from where the entries say
-// the reader stands: each source in lineage order, skipping what is
-// already delivered, until the budget is spent or the live tail is reached.
-func (b *Broker) readRange(p *plan, entries []cursor.Entry, lin lineage, bg *budget, out []Record) ([]Record, []cursor.Entry, error) {
-	return walkRange(p, entries, lin, bg, out, b.readSource)
-}
-
-// sourceReader reads one source of a plan from start into out, and says
-// the offset reached and whether the source is exhausted: records for
-// wire v1, whole batches for v2.
-type sourceReader[T any] func(p *plan, src *source, entries []cursor.Entry, lin lineage, start uint64, bg *budget, out []T) (uint64, bool, []T, error)
-
-// walkRange reads a plan's sources in lineage order with read, skipping
-// those the entries mark done, and advances the entries past what it read.
-func walkRange[T any](p *plan, entries []cursor.Entry, lin lineage, bg *budget, out []T, read sourceReader[T]) ([]T, []cursor.Entry, error) {
-	sliceBits := p.slice.Log2Size()
-	for i := range p.sources {
-		src := &p.sources[i]
-		start, done := cursor.Start(entries, src.id, p.slice.Start, sliceBits, sourceBase(src), lin.isAncestor)
-		if done {
-			continue
-		}
-		next, exhausted, got, err := read(p, src, entries, lin, start, bg, out)
-		if err != nil {
-			return nil, nil, err
-		}
-		out = got
-		entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, lin.isAncestor)
-		if !exhausted || bg.spent() {
-			break
-		}
-	}
-	return out, entries, nil
+	return out, pr.set.list(), nil
 }
 
 // readSize sizes one store read to the records the page still wants (a

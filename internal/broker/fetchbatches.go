@@ -44,9 +44,9 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 	if maxRecords <= 0 {
 		maxRecords = 1 << 30
 	}
-	pos, err := b.poll(ctx, req.FetchRequest, func(pos *position) (bool, error) {
+	pos, err := b.poll(ctx, req.FetchRequest, func(pos *position, at seen) (bool, error) {
 		var err error
-		out, pos.entries, err = b.readBatchPage(*pos, budget{records: maxRecords, bytes: maxBytes})
+		out, pos.entries, err = b.readBatchPage(*pos, budget{records: maxRecords, bytes: maxBytes}, at)
 		return len(out) > 0, err
 	})
 	if err != nil && pos.topicID == 0 {
@@ -56,47 +56,40 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 	return BatchPage{Batches: out, Cursor: page.Cursor}, err
 }
 
-// readBatchPage reads whole batches across the reader's ranges. A first
-// pass gives each range an equal share of the records and bytes (and lets
-// a range take its first batch if it fits what the page has left), so one
-// busy range cannot starve the others; a second lets the ranges that have
-// more fill the rest. Each page starts at another range, so batches
-// larger than a share do not favour the first range either.
-func (b *Broker) readBatchPage(pos position, total budget) ([]RangeBatch, []cursor.Entry, error) {
-	plans, lin := b.plans(pos)
-	entries := pos.entries
+// readBatchPage reads whole batches across the reader's ranges (see
+// pageRead.fill). A first pass gives each range visited an equal share of
+// the records and bytes, and lets a range take its first batch if it fits
+// what the page has left, so one busy range cannot starve the others; a
+// second lets the ranges that have more fill the rest. Pages take turns
+// over the ranges, so batches larger than a share do not favour the first
+// range either.
+func (b *Broker) readBatchPage(pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, error) {
+	pr, plans, first := b.startPage(pos, at)
 	if len(plans) == 0 {
-		return nil, entries, nil
+		return nil, pos.entries, nil
 	}
 	var out []RangeBatch
-	first := int(b.rotate.Add(1) % uint64(len(plans)))
-	shareBytes := max(total.bytes/len(plans), 1)
-	shareRecords := max(total.records/len(plans), 1)
-	for pass := 0; pass < 2 && !total.spent(); pass++ {
-		for k := range plans {
-			if total.spent() {
-				break
-			}
-			bg := budget{records: total.records, bytes: total.bytes, hardRecords: total.records}
-			if pass == 0 {
-				bg.records, bg.bytes, bg.firstBytes = min(shareRecords, total.records), min(shareBytes, total.bytes), total.bytes
-			}
-			before := bg
-			var err error
-			out, entries, err = b.readRangeBatches(&plans[(first+k)%len(plans)], entries, lin, &bg, out)
-			if err != nil {
-				return nil, nil, err
-			}
-			total.records -= before.records - bg.records
-			total.bytes -= before.bytes - bg.bytes
+	shareBytes := share(total.bytes, len(plans))
+	shareRecords := share(total.records, len(plans))
+	err := pr.fill(plans, first, total.spent, func(p *plan, pass int) (walkEnd, error) {
+		bg := budget{records: total.records, bytes: total.bytes, hardRecords: total.records}
+		if pass == 0 {
+			bg.records, bg.bytes, bg.firstBytes = min(shareRecords, total.records), min(shareBytes, total.bytes), total.bytes
 		}
+		before := bg
+		var (
+			end walkEnd
+			err error
+		)
+		out, end, err = walkRange(pr, p, &bg, out, b.readSourceBatches)
+		total.records -= before.records - bg.records
+		total.bytes -= before.bytes - bg.bytes
+		return end, err
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	return out, entries, nil
-}
-
-// readRangeBatches is readRange for whole batches.
-func (b *Broker) readRangeBatches(p *plan, entries []cursor.Entry, lin lineage, bg *budget, out []RangeBatch) ([]RangeBatch, []cursor.Entry, error) {
-	return walkRange(p, entries, lin, bg, out, b.readSourceBatches)
+	return out, pr.set.list(), nil
 }
 
 // readSourceBatches is readSource for whole batches.

@@ -108,12 +108,12 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 	w := s.b.watchFor(s.pos.topicID)
 	inFlight := 0
 	for {
-		woken := w.wait()
+		woken, at := w.waitGen()
 		if err := s.refreshMember(); err != nil {
 			return err
 		}
 		if credit := min(s.max, s.window-inFlight); credit > 0 {
-			page, n, err := s.read(credit)
+			page, n, err := s.read(credit, at)
 			if err != nil {
 				return err
 			}
@@ -148,16 +148,17 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 
 // read reads the next page within credit records, and says how many
 // records it holds; a v2 page ends inside a batch rather than pass it.
-func (s *Subscription) read(credit int) (Page, int, error) {
+// at is the topic's watch as taken before the read.
+func (s *Subscription) read(credit int, at seen) (Page, int, error) {
 	if s.maxBytes <= 0 {
-		recs, entries, err := s.b.readPage(s.pos, credit)
+		recs, entries, err := s.b.readPage(s.pos, credit, at)
 		if err != nil {
 			return Page{}, 0, err
 		}
 		s.pos.entries = entries
 		return s.b.page(s.pos, recs), len(recs), nil
 	}
-	batches, entries, err := s.b.readBatchPage(s.pos, budget{records: credit, bytes: s.maxBytes})
+	batches, entries, err := s.b.readBatchPage(s.pos, budget{records: credit, bytes: s.maxBytes}, at)
 	if err != nil {
 		return Page{}, 0, err
 	}

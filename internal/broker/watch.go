@@ -9,15 +9,28 @@ import "sync"
 type watch struct {
 	mu sync.Mutex
 	ch chan struct{}
+	// gen counts fires: a read that found a range at its durable end stays
+	// true while gen has not moved.
+	gen uint64
+	// reads is the topic's read state shared by its readers (see
+	// topicReads); nil until the first read.
+	reads *topicReads
 }
 
 func newWatch() *watch { return &watch{ch: make(chan struct{})} }
 
-// wait returns the channel the next fire closes.
-func (w *watch) wait() <-chan struct{} {
+// seen is a topic's watch and the number of its fires when a reader took
+// it, before reading: reads under it know which appends they may have missed.
+type seen struct {
+	w   *watch
+	gen uint64
+}
+
+// waitGen returns the channel the next fire closes and the fires so far.
+func (w *watch) waitGen() (<-chan struct{}, seen) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.ch
+	return w.ch, seen{w: w, gen: w.gen}
 }
 
 // fire wakes every current waiter.
@@ -25,6 +38,7 @@ func (w *watch) fire() {
 	w.mu.Lock()
 	close(w.ch)
 	w.ch = make(chan struct{})
+	w.gen++
 	w.mu.Unlock()
 }
 

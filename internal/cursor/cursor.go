@@ -15,12 +15,19 @@ import (
 )
 
 const (
-	// Version is the first byte of every encoded cursor.
-	Version = 1
-	// MaxEntries bounds the entries of one cursor.
-	MaxEntries = 4096
-	// MaxEncodedLen bounds the length of an encoded cursor string.
-	MaxEncodedLen = 64 << 10
+	// Version is the first byte of every cursor Encode makes. Decode also
+	// reads VersionSparse, the layout of earlier releases.
+	Version = 2
+	// VersionSparse is the first layout: every field of every entry in
+	// full.
+	VersionSparse = 1
+	// MaxEntries bounds the entries of one cursor: one per active range of
+	// a topic and more while lineages drain, so above the active ranges a
+	// node allows a topic (2^17 covers keyspaces of 16 bits and more).
+	MaxEntries = 1 << 17
+	// MaxEncodedLen bounds the length of an encoded cursor string: the
+	// largest cursor of MaxEntries entries, well inside a wire frame.
+	MaxEncodedLen = 2 << 20
 	// MaxSliceBits is the largest slice: a whole keyspace of keyspace.MaxBits.
 	MaxSliceBits = keyspace.MaxBits
 	// MACLen is the length of the truncated HMAC-SHA256 that ends a cursor.
@@ -30,8 +37,15 @@ const (
 // minRawLen is version + topic id + entry count + MAC, each at its smallest.
 const minRawLen = 3 + MACLen
 
-// minEntryLen is the smallest encoded entry: four one-byte fields.
-const minEntryLen = 4
+// minEntryLen is the smallest encoded entry: three one-byte fields (a
+// Version entry whose slice follows the one before).
+const minEntryLen = 3
+
+// followsFlag, in an entry's slice byte, says its slice starts where the
+// previous entry's ends (the first entry's: at 0), so no start is written.
+// Entries of a topic's ranges in id order mostly tile the keyspace in
+// order, so most entries are a source delta, this byte and an offset.
+const followsFlag = 0x80
 
 // ErrInvalid is wrapped by every error Decode returns. Its text is the wire
 // reason.
@@ -89,14 +103,28 @@ func Encode(key []byte, c Cursor) string {
 	buf = append(buf, Version)
 	buf = binary.AppendUvarint(buf, c.TopicID)
 	buf = binary.AppendUvarint(buf, uint64(len(entries)))
-	for _, e := range entries {
-		buf = binary.AppendUvarint(buf, e.Source)
-		buf = append(buf, e.SliceBits)
-		buf = binary.AppendUvarint(buf, e.SliceStart)
+	var prev Entry
+	for i, e := range entries {
+		buf = binary.AppendUvarint(buf, e.Source-prev.Source)
+		if follows(i, prev, e) {
+			buf = append(buf, e.SliceBits|followsFlag)
+		} else {
+			buf = append(buf, e.SliceBits)
+			buf = binary.AppendUvarint(buf, e.SliceStart>>e.SliceBits)
+		}
 		buf = binary.AppendUvarint(buf, e.Offset)
+		prev = e
 	}
 	buf = append(buf, mac(key, buf)...)
 	return b64.EncodeToString(buf)
+}
+
+// follows says entry i's slice starts where the previous entry's ends.
+func follows(i int, prev, e Entry) bool {
+	if i == 0 {
+		return e.SliceStart == 0
+	}
+	return e.SliceStart == sliceEnd(prev.SliceStart, prev.SliceBits)
 }
 
 // Validate reports, wrapping ErrInvalid, whether the canonical encoding of c
@@ -152,7 +180,8 @@ func Decode(key []byte, topicID uint64, s string) (Cursor, error) {
 // parse decodes an authenticated body (everything but the MAC).
 func parse(body []byte) (Cursor, error) {
 	r := reader{b: body}
-	if v := r.u8(); r.err == nil && v != Version {
+	v := r.u8()
+	if r.err == nil && v != Version && v != VersionSparse {
 		return Cursor{}, invalid("version %d", v)
 	}
 	c := Cursor{TopicID: r.uvarint()}
@@ -169,8 +198,13 @@ func parse(body []byte) (Cursor, error) {
 	if n > 0 {
 		c.Entries = make([]Entry, 0, n)
 	}
-	for range n {
-		e := Entry{Source: r.uvarint(), SliceBits: r.u8(), SliceStart: r.uvarint(), Offset: r.uvarint()}
+	for i := range int(n) {
+		var e Entry
+		if v == VersionSparse {
+			e = Entry{Source: r.uvarint(), SliceBits: r.u8(), SliceStart: r.uvarint(), Offset: r.uvarint()}
+		} else {
+			e = r.entry(i, c.Entries)
+		}
 		if r.err != nil {
 			return Cursor{}, r.err
 		}
@@ -186,6 +220,43 @@ func parse(body []byte) (Cursor, error) {
 		return Cursor{}, invalid("%d trailing bytes", len(r.b))
 	}
 	return c, nil
+}
+
+// entry reads entry i of a Version cursor, after the entries before it.
+// A start that could have been left out (the slice follows the previous
+// one) is refused, so one cursor has one encoding.
+func (r *reader) entry(i int, before []Entry) Entry {
+	var prev Entry
+	if i > 0 {
+		prev = before[i-1]
+	}
+	delta := r.uvarint()
+	e := Entry{Source: prev.Source + delta}
+	if e.Source < prev.Source {
+		r.fail(invalid("source overflow"))
+	}
+	tag := r.u8()
+	e.SliceBits = tag &^ followsFlag
+	switch {
+	case r.err != nil:
+	case e.SliceBits > MaxSliceBits:
+		r.fail(invalid("slice bits %d", e.SliceBits))
+	case tag&followsFlag != 0 && i == 0:
+		e.SliceStart = 0
+	case tag&followsFlag != 0:
+		e.SliceStart = sliceEnd(prev.SliceStart, prev.SliceBits)
+	default:
+		block := r.uvarint()
+		if block >= 1<<(MaxSliceBits-e.SliceBits) {
+			r.fail(invalid("slice start past the keyspace"))
+		}
+		e.SliceStart = block << e.SliceBits
+		if r.err == nil && follows(i, prev, e) {
+			r.fail(invalid("slice start written out where it follows"))
+		}
+	}
+	e.Offset = r.uvarint()
+	return e
 }
 
 // checkSlice rejects slices that cannot be buddy blocks of any keyspace.
@@ -209,11 +280,17 @@ func mac(key, body []byte) []byte {
 	return h.Sum(nil)[:MACLen]
 }
 
-// rawLen is the length of the binary form of a cursor with these entries.
+// rawLen is the length of the binary form of a cursor with these entries,
+// which are in canonical order.
 func rawLen(topicID uint64, entries []Entry) int {
 	n := 1 + uvarintLen(topicID) + uvarintLen(uint64(len(entries))) + MACLen
-	for _, e := range entries {
-		n += uvarintLen(e.Source) + 1 + uvarintLen(e.SliceStart) + uvarintLen(e.Offset)
+	var prev Entry
+	for i, e := range entries {
+		n += uvarintLen(e.Source-prev.Source) + 1 + uvarintLen(e.Offset)
+		if !follows(i, prev, e) {
+			n += uvarintLen(e.SliceStart >> e.SliceBits)
+		}
+		prev = e
 	}
 	return n
 }
@@ -236,6 +313,13 @@ func invalid(format string, args ...any) error {
 type reader struct {
 	b   []byte
 	err error
+}
+
+// fail records err unless an error is already recorded.
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
 }
 
 func (r *reader) u8() uint8 {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -173,7 +174,8 @@ func TestOverLimit(t *testing.T) {
 
 	long := Cursor{TopicID: 7}
 	for i := range MaxEntries {
-		long.Entries = append(long.Entries, Entry{Source: 1 << 62, SliceStart: uint64(i), Offset: 1 << 62})
+		// Slices that do not follow each other: every start is written.
+		long.Entries = append(long.Entries, Entry{Source: 1 << 62, SliceStart: 2 * uint64(i), Offset: 1 << 62})
 	}
 	if err := long.Validate(); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Validate of an over-long cursor: %v", err)
@@ -191,13 +193,13 @@ func TestParserRejects(t *testing.T) {
 		b = binary.AppendUvarint(b, start)
 		return binary.AppendUvarint(b, off)
 	}
-	head := func(n uint64) []byte { return binary.AppendUvarint([]byte{Version, 7}, n) }
+	head := func(n uint64) []byte { return binary.AppendUvarint([]byte{VersionSparse, 7}, n) }
 	tests := []struct {
 		name string
 		body []byte
 	}{
 		{"version 0", []byte{0, 7, 0}},
-		{"version 2", []byte{2, 7, 0}},
+		{"version 3", []byte{3, 7, 0}},
 		{"trailing bytes", append(head(0), 0)},
 		{"count past the bytes", head(3)},
 		{"count over the limit", append(head(MaxEntries+1), make([]byte, 4*(MaxEntries+1))...)},
@@ -295,4 +297,80 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted a non-canonical encoding %q", s)
 		}
 	})
+}
+
+// TestCompactRejects: the Version layout's own checks, on authenticated
+// bodies. An entry is a source delta, a slice byte (bits, and whether the
+// slice follows the one before), the slice's block number unless it
+// follows, and the offset.
+func TestCompactRejects(t *testing.T) {
+	head := func(n uint64) []byte { return binary.AppendUvarint([]byte{Version, 7}, n) }
+	tests := []struct {
+		name string
+		body []byte
+	}{
+		{"slice bits 33", append(head(1), 1, 33|followsFlag, 0)},
+		{"unknown flag", append(head(1), 1, 0x40|4, 0, 0)},
+		{"start written where it follows", append(head(1), 1, 4, 0, 0)},
+		{"start past keyspace", append(binary.AppendUvarint(append(head(1), 1, 4), 1<<28), 0)},
+		{"block overflowing the shift", append(binary.AppendUvarint(append(head(1), 1, 31), 1<<40), 0)},
+		{"source overflow", append(append(binary.AppendUvarint(append(head(2), 1, 2|followsFlag, 0), ^uint64(0)), 2|followsFlag), 0)},
+		{"duplicate", append(head(2), 1, 2|followsFlag, 5, 0, 2, 0, 6)},
+		{"truncated", append(head(1), 1, 2)},
+	}
+	for _, tt := range tests {
+		c, err := Decode(testKey, 7, rawOf(testKey, tt.body))
+		mustInvalid(t, tt.name, c, err)
+	}
+	// Two entries: one from 0, one written out after a gap.
+	ok := append(head(2), 1, 2|followsFlag, 5, 1, 2, 2, 6)
+	c, err := Decode(testKey, 7, rawOf(testKey, ok))
+	want := []Entry{{Source: 1, SliceBits: 2, Offset: 5}, {Source: 2, SliceStart: 8, SliceBits: 2, Offset: 6}}
+	if err != nil || !slices.Equal(c.Entries, want) {
+		t.Fatalf("well-formed body: %v %v", c.Entries, err)
+	}
+}
+
+// TestSparseCursorsStillDecode: cursors minted in the first layout, by
+// an earlier release, keep working.
+func TestSparseCursorsStillDecode(t *testing.T) {
+	c := sample()
+	body := binary.AppendUvarint([]byte{VersionSparse}, c.TopicID)
+	entries := Canonical(c.Entries)
+	body = binary.AppendUvarint(body, uint64(len(entries)))
+	for _, e := range entries {
+		body = binary.AppendUvarint(body, e.Source)
+		body = append(body, e.SliceBits)
+		body = binary.AppendUvarint(body, e.SliceStart)
+		body = binary.AppendUvarint(body, e.Offset)
+	}
+	got, err := Decode(testKey, c.TopicID, rawOf(testKey, body))
+	if err != nil || !slices.Equal(got.Entries, entries) {
+		t.Fatalf("sparse cursor: %v %v", got.Entries, err)
+	}
+}
+
+// TestCursorSizeWithManyRanges: a topic's cursor holds one entry per
+// range; with ranges tiling the keyspace in id order, as a topic's first
+// ranges do, an entry costs a few bytes, and 10,000 ranges still decode.
+func TestCursorSizeWithManyRanges(t *testing.T) {
+	for _, tc := range []struct {
+		ranges, bits int
+		max          int // bytes of the encoded cursor
+	}{{1024, 10, 1024 * 7}, {10_000, 14, 10_000 * 7}, {16_384, 14, 16_384 * 7}} {
+		c := Cursor{TopicID: 7}
+		slice := uint8(16 - tc.bits)
+		for i := range tc.ranges {
+			c.Entries = append(c.Entries, Entry{Source: uint64(i + 1), SliceStart: uint64(i) << slice, SliceBits: slice, Offset: 1_000_000})
+		}
+		s := Encode(testKey, c)
+		t.Logf("%d ranges: cursor of %d bytes", tc.ranges, len(s))
+		if len(s) > tc.max {
+			t.Errorf("%d ranges: cursor of %d bytes, want at most %d", tc.ranges, len(s), tc.max)
+		}
+		got, err := Decode(testKey, 7, s)
+		if err != nil || len(got.Entries) != tc.ranges {
+			t.Fatalf("%d ranges: decode: %d entries, %v", tc.ranges, len(got.Entries), err)
+		}
+	}
 }

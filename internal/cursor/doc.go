@@ -23,14 +23,26 @@
 //
 //	+---------+--------------+--------------+---------------------+-------------+
 //	| version | topic id     | entry count  | entry × count       | MAC         |
-//	| u8 = 1  | uvarint      | uvarint      | (see below)         | 8 bytes     |
+//	| u8 = 2  | uvarint      | uvarint      | (see below)         | 8 bytes     |
 //	+---------+--------------+--------------+---------------------+-------------+
 //
-//	entry:
-//	+--------------+-------------+--------------+--------------+
-//	| source       | slice bits  | slice start  | offset       |
-//	| uvarint      | u8 (0..32)  | uvarint      | uvarint      |
-//	+--------------+-------------+--------------+--------------+
+//	entry (version 2):
+//	+--------------+----------------------+-------------------+--------------+
+//	| source delta | slice byte           | slice block       | offset       |
+//	| uvarint      | u8: bits (0..32),    | uvarint, only     | uvarint      |
+//	|              | 0x80 = follows       | without 0x80      |              |
+//	+--------------+----------------------+-------------------+--------------+
+//
+// The source is written as its difference from the previous entry's (from
+// 0 for the first); entries are sorted by source, so it is never negative.
+// A slice that starts where the previous entry's ends (the first entry's:
+// at 0) sets 0x80 and writes no start; otherwise the start is written as
+// its block number, SliceStart >> SliceBits. A topic's ranges in id order
+// mostly tile the keyspace in order, so most entries cost three to five
+// bytes, and a cursor over 10,000 ranges stays near 50 KB.
+//
+// Version 1, written by earlier releases and still read, has entries of
+// source, slice bits (u8), slice start and offset, each in full.
 //
 // The MAC is HMAC-SHA256, keyed with the caller's secret (the cluster
 // secret), over every preceding byte, truncated to its first 8 bytes. It makes
@@ -40,8 +52,9 @@
 // checked online and rejected on the first mismatch.
 //
 // Encode writes entries in canonical order (Source, SliceStart, SliceBits
-// ascending) with duplicates merged by keeping the highest Offset, and every
-// varint in its shortest form, so one cursor value has exactly one encoding.
+// ascending) with duplicates merged by keeping the highest Offset, every
+// varint in its shortest form, and the follows flag wherever it applies, so
+// one cursor value has exactly one version 2 encoding.
 //
 // # Decoding untrusted input
 //
@@ -56,6 +69,9 @@
 //   - an entry count above MaxEntries or above what the bytes can hold;
 //   - SliceBits above MaxSliceBits, a SliceStart not aligned to 2^SliceBits,
 //     or a slice reaching past 2^MaxSliceBits;
+//   - in version 2, a slice byte with bits other than 0x80 set above the
+//     slice bits, a start written out where the follows flag applies, or a
+//     source delta that overflows;
 //   - entries out of canonical order, which includes duplicates;
 //   - a topic id other than the one the caller expects (a foreign cursor).
 //

@@ -1,0 +1,170 @@
+package broker
+
+import (
+	"github.com/malachi-log/malachi/internal/cursor"
+)
+
+// pageRanges is how many ranges' shares a page holds. A page over more
+// ranges gives each range it visits 1/pageRanges of itself, and the next
+// page goes on from the range where this one stopped: reads stay large
+// (the cost of a page follows its records, not the topic's ranges) and
+// every range still gets its turn over a window of pages. Up to
+// pageRanges ranges, every range gets a share of every page.
+const pageRanges = 16
+
+// share is one range's share of a page of total, over n ranges.
+func share(total, n int) int { return max(total/min(n, pageRanges), 1) }
+
+// pageRead is what the reads of one page share.
+type pageRead struct {
+	b       *Broker
+	reads   *topicReads
+	topicID uint64
+	only    []uint64
+	set     *entrySet
+	lin     lineage
+	// gen is the topic's append generation taken before the page's reads.
+	gen uint64
+}
+
+// startPage takes the topic's read state for a page from pos: the plans to
+// read, and the index of the one the page starts at. The state hangs off
+// the watch the reader holds, never one looked up again: a topic deleted
+// meanwhile must not get a new watch.
+func (b *Broker) startPage(pos position, at seen) (*pageRead, []*plan, int) {
+	reads := b.readsFor(at, pos.topicID, pos.only)
+	plans, lin, first := reads.snapshot(pos.only)
+	pr := &pageRead{b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen}
+	return pr, plans, first
+}
+
+// rangeVisit reads one range within the budget of pass 0 (its share) or
+// pass 1 (what the page has left), and says whether it ran dry: it
+// reached the end of what its plan knows before its budget was spent.
+type rangeVisit func(p *plan, pass int) (walkEnd, error)
+
+// walkEnd is how a walk over a range ended.
+type walkEnd struct {
+	// dry: the walk reached the range's own source's durable end (as far
+	// as its plan knows) with budget left; at is that source's offset.
+	dry bool
+	at  uint64
+	// skipped: nothing was read, the range is known to be idle at at.
+	skipped bool
+	// took: the walk added to the page; spent: it used up its budget.
+	took, spent bool
+}
+
+// fill reads a page: a first pass visits the ranges in turn from first,
+// each up to its share, until the page is spent; a second lets the ranges
+// that had more fill the rest. Ranges that ran dry have their plans
+// checked against the metadata, and those that changed (a new segment, a
+// split or merge) are read again, so a page is never empty while a range
+// has durable records. The next page starts at the first range this one
+// did not serve in full.
+func (pr *pageRead) fill(plans []*plan, first int, spent func() bool, visit rangeVisit) error {
+	var more, dry []*plan
+	var at []uint64
+	served, stopped := 0, false
+	for k := 0; k < len(plans) && !spent(); k++ {
+		p := plans[(first+k)%len(plans)]
+		end, err := visit(p, 0)
+		if err != nil {
+			return err
+		}
+		switch {
+		case end.dry && !end.skipped:
+			dry, at = append(dry, p), append(at, end.at)
+		case !end.dry:
+			more = append(more, p)
+		}
+		// The next page starts at the first range this one cut short: it
+		// ended inside it, or its next batch did not fit what was left.
+		stopped = stopped || !(end.dry || (end.took && end.spent))
+		if !stopped {
+			served++
+		}
+	}
+	pr.reads.advance(served)
+	for _, p := range more {
+		if spent() {
+			break
+		}
+		if _, err := visit(p, 1); err != nil {
+			return err
+		}
+	}
+	return pr.recheck(plans, dry, at, spent, visit)
+}
+
+// recheck refreshes the plans of the ranges that ran dry. Unchanged ones
+// are at their durable end and are marked idle; if any changed and the
+// page has room, the changed plans are read.
+func (pr *pageRead) recheck(plans, dry []*plan, at []uint64, spent func() bool, visit rangeVisit) error {
+	if !pr.b.refresh(pr.reads, pr.topicID, dry) {
+		for i, p := range dry {
+			pr.reads.markIdle(p, at[i], pr.gen)
+		}
+		return nil
+	}
+	old := make(map[*plan]bool, len(plans))
+	for _, p := range plans {
+		old[p] = true
+	}
+	fresh, lin, _ := pr.reads.snapshot(pr.only)
+	pr.lin = lin
+	for _, p := range fresh {
+		if spent() {
+			break
+		}
+		if old[p] {
+			continue
+		}
+		if _, err := visit(p, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sourceReader reads one source of a plan from start into out, and says
+// the offset reached and whether the source is exhausted: records for
+// wire v1, whole batches for v2.
+type sourceReader[T any] func(p *plan, src *source, entries []cursor.Entry, lin lineage, start uint64, bg *budget, out []T) (uint64, bool, []T, error)
+
+// walkRange reads a plan's sources in lineage order with read, skipping
+// those the entries mark done, and advances the entries past what it read.
+// It works on the entries of the range's lineage only (see entrySet), and
+// skips the store read of a range known to be idle at the reader's offset.
+func walkRange[T any](pr *pageRead, p *plan, bg *budget, out []T, read sourceReader[T]) ([]T, walkEnd, error) {
+	ids := p.lineage
+	entries := pr.set.take(ids)
+	sliceBits := p.slice.Log2Size()
+	var end walkEnd
+	before := len(out)
+	for i := range p.sources {
+		src := &p.sources[i]
+		start, done := cursor.Start(entries, src.id, p.slice.Start, sliceBits, sourceBase(src), pr.lin.isAncestor)
+		if done {
+			continue
+		}
+		self := i == len(p.sources)-1
+		next, exhausted := start, false
+		if self && pr.reads.isIdle(p, start, pr.gen) {
+			end.skipped = true
+		} else {
+			var err error
+			if next, exhausted, out, err = read(p, src, entries, pr.lin, start, bg, out); err != nil {
+				return nil, walkEnd{}, err
+			}
+		}
+		entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, pr.lin.isAncestor)
+		if !exhausted || bg.spent() {
+			end.dry, end.at = self && !bg.spent(), next
+			break
+		}
+	}
+	pr.set.put(ids, entries)
+	end.took, end.spent = len(out) > before, bg.spent()
+	return out, end, nil
+}

@@ -1,0 +1,285 @@
+package broker
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+
+	"github.com/malachi-log/malachi/internal/cursor"
+	"github.com/malachi-log/malachi/internal/metadata"
+)
+
+// A page's cost should follow the records it returns, not the topic's
+// ranges. Three pieces of state make that so:
+//
+//   - topicReads keeps each active range's plan (its lineage's segment
+//     lists) across pages and readers, and refreshes a range's plan only
+//     when a read of it reaches the end of what the plan knows, instead of
+//     copying every range's segment list out of the metadata per page;
+//   - entrySet groups a reader's cursor entries by source range, so reading
+//     a range looks at and advances its own lineage's entries only, instead
+//     of scanning and re-sorting one entry per range for every range read;
+//   - a range found at its durable end is remembered with the topic's
+//     append generation, and skipped without a store read until something
+//     is appended: pages fill from ranges that have data.
+
+// topicReads is the read state of one topic, shared by its readers. It
+// hangs off the topic's watch, so it lives exactly as long as the watch
+// (dropped with the topic) and its tables are bounded by the topic's
+// active ranges.
+type topicReads struct {
+	mu sync.Mutex
+	// built says plans and lin hold the metadata as of the last refresh.
+	built bool
+	// plans are the topic's active ranges in keyspace order. A published
+	// plan is never modified: a refresh replaces it, so readers use the
+	// slice they took without holding mu.
+	plans []*plan
+	lin   lineage
+	// has holds the range ids of plans; builtAt is the watch generation
+	// of the last rebuild.
+	has     map[uint64]bool
+	builtAt uint64
+	// next is the position in plans where the next page starts: pages
+	// take turns over the ranges, so each range gets its share over a
+	// window of pages even when a page holds only a few ranges' shares.
+	next int
+	// idle records, per range, the offset of its own source at which a
+	// read found nothing durable, and the topic's append generation then.
+	// Until the generation moves, a reader at or past that offset has
+	// nothing to read there. Bounded by the active ranges: entries of
+	// ranges no longer active are dropped on rebuild.
+	idle map[uint64]idleMark
+}
+
+type idleMark struct {
+	end, gen uint64
+}
+
+// readsFor returns the topic's shared read state, with plans built. A
+// reader told to read a range the plans lack (a group member assigned a
+// range a split made) rebuilds them, at most once per generation of the
+// watch: splits and merges fire it, so a range still missing after that
+// is not active any more.
+func (b *Broker) readsFor(at seen, topicID uint64, only []uint64) *topicReads {
+	at.w.mu.Lock()
+	r := at.w.reads
+	if r == nil {
+		r = &topicReads{idle: map[uint64]idleMark{}}
+		at.w.reads = r
+	}
+	at.w.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.built || (r.builtAt != at.gen && r.lacksAny(only)) {
+		b.rebuildLocked(r, topicID)
+		r.builtAt = at.gen
+	}
+	return r
+}
+
+// lacksAny says some of ids has no plan.
+//
+// REQUIRES: r.mu held.
+func (r *topicReads) lacksAny(ids []uint64) bool {
+	for _, id := range ids {
+		if !r.has[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuildLocked copies every active range's plan out of the metadata.
+//
+// REQUIRES: r.mu held.
+func (b *Broker) rebuildLocked(r *topicReads, topicID uint64) {
+	plans, lin := b.plans(position{topicID: topicID})
+	r.plans = make([]*plan, len(plans))
+	r.has = make(map[uint64]bool, len(plans))
+	for i := range plans {
+		r.plans[i] = &plans[i]
+		r.has[plans[i].rangeID] = true
+	}
+	for id := range r.idle {
+		if !r.has[id] {
+			delete(r.idle, id)
+		}
+	}
+	r.lin = lin
+	r.built = true
+}
+
+// snapshot returns the plans a page reads (only the listed ranges when
+// only is not nil), the lineage, and the index in the result where the
+// page starts.
+func (r *topicReads) snapshot(only []uint64) ([]*plan, lineage, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	plans := r.plans
+	if only != nil {
+		plans = make([]*plan, 0, len(only))
+		for _, p := range r.plans {
+			if slices.Contains(only, p.rangeID) {
+				plans = append(plans, p)
+			}
+		}
+	}
+	first := 0
+	if len(plans) > 0 {
+		first = r.next % len(plans)
+	}
+	return plans, r.lin, first
+}
+
+// advance moves the starting point of the next page on by served ranges.
+func (r *topicReads) advance(served int) {
+	r.mu.Lock()
+	r.next += served
+	r.mu.Unlock()
+}
+
+// isIdle says a read of p's own source from start would find nothing:
+// the last read at or below start found nothing, and nothing has been
+// appended to the topic since.
+func (r *topicReads) isIdle(p *plan, start, gen uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.idle[p.rangeID]
+	return ok && m.gen == gen && start >= m.end
+}
+
+// markIdle records that p's own source had nothing durable from end on,
+// as of append generation gen (taken before the read).
+func (r *topicReads) markIdle(p *plan, end, gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.idle[p.rangeID]; ok && m.gen == gen && m.end <= end {
+		return
+	}
+	r.idle[p.rangeID] = idleMark{end: end, gen: gen}
+}
+
+// refresh re-reads the metadata of ranges whose reads ran dry and says
+// whether any of their plans changed: a new segment opened (first append,
+// or a roll), or the range was split, merged or deleted, which rebuilds
+// every plan. A range that ran dry with an unchanged plan is at its
+// durable end, which appends alone move.
+func (b *Broker) refresh(r *topicReads, topicID uint64, dry []*plan) bool {
+	if len(dry) == 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed := map[uint64][]metadata.Segment{}
+	rebuild := false
+	b.meta.View(func(st *metadata.State) {
+		for _, p := range dry {
+			rg, ok := st.Range(p.rangeID)
+			if !ok || !rg.Active {
+				rebuild = true
+				return
+			}
+			if segs, ok := newSegments(st, p); ok {
+				changed[p.rangeID] = segs
+			}
+		}
+	})
+	if rebuild {
+		b.rebuildLocked(r, topicID)
+		return true
+	}
+	if len(changed) == 0 {
+		return false
+	}
+	plans := slices.Clone(r.plans)
+	for i, p := range plans {
+		if segs, ok := changed[p.rangeID]; ok {
+			plans[i] = p.withSegments(segs)
+		}
+	}
+	r.plans = plans
+	return true
+}
+
+// newSegments returns the segments of p's range when they differ from
+// what p knows: a segment opened, or the last one sealed (a roll with no
+// segment after it yet). The usual answer, the same active segment, costs
+// one lookup and no copy of the list.
+func newSegments(st *metadata.State, p *plan) ([]metadata.Segment, bool) {
+	known := p.self().segments
+	if seg, ok := st.ActiveSegment(p.rangeID); ok {
+		if n := len(known); n > 0 && known[n-1].ID == seg.ID && known[n-1].Active {
+			return nil, false
+		}
+		return st.RangeSegments(p.rangeID), true
+	}
+	segs := st.RangeSegments(p.rangeID)
+	if n := len(known); n == len(segs) && (n == 0 || !known[n-1].Active) {
+		return nil, false
+	}
+	return segs, true
+}
+
+func (p *plan) self() *source { return &p.sources[len(p.sources)-1] }
+
+// withSegments is p with its own source's segments replaced; ancestors are
+// sealed, so their lists never change.
+func (p *plan) withSegments(segs []metadata.Segment) *plan {
+	q := *p
+	q.sources = slices.Clone(p.sources)
+	q.self().segments = segs
+	return &q
+}
+
+// entrySet is a reader's cursor entries grouped by source. Reading a range
+// takes the entries of its sources, advances them, and puts them back;
+// what every other range's entries say is left untouched, as the cursor
+// functions would leave it.
+type entrySet struct {
+	by map[uint64][]cursor.Entry
+	n  int
+}
+
+func newEntrySet(entries []cursor.Entry) *entrySet {
+	s := &entrySet{by: make(map[uint64][]cursor.Entry, len(entries))}
+	for _, e := range entries {
+		s.by[e.Source] = append(s.by[e.Source], e)
+	}
+	s.n = len(entries)
+	return s
+}
+
+// take returns the entries of the given sources, in canonical order.
+func (s *entrySet) take(ids []uint64) []cursor.Entry {
+	var out []cursor.Entry
+	for _, id := range ids {
+		out = append(out, s.by[id]...)
+	}
+	return cursor.Canonical(out)
+}
+
+// put replaces the entries of the given sources with entries (each of
+// which must be of one of them).
+func (s *entrySet) put(ids []uint64, entries []cursor.Entry) {
+	for _, id := range ids {
+		s.n -= len(s.by[id])
+		delete(s.by, id)
+	}
+	for _, e := range entries {
+		s.by[e.Source] = append(s.by[e.Source], e)
+	}
+	s.n += len(entries)
+}
+
+// list returns every entry in canonical order.
+func (s *entrySet) list() []cursor.Entry {
+	out := make([]cursor.Entry, 0, s.n)
+	for _, es := range s.by {
+		out = append(out, es...)
+	}
+	slices.SortFunc(out, func(a, b cursor.Entry) int {
+		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.SliceStart, b.SliceStart), cmp.Compare(a.SliceBits, b.SliceBits))
+	})
+	return out
+}
