@@ -39,9 +39,13 @@ func newBenchCmd(a *app) *cobra.Command {
   e2e      produce and consume at once; latency is from the send time carried
            in each record to its receipt
 
-Closed loop (the default) sends as fast as acks allow. --rate R is open loop:
-records are due on a fixed schedule and latency is measured from each record's
-due time, so stalls are not hidden (coordinated-omission correction).
+Closed loop (the default) sends as fast as acks allow; async produce then
+counts and times acks per produce request, not per record: every record counts
+with its request's latency, from the moment the request's first record was
+handed to the client to the request's ack ("from batch", an upper bound of each
+record's own). --rate R is open loop: records are due on a fixed schedule and
+latency is measured from each record's due time, so stalls are not hidden
+(coordinated-omission correction).
 A progress bar is drawn on a terminal; --json prints one JSON document.
 It connects like every other command (--server, --user, --password, the
 saved context; see 'malachi --help'); the dev admin may create the topic.

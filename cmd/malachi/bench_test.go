@@ -48,7 +48,7 @@ func TestBenchCommand(t *testing.T) {
 	res := run(t, "produce", "--topic", "b", "--records", "2000", "--size", "64", "--keys", "10",
 		"--producers", "2", "--ranges", "2", "--batch", "100", "--linger", "1ms")
 	check(t, res.Stats, 2000, true)
-	if res.Bytes != 2000*64 || res.Latency.Count != 2000 || res.Latency.From != bench.FromSend {
+	if res.Bytes != 2000*64 || res.Latency.Count != 2000 || res.Latency.From != bench.FromBatch {
 		t.Errorf("produce: bytes %d, latency %+v", res.Bytes, res.Latency)
 	}
 

@@ -102,34 +102,39 @@ func (s *consumers) watchIdle() {
 }
 
 // fetchWorker reads the whole topic from its start with its own cursor,
-// timing each non-empty fetch, until it has Records records. On wire v2
-// each fetch reads whole stored batches (fetch_batches, up to MaxBytes);
-// on v1, up to PageMax records (a positive Max would make the client
-// fall back to a v1 fetch, so v2 sets none).
+// timing each non-empty fetch from its request to its answer, until it has
+// Records records. On wire v2 each fetch reads whole stored batches
+// (fetch_batches, up to MaxBytes), which the worker walks without
+// building records, through a client.Fetcher: the next fetch goes out as
+// soon as the cursor at the head of the previous answer has arrived, and
+// pages are read ahead while the worker counts; on v1, one page of up to
+// PageMax records at a time, still read ahead.
 func (s *consumers) fetchWorker(w int) error {
 	c, lat, cfg := s.cls[w], s.lats[w], &s.r.cfg
 	opt := client.FetchOptions{Max: cfg.PageMax, Wait: min(time.Second, cfg.Idle/2)}
 	if c.WireVersion() >= 2 {
 		opt.Max, opt.MaxBytes = 0, cfg.MaxBytes
 	}
+	f := c.NewFetcher(cfg.Topic, opt)
+	defer f.Close()
 	for got := int64(0); got < cfg.Records; {
-		sent := s.r.clk.Now()
-		page, err := c.Fetch(s.ctx, cfg.Topic, opt)
+		page, err := f.Next(s.ctx)
 		if err != nil {
 			return err
 		}
-		if page.Cursor == "" {
-			return fmt.Errorf("topic %q: %w", cfg.Topic, client.ErrNoSuchTopic)
-		}
-		opt.Cursor = page.Cursor
-		if len(page.Records) == 0 {
+		if page.Len() == 0 {
 			continue
 		}
 		now := s.r.clk.Now()
 		if cfg.Mode == Consume {
-			lat.Record(now.Sub(sent))
+			lat.Record(page.RoundTrip())
 		}
-		got += s.receive(page.Records, now, func(n int64) int64 { return min(n, cfg.Records-got) }, lat)
+		n, err := s.receive(page, now, func(n int64) int64 { return min(n, cfg.Records-got) }, lat)
+		page.Release() // counted: its memory serves a later fetch
+		if err != nil {
+			return err
+		}
+		got += n
 	}
 	return nil
 }
@@ -162,7 +167,9 @@ func (s *consumers) subscription(w int) error {
 		if err != nil {
 			return err
 		}
-		s.receive(page.Records, s.r.clk.Now(), s.claim, lat)
+		if _, err := s.receive(records(page.Records), s.r.clk.Now(), s.claim, lat); err != nil {
+			return err
+		}
 		if err := sub.Ack(s.ctx, page.Cursor, len(page.Records)); err != nil {
 			return err
 		}
@@ -186,35 +193,61 @@ func (s *consumers) claim(n int64) int64 {
 	}
 }
 
+// page is what receive counts: a fetched page, or a pushed one.
+type page interface {
+	Len() int
+	Each(fn func(*client.Record)) error
+}
+
+// records is a pushed page's records as a page.
+type records []client.Record
+
+func (r records) Len() int { return len(r) }
+
+func (r records) Each(fn func(*client.Record)) error {
+	for i := range r {
+		fn(&r[i])
+	}
+	return nil
+}
+
 // receive counts the records of a page received at now: of the n it may
 // count, take(n) says how many it does. In e2e it times each record from
 // the origin stamped in its value, and records stamped before the run (or
-// not stamped) are not counted.
-func (s *consumers) receive(recs []client.Record, now time.Time, take func(int64) int64, lat *Recorder) int64 {
-	var valid int64
-	for i := range recs {
-		if s.counts(recs[i].Value) {
-			valid++
+// not stamped) are not counted; elsewhere every record counts, and the
+// page is walked once.
+func (s *consumers) receive(pg page, now time.Time, take func(int64) int64, lat *Recorder) (int64, error) {
+	valid := int64(pg.Len())
+	if s.r.cfg.Mode == E2E {
+		valid = 0
+		if err := pg.Each(func(r *client.Record) {
+			if s.counts(r.Value) {
+				valid++
+			}
+		}); err != nil {
+			return 0, err
 		}
 	}
 	n := take(valid)
 	var counted, bytes int64
-	for i := 0; counted < n; i++ {
-		v := recs[i].Value
-		if !s.counts(v) {
-			continue
+	err := pg.Each(func(r *client.Record) {
+		if counted == n || !s.counts(r.Value) {
+			return
 		}
 		if s.r.cfg.Mode == E2E {
-			origin, _ := stamped(v)
+			origin, _ := stamped(r.Value)
 			lat.Record(now.Sub(origin))
 		}
 		counted++
-		bytes += int64(len(v))
+		bytes += int64(len(r.Value))
+	})
+	if err != nil {
+		return 0, err
 	}
 	if n > 0 {
 		s.t.add(n, bytes, now)
 	}
-	return n
+	return n, nil
 }
 
 // counts tells whether a received value counts towards the run.

@@ -10,10 +10,23 @@
 //     for its ack before the next; otherwise a client.Producer batches
 //     records (Batch records at most, lingering Linger) and keeps several
 //     requests in flight. Latency is from the record's origin (below) to
-//     its ack, which the broker sends only once the record is durable.
+//     its ack, which the broker sends only once the record is durable. In
+//     closed loop an async producer counts and times acks per produce
+//     request instead (client.ProducerOptions.OnBatch, no promise per
+//     record), because per-record promises and clock reads would cost the
+//     client more CPU than producing the records: every record counts
+//     with its request's latency, measured from the moment the request's
+//     first record was handed to the client (FromBatch), which bounds each
+//     record's own from above.
 //   - consume: C consumers read the topic. Via "fetch" each consumer reads
 //     the whole topic with its own cursor (fan-out: C×Records deliveries)
-//     and latency is the round trip of each non-empty fetch. Via "group"
+//     and latency is the round trip of each non-empty fetch. A fetch
+//     consumer reads through a client.Fetcher: the next fetch goes out as
+//     soon as the cursor at the head of the previous answer has arrived,
+//     before the rest of that page, and up to two pages are read ahead of
+//     the worker, which walks each (client.BatchPage.Each, without
+//     building a client.Record per record) and releases it once counted.
+//     With wire v1 the pages come one fetch at a time. Via "group"
 //     the consumers are members of one fresh group fed by push
 //     subscriptions with a credit window, and count Records deliveries
 //     between them (redeliveries after a rebalance count, a surplus past
@@ -38,7 +51,8 @@
 //
 // Closed loop (Rate 0) sends as fast as acks and the client's buffers
 // allow: a record is sent when the previous work lets it, and its latency
-// is measured from the moment it was actually sent. This finds maximum
+// is measured from the moment it was actually sent (sync), or its produce
+// request's first record was (async). This finds maximum
 // throughput, but its latency figures hide stalls: while the broker is
 // stuck, the load generator is stuck too and simply stops sending, so the
 // records that a real client would have sent during the stall, and that

@@ -282,18 +282,25 @@ func TestShareAddsUp(t *testing.T) {
 func TestPayload(t *testing.T) {
 	origin := time.Unix(1700000000, 123456789)
 	p := newPayload(16, 3)
-	a, b := p.record(4, origin), p.record(7, origin)
-	if string(a.Key) != "k1" || string(b.Key) != "k1" || len(a.Value) != 16 {
-		t.Errorf("keys %q %q, value %d bytes", a.Key, b.Key, len(a.Value))
-	}
-	if &a.Value[0] == &b.Value[0] {
-		t.Error("records must not share a value buffer")
+	var buf recordBuf
+	a := p.record(4, origin, &buf)
+	if string(a.Key) != "k1" || len(a.Value) != 16 {
+		t.Errorf("key %q, value %d bytes", a.Key, len(a.Value))
 	}
 	if got, ok := stamped(a.Value); !ok || !got.Equal(origin) {
 		t.Errorf("stamp %v %v, want %v", got, ok, origin)
 	}
-	if newPayload(4, 0).record(1, origin).Key != nil {
-		t.Error("keys 0 must send no key")
+	later := origin.Add(time.Second)
+	b := p.record(8, later, &buf)
+	if string(b.Key) != "k2" || !bytes.Equal(b.Value[stampBytes:], p.template[stampBytes:]) {
+		t.Errorf("second record: key %q, value %x", b.Key, b.Value)
+	}
+	if got, _ := stamped(b.Value); !got.Equal(later) {
+		t.Errorf("second stamp %v, want %v", got, later)
+	}
+	unstamped := newPayload(16, 0).record(1, time.Time{}, &recordBuf{})
+	if unstamped.Key != nil || !bytes.Equal(unstamped.Value, newPayload(16, 0).template) {
+		t.Errorf("keys 0 must send no key, and a zero origin no stamp: %q %x", unstamped.Key, unstamped.Value)
 	}
 	if _, ok := stamped(make([]byte, 4)); ok {
 		t.Error("a short value carries no stamp")

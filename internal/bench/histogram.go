@@ -36,6 +36,15 @@ func (r *Recorder) Record(d time.Duration) {
 	r.mu.Unlock()
 }
 
+// RecordN adds one latency n times: the latency of a request, counted
+// once for each of its n records.
+func (r *Recorder) RecordN(d time.Duration, n int64) {
+	us := min(max(d.Microseconds(), 0), histMaxUs)
+	r.mu.Lock()
+	_ = r.h.RecordValues(us, n) // cannot fail: us is within the bounds
+	r.mu.Unlock()
+}
+
 // Merge adds every sample of the given recorders into r.
 func (r *Recorder) Merge(others ...*Recorder) {
 	for _, o := range others {
@@ -75,7 +84,7 @@ type Origin string
 // The origins a latency can be measured from.
 const (
 	// FromSend: the moment the record was handed to the client (closed
-	// loop).
+	// loop, sync produce and e2e).
 	FromSend Origin = "send"
 	// FromSchedule: the moment the record was due under the open-loop
 	// schedule, whether or not it could be sent then (coordinated-omission
@@ -83,6 +92,13 @@ const (
 	FromSchedule Origin = "schedule"
 	// FromRequest: the moment a fetch request was issued (consume).
 	FromRequest Origin = "request"
+	// FromBatch: the moment the first record of the record's produce
+	// request was handed to the client, to that request's ack (closed-loop
+	// async produce). Every record of a request counts with the request's
+	// latency, which is its oldest record's: an upper bound of each
+	// record's own. Time a record spent blocked in Produce, waiting for
+	// buffer space, is not in it.
+	FromBatch Origin = "batch"
 )
 
 // Latency is a latency distribution in microseconds.

@@ -50,10 +50,14 @@ func (s *producers) stats() Stats {
 
 // origin tells what the producers' latencies are measured from.
 func (r *run) origin() Origin {
-	if r.cfg.Rate > 0 {
+	switch {
+	case r.cfg.Rate > 0:
 		return FromSchedule
+	case r.cfg.Sync:
+		return FromSend
+	default:
+		return FromBatch
 	}
-	return FromSend
 }
 
 // worker w produces its share of the records: records w, w+P, w+2P ...
@@ -63,17 +67,22 @@ func (s *producers) worker(ctx context.Context, w int) error {
 	n := share(cfg.Records, w, len(s.cls))
 	sched := newSchedule(s.r.start, cfg.Rate, w, len(s.cls))
 	index := func(i int64) int64 { return i*int64(len(s.cls)) + int64(w) }
-	if cfg.Sync {
+	switch {
+	case cfg.Sync:
 		return s.syncWorker(ctx, s.cls[w], s.lats[w], sched, n, index)
+	case sched.open():
+		return s.openWorker(ctx, s.cls[w], s.lats[w], sched, n, index)
+	default:
+		return s.closedWorker(ctx, s.cls[w], s.lats[w], n, index)
 	}
-	return s.asyncWorker(ctx, s.cls[w], s.lats[w], sched, n, index)
 }
 
 // syncWorker sends one record per request and waits for each ack.
 func (s *producers) syncWorker(ctx context.Context, c *client.Client, lat *Recorder, sched schedule, n int64, index func(int64) int64) error {
 	topic, size := s.r.cfg.Topic, int64(s.r.cfg.Size)
+	var buf recordBuf
 	return pace(ctx, s.r.clk, sched, n, func(i int64, origin time.Time) error {
-		if _, err := c.Produce(ctx, topic, s.r.payload.record(index(i), origin)); err != nil {
+		if _, err := c.Produce(ctx, topic, s.r.payload.record(index(i), origin, &buf)); err != nil {
 			s.t.fail(err)
 			return err
 		}
@@ -84,17 +93,25 @@ func (s *producers) syncWorker(ctx context.Context, c *client.Client, lat *Recor
 	})
 }
 
-// asyncWorker hands records to a client.Producer, which batches them and
-// keeps requests in flight; each record's promise times it. Produce blocks
-// when the producer's buffer is full, which is the closed loop's back
-// pressure; in open loop the records then fall behind schedule and carry
-// the delay in their latency.
-func (s *producers) asyncWorker(ctx context.Context, c *client.Client, lat *Recorder, sched schedule, n int64, index func(int64) int64) error {
+// producer returns a client.Producer with the run's settings and onBatch.
+func (s *producers) producer(c *client.Client, onBatch func(client.BatchResult)) *client.Producer {
 	cfg := &s.r.cfg
-	p := client.NewProducer(c, client.ProducerOptions{Linger: cfg.Linger, MaxBatchRecords: cfg.Batch, Compression: codecs[cfg.Compression]})
+	return client.NewProducer(c, client.ProducerOptions{
+		Linger: cfg.Linger, MaxBatchRecords: cfg.Batch, Compression: codecs[cfg.Compression], OnBatch: onBatch,
+	})
+}
+
+// openWorker hands records to a client.Producer on the open-loop
+// schedule; each record's promise times it from its due time. Produce
+// blocks when the producer's buffer is full; the records then fall behind
+// schedule and carry the delay in their latency.
+func (s *producers) openWorker(ctx context.Context, c *client.Client, lat *Recorder, sched schedule, n int64, index func(int64) int64) error {
+	cfg := &s.r.cfg
+	p := s.producer(c, nil)
 	size := int64(cfg.Size)
+	var buf recordBuf
 	err := pace(ctx, s.r.clk, sched, n, func(i int64, origin time.Time) error {
-		p.Produce(ctx, cfg.Topic, s.r.payload.record(index(i), origin), func(_ client.Record, err error) {
+		p.Produce(ctx, cfg.Topic, s.r.payload.record(index(i), origin, &buf), func(_ client.Record, err error) {
 			if err != nil {
 				s.t.fail(err)
 				return
@@ -105,6 +122,42 @@ func (s *producers) asyncWorker(ctx context.Context, c *client.Client, lat *Reco
 		})
 		return nil
 	})
+	return errors.Join(err, p.Close(ctx))
+}
+
+// closedWorker hands records to a client.Producer as fast as it takes
+// them (Produce blocks when its buffer is full: the closed loop's back
+// pressure) and counts and times the acks per produce request, through
+// OnBatch, rather than per record: per-record promises and clock reads
+// would cost the client more than the records themselves. Values carry a
+// send time only in e2e, where the consumers need it.
+func (s *producers) closedWorker(ctx context.Context, c *client.Client, lat *Recorder, n int64, index func(int64) int64) error {
+	cfg := &s.r.cfg
+	p := s.producer(c, func(b client.BatchResult) {
+		if b.Err != nil {
+			s.t.failN(int64(b.Records), b.Err)
+			return
+		}
+		now := s.r.clk.Now()
+		lat.RecordN(now.Sub(b.Opened), int64(b.Records))
+		s.t.add(int64(b.Records), int64(b.ValueBytes), now)
+	})
+	var buf recordBuf
+	var err error
+	if cfg.Mode == E2E {
+		err = pace(ctx, s.r.clk, schedule{}, n, func(i int64, origin time.Time) error {
+			p.Produce(ctx, cfg.Topic, s.r.payload.record(index(i), origin, &buf), nil)
+			return nil
+		})
+	} else {
+		for i := int64(0); i < n; i++ {
+			if i%1024 == 0 && ctx.Err() != nil {
+				err = context.Cause(ctx)
+				break
+			}
+			p.Produce(ctx, cfg.Topic, s.r.payload.record(index(i), time.Time{}, &buf), nil)
+		}
+	}
 	return errors.Join(err, p.Close(ctx))
 }
 

@@ -49,8 +49,11 @@ func (t *tally) add(n, bytes int64, now time.Time) {
 }
 
 // fail counts a failed record and keeps the first error.
-func (t *tally) fail(err error) {
-	t.errors.Add(1)
+func (t *tally) fail(err error) { t.failN(1, err) }
+
+// failN counts n failed records and keeps the first error.
+func (t *tally) failN(n int64, err error) {
+	t.errors.Add(n)
 	t.mu.Lock()
 	if t.firstErr == nil {
 		t.firstErr = err

@@ -97,3 +97,99 @@ func BenchmarkProduceV2(b *testing.B) {
 	b.Run("producer-lz4", func(b *testing.B) { benchProducer(b, 2, client.CompressionLZ4) })
 	b.Run("sync100", func(b *testing.B) { benchSync(b, 2) })
 }
+
+// Consume benchmarks: the topic of benchRecords (128-byte values) read
+// whole, over and over, from an in-process node: with Fetch (a decoded
+// Record per record), FetchBatches (walked with Each, pages released)
+// and a Fetcher (the next fetch sent on the head of the previous answer).
+// ns/op and MB/s are per record read.
+//
+//	go test ./pkg/client -run XXX -bench 'Consume' -benchtime 2000000x
+func benchConsume(b *testing.B, version int, read func(c *client.Client, cursor string) (int, string)) {
+	n := clienttest.Start(b)
+	c := n.Client(b, "admin", "admin123", client.WithWireVersion(version))
+	ctx := context.Background()
+	if err := c.CreateTopic(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	recs := benchRecords(10_000)
+	for range 20 {
+		if _, err := c.Produce(ctx, "bench", recs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(benchValueSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cursor := ""
+	for got := 0; got < b.N; {
+		n, next := read(c, cursor)
+		if n == 0 {
+			next = "" // the end of the topic: from its start again
+		}
+		got += n
+		cursor = next
+	}
+}
+
+func BenchmarkConsumeV2(b *testing.B) {
+	b.Run("fetch", func(b *testing.B) {
+		benchConsume(b, 2, func(c *client.Client, cursor string) (int, string) {
+			page, err := c.Fetch(context.Background(), "bench", client.FetchOptions{Cursor: cursor})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return len(page.Records), page.Cursor
+		})
+	})
+	b.Run("fetchbatches", func(b *testing.B) {
+		benchConsume(b, 2, func(c *client.Client, cursor string) (int, string) {
+			page, err := c.FetchBatches(context.Background(), "bench", client.FetchOptions{Cursor: cursor})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			if err := page.Each(func(*client.Record) { n++ }); err != nil {
+				b.Fatal(err)
+			}
+			page.Release()
+			return n, page.Cursor
+		})
+	})
+	b.Run("fetcher", func(b *testing.B) {
+		var f *client.Fetcher
+		defer func() {
+			if f != nil {
+				f.Close()
+			}
+		}()
+		benchConsume(b, 2, func(c *client.Client, cursor string) (int, string) {
+			if f == nil || cursor == "" {
+				if f != nil {
+					f.Close()
+				}
+				f = c.NewFetcher("bench", client.FetchOptions{})
+			}
+			page, err := f.Next(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			if err := page.Each(func(*client.Record) { n++ }); err != nil {
+				b.Fatal(err)
+			}
+			page.Release()
+			return n, page.Cursor
+		})
+	})
+}
+
+func BenchmarkConsumeV1(b *testing.B) {
+	benchConsume(b, 1, func(c *client.Client, cursor string) (int, string) {
+		page, err := c.Fetch(context.Background(), "bench", client.FetchOptions{Cursor: cursor, Max: 1000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return len(page.Records), page.Cursor
+	})
+}

@@ -3,8 +3,10 @@ package client
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sync"
@@ -74,6 +76,40 @@ func newCall() *call                          { return &call{ch: make(chan reply
 func (c *call) deliver(code uint16, p []byte) { c.ch <- reply{code: code, payload: p} }
 func (c *call) fail(err error)                { c.ch <- reply{err: err} }
 func (c *call) stream() bool                  { return false }
+
+// maxReadBuf is the largest read buffer a connection keeps between
+// frames, and the largest answer read into a pooled payload buffer.
+const maxReadBuf = 4 << 20
+
+// Answers of minPooledPayload bytes or more (fetch pages) are read into
+// payload buffers that payloadPool recycles once the page that holds them
+// is released (BatchPage.Release): a reader going through a topic then
+// allocates nothing per page, and gives the garbage collector nothing to
+// sweep. They are sized in steps of payloadStep, so that one fits the
+// next page.
+const (
+	minPooledPayload = 64 << 10
+	payloadStep      = 256 << 10
+)
+
+var payloadPool sync.Pool // of *[]byte
+
+// payloadBuf returns a buffer of n bytes, from the pool when one there is
+// large enough.
+func payloadBuf(n int) []byte {
+	if bp, _ := payloadPool.Get().(*[]byte); bp != nil && cap(*bp) >= n {
+		return (*bp)[:n]
+	}
+	return make([]byte, n, (n+payloadStep-1)/payloadStep*payloadStep)
+}
+
+// releasePayload hands back a payload nothing uses any more.
+func releasePayload(p []byte) {
+	if cap(p) >= minPooledPayload && cap(p) <= maxReadBuf {
+		p = p[:0]
+		payloadPool.Put(&p)
+	}
+}
 
 // framePool recycles request encoding buffers.
 var framePool = sync.Pool{New: func() any { return new([]byte) }}
@@ -355,14 +391,9 @@ func (c *conn) readLoop() {
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	var buf []byte
 	for {
-		body, err := wire.ReadFrame(br, c.maxFrame, buf)
+		corr, code, payload, owned, err := c.readAnswer(br, &buf)
 		if err != nil {
-			c.fail(fmt.Errorf("%w: %w", ErrDisconnected, err))
-			return
-		}
-		corr, code, payload, err := wire.ParseResponse(body)
-		if err != nil {
-			c.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
+			c.fail(err)
 			return
 		}
 		if corr == 0 {
@@ -378,14 +409,105 @@ func (c *conn) readLoop() {
 			delete(c.pending, corr)
 		}
 		c.mu.Unlock()
-		if h != nil {
+		switch {
+		case h == nil && owned:
+			releasePayload(payload)
+		case h == nil:
+		case owned:
+			h.deliver(code, payload)
+		default:
 			h.deliver(code, slices.Clone(payload))
 		}
-		buf = body[:0]
-		if cap(buf) > 1<<20 {
-			buf = nil // do not pin one large frame's buffer forever
+	}
+}
+
+// readAnswer reads the next answer. A large one (a fetch page) is read
+// straight into a payload buffer of its own from payloadPool (owned), so
+// that its bytes are copied once, by the socket read; a small one's payload
+// aliases *buf, which the next read reuses.
+func (c *conn) readAnswer(br *bufio.Reader, buf *[]byte) (corr uint32, code uint16, payload []byte, owned bool, err error) {
+	if prefix, perr := br.Peek(wire.LenPrefixSize); perr == nil {
+		n := binary.BigEndian.Uint32(prefix)
+		if n >= minPooledPayload && n <= c.maxFrame && n <= maxReadBuf {
+			var hdr [wire.LenPrefixSize + wire.ResponseHeaderSize]byte
+			if _, err := io.ReadFull(br, hdr[:]); err != nil {
+				return 0, 0, nil, false, fmt.Errorf("%w: %w", ErrDisconnected, unexpectedEOF(err))
+			}
+			corr = binary.BigEndian.Uint32(hdr[wire.LenPrefixSize:])
+			code = binary.BigEndian.Uint16(hdr[wire.LenPrefixSize+4:])
+			c.announceCursor(corr, code, br)
+			payload = payloadBuf(int(n) - wire.ResponseHeaderSize)
+			if _, err := io.ReadFull(br, payload); err != nil {
+				return 0, 0, nil, false, fmt.Errorf("%w: %w", ErrDisconnected, unexpectedEOF(err))
+			}
+			return corr, code, payload, true, nil
 		}
 	}
+	body, err := wire.ReadFrame(br, c.maxFrame, *buf)
+	if err != nil {
+		return 0, 0, nil, false, fmt.Errorf("%w: %w", ErrDisconnected, err)
+	}
+	*buf = body[:0]
+	if cap(*buf) > maxReadBuf {
+		*buf = nil // do not pin one unusually large frame's buffer forever
+	}
+	corr, code, payload, err = wire.ParseResponse(body)
+	if err != nil {
+		return 0, 0, nil, false, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	return corr, code, payload, false, nil
+}
+
+// cursorWatcher is a handler that wants the cursor at the head of a
+// fetch_batches answer as soon as it arrives, before the rest of the page.
+type cursorWatcher interface {
+	// headCursor gets the cursor; it is called from the reader
+	// goroutine, before deliver, and must not block.
+	headCursor(cursor string)
+}
+
+// announceCursor hands the cursor at the head of a large ok answer,
+// already buffered or arriving first, to its handler if that watches for
+// it. The cursor is peeked, not consumed: the payload is read whole after.
+func (c *conn) announceCursor(corr uint32, code uint16, br *bufio.Reader) {
+	if code != wire.CodeOK {
+		return
+	}
+	c.mu.Lock()
+	w, _ := c.pending[corr].(cursorWatcher)
+	c.mu.Unlock()
+	if w == nil {
+		return
+	}
+	if cur, ok := peekCursor(br); ok {
+		w.headCursor(cur)
+	}
+}
+
+// peekCursor reads, without consuming it, the str(next_cursor) that
+// starts a fetch_batches answer's payload.
+func peekCursor(br *bufio.Reader) (string, bool) {
+	const head = 1 + 4 // present:u8 len:u32
+	b, err := br.Peek(head)
+	if err != nil || b[0] != 1 {
+		return "", false
+	}
+	n := int(binary.BigEndian.Uint32(b[1:]))
+	if n > br.Size()-head {
+		return "", false
+	}
+	if b, err = br.Peek(head + n); err != nil {
+		return "", false
+	}
+	return string(b[head:]), true
+}
+
+// unexpectedEOF is err, with an end of input inside a frame said so.
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // fail ends the connection once: it records err, closes the socket and

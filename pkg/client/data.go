@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	batchfmt "github.com/malachi-log/malachi/internal/batch"
@@ -63,18 +62,19 @@ type Page struct {
 //     start if it has committed nothing.
 //   - else: read from the start of the topic.
 //
-// With wire v2 (see WithWireVersion) and Max 0, Fetch reads stored
-// batches (fetch_batches): a page then holds whole batches, bounded by
-// MaxBytes rather than by a record count. A positive Max is an exact
-// bound, which only a wire v1 fetch can keep, so such a Fetch uses wire
-// v1 whatever was negotiated.
+// With wire v2 (see WithWireVersion), Fetch reads stored batches
+// (fetch_batches): a page holds whole batches, bounded by MaxBytes, and
+// by Max records when Max is positive (the node then ends the page inside
+// a batch, exactly at Max).
 type FetchOptions struct {
 	Cursor string
 	Group  string
 	Member string
-	// Max bounds the records returned (0 = broker default, 100, with wire
-	// v1, and no bound but MaxBytes with wire v2; the broker caps it at
-	// 1000). A positive Max makes Fetch use wire v1.
+	// Max bounds the records returned. With wire v1, 0 is the broker's
+	// default, 100, and the broker caps it at 1000. With wire v2, 0 means
+	// no bound but MaxBytes, and a positive Max is exact, uncapped: the
+	// page holds Max records unless MaxBytes (or the records there are)
+	// stops it first.
 	Max int
 	// MaxBytes bounds the stored bytes of a wire v2 page (0 = the node's
 	// default, 1 MiB, which is also its cap). The first batch of a page is
@@ -241,73 +241,6 @@ func produceRequest(topic string, recs []Record, now time.Time) wire.ProduceRequ
 		out[i] = toWire(&recs[i], now)
 	}
 	return wire.ProduceRequest{Topic: str(topic), Records: out}
-}
-
-// Fetch reads the next page of topic from the position opt describes.
-// With opt.Wait, Fetch blocks until a record arrives, the wait ends (an
-// empty page with a cursor to continue from) or ctx is done.
-//
-// A topic that does not exist fails a wire v2 fetch with ErrNoSuchTopic;
-// wire v1 answers it with an empty page and an empty Cursor (so does a
-// Fetch with a positive Max, which uses wire v1).
-func (c *Client) Fetch(ctx context.Context, topic string, opt FetchOptions) (Page, error) {
-	wait := max(opt.Wait, 0)
-	waitMs := uint32(min((wait+time.Millisecond-1)/time.Millisecond, 1<<31))
-	var (
-		v1 wire.FetchResponse
-		v2 wire.FetchBatchesResponse
-	)
-	r, err := c.doPick(ctx, func(cn *conn) (request, error) {
-		if cn.v2 && opt.Max <= 0 {
-			req := wire.FetchBatchesRequest{
-				Topic:    str(topic),
-				Cursor:   optStr(opt.Cursor),
-				Group:    optStr(opt.Group),
-				Member:   optStr(opt.Member),
-				MaxBytes: clampU32(opt.MaxBytes),
-				WaitMs:   waitMs,
-			}
-			return request{req: req, resp: &v2, wait: wait, resend: true}, nil
-		}
-		req := wire.FetchRequest{
-			Topic:  str(topic),
-			Cursor: optStr(opt.Cursor),
-			Group:  optStr(opt.Group),
-			Member: optStr(opt.Member),
-			Max:    clampU32(opt.Max),
-			WaitMs: waitMs,
-		}
-		return request{req: req, resp: &v1, wait: wait, resend: true}, nil
-	})
-	if err != nil {
-		return Page{}, err
-	}
-	if r.req.APIKey() == wire.KeyFetchBatches {
-		return batchPage(&v2)
-	}
-	return toPage(&v1), nil
-}
-
-// batchPage decodes the batches of a fetch_batches answer, whose payload
-// belongs to this call: the records' byte slices alias it.
-func batchPage(resp *wire.FetchBatchesResponse) (Page, error) {
-	n := 0
-	for _, b := range resp.Batches {
-		if h, err := batchfmt.ParseHeader(b.Batch); err == nil {
-			n += min(int(h.RecordCount), len(b.Batch)/batchfmt.MinRecordSize)
-		}
-	}
-	p := Page{Records: make([]Record, 0, n)}
-	for _, b := range resp.Batches {
-		var err error
-		if p.Records, err = decodeBatch(b.Batch, b.Range, p.Records); err != nil {
-			return Page{}, fmt.Errorf("%w: fetch_batches: batch of range %d: %w", ErrProtocol, b.Range, err)
-		}
-	}
-	if resp.NextCursor != nil {
-		p.Cursor = *resp.NextCursor
-	}
-	return p, nil
 }
 
 // Commit stores cursor durably as group's position in topic. Later

@@ -52,7 +52,9 @@
 //
 // Client.Produce sends one request and waits for it. A Producer batches
 // records per topic (linger, size limits), pipelines the batches on the
-// Client's connection and reports each record through a promise. One
+// Client's connection and reports each record through a promise, or, for
+// callers that only count or time acknowledgements, each request through
+// ProducerOptions.OnBatch, which costs nothing per record. One
 // goroutine writes a topic's batches in order and the broker keeps the
 // produces of a connection in order, so per-key order holds; promises run
 // in Produce order per topic. Buffering is bounded: Produce blocks once
@@ -76,12 +78,11 @@
 // and stores it as received. Routes are never shown to users: when a range
 // splits or merges, the node re-routes the stale batches record by record
 // (nothing is lost or reordered) and says so, and the client fetches the
-// routes again. Reading, Fetch with Max 0 gets stored batches back
-// (fetch_batches), bounded by FetchOptions.MaxBytes, checks their CRCs and
-// decodes them; each record says which range it was read from
-// (Record.Range). A positive Max is an exact bound only wire v1 can keep,
-// so such a Fetch uses wire v1. Unlike v1, a v2 Fetch of a missing topic
-// fails with ErrNoSuchTopic.
+// routes again. Reading, Fetch gets stored batches back (fetch_batches),
+// bounded by FetchOptions.MaxBytes and, when positive, exactly by Max
+// records, checks their CRCs and decodes them; each record says which
+// range it was read from (Record.Range). Unlike v1, a v2 Fetch of a
+// missing topic fails with ErrNoSuchTopic.
 //
 // Both versions store the same records: what a v1 client produced, a v2
 // client reads, and the other way round. Subscriptions (Subscribe) use
@@ -90,7 +91,12 @@
 // # Consuming
 //
 // Fetch reads a page from a cursor, a group's committed position, or the
-// start, and can long-poll. Subscribe opens a push stream governed by a
+// start, and can long-poll. FetchBatches reads the same page without
+// decoding it: BatchPage.Each walks its records without building a
+// Record for each, and BatchPage.Release hands its memory back for later
+// fetches. A Fetcher reads page after page, sending each fetch as soon as
+// the cursor at the head of the previous answer has arrived, so that the
+// node reads the next page while the current one is still arriving. Subscribe opens a push stream governed by a
 // credit window: the broker never has more than window records
 // unacknowledged, and Ack returns credit and commits the group's position
 // in one step. Delivery is at-least-once: after a restart or a rebalance,

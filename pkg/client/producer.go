@@ -30,12 +30,15 @@ type ProducerOptions struct {
 	// bytes are capped below the client's frame limit). A record larger
 	// than MaxBatchBytes goes alone.
 	//
-	// With wire v2 a topic's request carries one stored batch per range,
-	// and the limits bound each range's batch (its records and its raw,
-	// uncompressed bytes), capped at the node's own limits
+	// With wire v2 the limits bound a topic's whole produce_batches
+	// request (its records, and their raw, uncompressed bytes), as they
+	// bound a wire v1 request. The request carries stored batches, each
+	// for one range and within the node's own batch limits
 	// (max_batch_records and max_batch_bytes from api_versions: 4096 and
-	// 256 KiB today); the whole request stays below the frame limit, 16
-	// MiB of raw records and 4096 batches. A record too large for the
+	// 256 KiB today): a range that takes more records than one batch holds
+	// gets another batch in the same request, so that a request is not cut
+	// at the node's batch size. The request stays below the frame limit,
+	// 16 MiB of raw records and 4096 batches. A record too large for the
 	// node's batch limit goes alone, with wire v1.
 	MaxBatchRecords int
 	MaxBatchBytes   int
@@ -53,6 +56,30 @@ type ProducerOptions struct {
 	// MaxBufferedRecords bounds the records produced whose promise has not
 	// run yet; Produce blocks beyond it (default 100000).
 	MaxBufferedRecords int
+	// OnBatch, when set, is called once for every produce request the
+	// producer resolves, on the goroutine that runs promises, right after
+	// the promises of its records and in the same order. It tells what a
+	// per-record promise would, once per request: a caller that counts
+	// acknowledgements or times them passes nil promises and this, and so
+	// pays nothing per record for it. A record Produce refuses at once
+	// (after Close) is not reported here.
+	OnBatch func(BatchResult)
+}
+
+// BatchResult is the outcome of one produce request of a Producer (or of
+// one record that failed before it could join one), as OnBatch receives it.
+type BatchResult struct {
+	Topic string
+	// Records counts the records of the request, and ValueBytes their
+	// values' bytes.
+	Records    int
+	ValueBytes int
+	// Opened is when the request's first record was produced: the oldest
+	// record's wait runs from it.
+	Opened time.Time
+	// Err is nil once every record is durable; otherwise every record of
+	// the request failed with it, as their promises say.
+	Err error
 }
 
 func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
@@ -121,8 +148,11 @@ type Producer struct {
 	done    chan struct{} // closed when the promiser exits
 
 	mu sync.Mutex // guards the following
-	// topics holds the topics with a batch filling or unresolved.
+	// topics holds the topics with a batch filling or unresolved; last is
+	// the one of the latest Produce, if still there, which spares a
+	// producer feeding one topic a map lookup per record.
 	topics map[string]*topicState
+	last   *topicState
 	sendq  []*batch // sealed batches not yet sent, in seal order
 	readyq []*batch // resolved batches whose promises are due, in order
 	// buffered counts records produced whose promise has not run.
@@ -143,13 +173,22 @@ type topicState struct {
 }
 
 // batch is one produce request of a topic: wire v1 records, or with wire
-// v2 one batch per range, encoded as records arrive.
+// v2 stored batches, one or more per range, encoded as records arrive.
 type batch struct {
-	topic    *topicState
-	recs     []Record // as produced, for the promises
-	promises []func(Record, error)
+	topic *topicState
+	// n counts the records and values their value bytes; recs and
+	// promises hold only the records produced with a promise, in order, so
+	// that a record without one costs nothing here.
+	n, values int
+	recs      []Record // as produced, for the promises
+	promises  []func(Record, error)
+	// opened is when the first record was produced, read once per batch:
+	// the time records without one get is opened plus the monotonic time
+	// since, which costs half a wall clock read.
+	opened     time.Time
+	openedNano int64 // opened as Unix nanoseconds
 	// bytes is the encoded size: the wire records with v1, the raw
-	// records sections with v2.
+	// records sections (and batch overheads) with v2.
 	bytes    int
 	resolved bool
 	err      error
@@ -158,13 +197,16 @@ type batch struct {
 	wrecs []wire.Record
 	arena []byte
 
-	// Wire v2 (table is set): a builder per range of table, nil until the
-	// range takes a record, and the order the ranges took their first;
-	// lim is the negotiation the batch was built for.
-	table    *routeTable
-	lim      wireInfo
-	builders []*batchfmt.Builder
-	used     []int
+	// Wire v2 (table is set): open holds, per range of table, the builder
+	// taking its records (nil until it takes one, and again once it is
+	// full); parts holds every builder in the order they were started,
+	// which is the order their batches go out in. lim is the negotiation
+	// the batch was built for and caps the limits it derives from it.
+	table *routeTable
+	lim   wireInfo
+	caps  v2Caps
+	open  []*batchfmt.Builder
+	parts []part
 	// out holds the finished batches (or finishErr why they are not);
 	// when finished is set, a goroutine is compressing them and closes
 	// it when done.
@@ -174,6 +216,12 @@ type batch struct {
 	// v2 says what went out: produce_batches, with sent, its batches.
 	v2   bool
 	sent []wire.RangeBatch
+}
+
+// part is one stored batch of a wire v2 request: a range and its builder.
+type part struct {
+	idx int // in the batch's table
+	b   *batchfmt.Builder
 }
 
 // NewProducer returns a Producer sending through c. Close it to flush and
@@ -211,12 +259,6 @@ func NewProducer(c *Client, opt ProducerOptions) *Producer {
 // done ...), promise gets that error, in its place in the order.
 // After Close, promise is called at once with ErrClosed.
 func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promise func(Record, error)) {
-	if promise == nil {
-		promise = func(Record, error) {}
-	}
-	if rec.Timestamp.IsZero() {
-		rec.Timestamp = time.Now() // the promise sees the time sent
-	}
 	size := recordSize(&rec)
 	var (
 		table    *routeTable
@@ -241,31 +283,45 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 			routeErr = context.Cause(ctx)
 		}
 	}
-	if p.closed {
-		p.mu.Unlock()
-		promise(rec, ErrClosed)
-		return
-	}
-	if routeErr != nil {
-		p.failLocked(p.topicLocked(topic), rec, promise, routeErr)
-		p.mu.Unlock()
+	if p.closed || routeErr != nil {
+		p.refuseLocked(topic, rec, promise, routeErr)
 		return
 	}
 	p.buffered++
 	t := p.topicLocked(topic)
 	if table != nil {
-		p.addV2Locked(t, rec, promise, size, table, info)
+		p.addV2Locked(t, &rec, promise, size, table, info)
 	} else {
 		p.addV1Locked(t, rec, promise)
 	}
 	p.mu.Unlock()
 }
 
+// refuseLocked fails a record Produce does not buffer: ErrClosed after
+// Close, else err in its place in the order. It releases p.mu.
+func (p *Producer) refuseLocked(topic string, rec Record, promise func(Record, error), err error) {
+	if rec.Timestamp.IsZero() {
+		rec.Timestamp = time.Now() // the promise sees the time sent
+	}
+	if p.closed {
+		p.mu.Unlock()
+		if promise != nil {
+			promise(rec, ErrClosed)
+		}
+		return
+	}
+	p.failLocked(p.topicLocked(topic), rec, promise, err)
+	p.mu.Unlock()
+}
+
 // addV1Locked adds rec to t's wire v1 batch, sealing as the limits say.
 func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, error)) {
+	if rec.Timestamp.IsZero() {
+		rec.Timestamp = time.Now() // the promise sees the time sent
+	}
 	w := toWire(&rec, rec.Timestamp)
 	size := w.Size()
-	if b := t.fill; b != nil && (b.table != nil || len(b.recs) >= p.opt.MaxBatchRecords || b.bytes+size > p.opt.MaxBatchBytes) {
+	if b := t.fill; b != nil && (b.table != nil || b.n >= p.opt.MaxBatchRecords || b.bytes+size > p.opt.MaxBatchBytes) {
 		p.sealLocked(t)
 	}
 	if t.fill == nil {
@@ -274,11 +330,20 @@ func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, e
 	b := t.fill
 	w, b.arena = copyWire(w, b.arena)
 	b.wrecs = append(b.wrecs, w)
-	b.recs = append(b.recs, rec)
-	b.promises = append(b.promises, promise)
+	b.keep(rec, promise)
 	b.bytes += size
-	if p.opt.Linger < 0 || len(b.wrecs) >= p.opt.MaxBatchRecords || b.bytes >= p.opt.MaxBatchBytes {
+	if p.opt.Linger < 0 || b.n >= p.opt.MaxBatchRecords || b.bytes >= p.opt.MaxBatchBytes {
 		p.sealLocked(t)
+	}
+}
+
+// keep counts rec into b, and keeps it for its promise if it has one.
+func (b *batch) keep(rec Record, promise func(Record, error)) {
+	b.n++
+	b.values += len(rec.Value)
+	if promise != nil {
+		b.recs = append(b.recs, rec)
+		b.promises = append(b.promises, promise)
 	}
 }
 
@@ -286,57 +351,107 @@ func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, e
 // its records section: its header, its range and its length.
 const batchOverhead = batchfmt.HeaderSize + 8 + 4
 
-// v2Limits are the bounds of one range's batch and of the whole request.
-func (p *Producer) v2Limits(lim *wireInfo) (records, bytes, request int) {
-	records = min(p.opt.MaxBatchRecords, lim.maxBatchRecords)
-	bytes = min(p.opt.MaxBatchBytes, lim.maxBatchBytes)
+// v2Caps are the bounds of a wire v2 request: of one stored batch (a
+// part), as the node takes them, and of the whole request.
+type v2Caps struct {
+	partRecords, partBytes int
+	records, bytes         int
+}
+
+// v2Caps derives the bounds of a request built for lim.
+func (p *Producer) v2Caps(lim *wireInfo) v2Caps {
 	frame := min(int(p.c.cfg.maxFrame), lim.maxFrame)
 	// Room for the frame header and the topic name, and for compression
 	// that fails to compress (it adds a little). Batch headers are
-	// counted as ranges take their first record.
-	request = min(max(frame-min(64<<10, frame/8)-frame/64, 1), maxRequestRawBytes)
-	return records, bytes, request
+	// counted as parts start.
+	request := min(max(frame-min(64<<10, frame/8)-frame/64, 1), maxRequestRawBytes)
+	return v2Caps{
+		partRecords: min(p.opt.MaxBatchRecords, lim.maxBatchRecords),
+		partBytes:   min(p.opt.MaxBatchBytes, lim.maxBatchBytes),
+		records:     p.opt.MaxBatchRecords,
+		bytes:       min(p.opt.MaxBatchBytes+batchOverhead, request),
+	}
 }
 
 // addV2Locked encodes rec into its range's batch in t's wire v2 request,
-// sealing as the limits say.
-func (p *Producer) addV2Locked(t *topicState, rec Record, promise func(Record, error), size int, table *routeTable, info *wireInfo) {
-	if b := t.fill; b != nil && (b.table == nil || b.lim != *info) {
+// sealing as the limits say. It reads the clock only as a monotonic
+// offset from the batch's opening, and keeps rec only if it has a
+// promise: a record costs its encoding and little else.
+func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, error), size int, table *routeTable, info *wireInfo) {
+	b := t.fill
+	if b != nil && (b.table == nil || b.lim != *info) {
 		p.sealLocked(t)
+		b = nil
 	}
-	i := -1
-	if b := t.fill; b != nil {
-		maxRecs, maxBytes, maxReq := p.v2Limits(&b.lim)
-		i = b.table.index(rec.Key)
-		rb := b.builders[i]
-		if b.bytes+size+batchOverhead > maxReq || rb == nil && len(b.used) >= maxRequestBatches ||
-			rb != nil && rb.Len() > 0 && (rb.Len() >= maxRecs || rb.RawLen()+size > maxBytes) {
+	// The range is picked once per record: a keyless record's pick moves
+	// the round-robin on.
+	i, picked := -1, (*routeTable)(nil)
+	if b != nil {
+		i, picked = b.table.index(rec.Key), b.table
+		if !b.fits(i, size) {
 			p.sealLocked(t)
+			b = nil
 		}
 	}
-	if t.fill == nil {
+	if b == nil {
 		p.openLocked(t)
-		t.fill.table, t.fill.lim = table, *info
-		t.fill.builders = make([]*batchfmt.Builder, len(table.ranges))
-		i = table.index(rec.Key)
+		b = t.fill
+		b.table, b.lim, b.caps = table, *info, p.v2Caps(info)
+		b.open = make([]*batchfmt.Builder, len(table.ranges))
+		if picked != table {
+			i = table.index(rec.Key)
+		}
 	}
-	b := t.fill
-	rb := b.builders[i]
+	rb := b.open[i]
+	if rb != nil && rb.RawLen()+size > b.caps.partBytes {
+		rb = nil // full for this record: the range starts a new part
+	}
 	if rb == nil {
 		rb = new(batchfmt.Builder)
-		b.builders[i] = rb
-		b.used = append(b.used, i)
+		b.open[i] = rb
+		b.parts = append(b.parts, part{idx: i, b: rb})
 		b.bytes += batchOverhead
 	}
+	var ms int64
+	if rec.Timestamp.IsZero() {
+		since := time.Since(b.opened)
+		ms = max((b.openedNano+int64(since))/int64(time.Millisecond), 0)
+		if promise != nil {
+			rec.Timestamp = b.opened.Add(since) // the promise sees the time sent
+		}
+	} else {
+		ms = max(rec.Timestamp.UnixMilli(), 0)
+	}
 	before := rb.RawLen()
-	addRecord(rb, &rec, max(rec.Timestamp.UnixMilli(), 0))
+	addRecord(rb, rec, ms)
 	b.bytes += rb.RawLen() - before
-	b.recs = append(b.recs, rec)
-	b.promises = append(b.promises, promise)
-	maxRecs, maxBytes, maxReq := p.v2Limits(&b.lim)
-	if p.opt.Linger < 0 || rb.Len() >= maxRecs || rb.RawLen() >= maxBytes || b.bytes >= maxReq {
+	b.keep(*rec, promise)
+	c := &b.caps
+	if rb.Len() >= c.partRecords || rb.RawLen() >= c.partBytes {
+		b.open[i] = nil // full: the range's next record starts a new part
+	}
+	if p.opt.Linger < 0 || b.n >= c.records || b.bytes >= c.bytes {
 		p.sealLocked(t)
 	}
+}
+
+// fits reports whether a record of size bytes for range i fits in b.
+func (b *batch) fits(i, size int) bool {
+	c := &b.caps
+	extra := size
+	if b.open[i] == nil {
+		if len(b.parts) >= maxRequestBatches {
+			return false
+		}
+		extra += batchOverhead
+	} else if b.open[i].RawLen()+size > c.partBytes {
+		// A new part for the record, unless the request is cut here.
+		if len(b.parts) >= maxRequestBatches {
+			return false
+		}
+		extra += batchOverhead
+	}
+	return b.n < c.records && b.bytes+extra <= c.bytes
 }
 
 // copyWire copies w's byte slices into arena, a chunk shared by the
@@ -416,17 +531,22 @@ func (p *Producer) Close(ctx context.Context) error {
 }
 
 func (p *Producer) topicLocked(name string) *topicState {
+	if t := p.last; t != nil && t.name == name {
+		return t
+	}
 	t := p.topics[name]
 	if t == nil {
 		t = &topicState{name: name}
 		p.topics[name] = t
 	}
+	p.last = t
 	return t
 }
 
 // openLocked starts a new batch for t and arms its linger timer.
 func (p *Producer) openLocked(t *topicState) {
-	b := &batch{topic: t}
+	now := time.Now()
+	b := &batch{topic: t, opened: now, openedNano: now.UnixNano()}
 	t.fill = b
 	if p.opt.Linger > 0 {
 		t.timer = time.AfterFunc(p.opt.Linger, func() {
@@ -465,19 +585,19 @@ func (p *Producer) sealLocked(t *topicState) {
 	}
 }
 
-// finish finishes the batches of b's ranges into b.out.
+// finish finishes the batches of b's parts into b.out.
 func (b *batch) finish(codec Codec) {
-	out := make([]wire.RangeBatch, 0, len(b.used))
-	for _, i := range b.used {
-		bb, err := finishBatch(b.builders[i], codec)
+	out := make([]wire.RangeBatch, 0, len(b.parts))
+	for _, pt := range b.parts {
+		bb, err := finishBatch(pt.b, codec)
 		if err != nil {
 			releaseBatches(out)
 			b.finishErr = err
 			return
 		}
-		out = append(out, wire.RangeBatch{Range: b.table.ranges[i].Range, Batch: bb})
+		out = append(out, wire.RangeBatch{Range: b.table.ranges[pt.idx].Range, Batch: bb})
 	}
-	b.builders, b.used, b.out = nil, nil, out
+	b.open, b.parts, b.out = nil, nil, out
 }
 
 // failLocked fails one record without sending it, after the records
@@ -485,10 +605,9 @@ func (b *batch) finish(codec Codec) {
 func (p *Producer) failLocked(t *topicState, rec Record, promise func(Record, error), err error) {
 	p.sealLocked(t)
 	p.buffered++
-	t.queue = append(t.queue, &batch{
-		topic: t, recs: []Record{rec}, promises: []func(Record, error){promise},
-		resolved: true, err: err,
-	})
+	b := &batch{topic: t, opened: rec.Timestamp, resolved: true, err: err}
+	b.keep(rec, promise)
+	t.queue = append(t.queue, b)
 	p.popLocked(t)
 }
 
@@ -514,6 +633,9 @@ func (p *Producer) popLocked(t *topicState) {
 	t.queue = t.queue[n:]
 	if len(t.queue) == 0 && t.fill == nil && p.topics[t.name] == t {
 		delete(p.topics, t.name)
+		if p.last == t {
+			p.last = nil
+		}
 	}
 	p.signalLocked(p.deliver)
 }
@@ -629,7 +751,7 @@ func (p *Producer) request(b *batch, cn *conn) (wire.Request, error) {
 		b.v2, b.sent = true, out
 		return wire.ProduceBatchesRequest{Topic: str(b.topic.name), Batches: out}, nil
 	}
-	recs := make([]Record, 0, len(b.recs))
+	recs := make([]Record, 0, b.n)
 	for _, rb := range out {
 		var err error
 		if recs, err = decodeBatch(rb.Batch, 0, recs); err != nil {
@@ -714,7 +836,10 @@ func (p *Producer) promiseLoop() {
 			for i := range b.recs {
 				b.promises[i](b.recs[i], b.err)
 			}
-			n += len(b.recs)
+			n += b.n
+			if p.opt.OnBatch != nil {
+				p.opt.OnBatch(BatchResult{Topic: b.topic.name, Records: b.n, ValueBytes: b.values, Opened: b.opened, Err: b.err})
+			}
 		}
 		p.mu.Lock()
 		p.buffered -= n

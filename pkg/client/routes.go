@@ -60,9 +60,15 @@ func (t *routeTable) index(key []byte) int {
 type routeCache struct {
 	mu sync.Mutex
 	m  map[string]*routeEntry
+	// last is the entry found last, which a producer feeding one topic
+	// asks for once per record: it saves that a lock and a map lookup.
+	last atomic.Pointer[routeEntry]
 }
 
 type routeEntry struct {
+	topic string
+	// gone is set once the entry has left the map; last is then stale.
+	gone  atomic.Bool
 	ready chan struct{} // closed when the first lookup has ended
 	table atomic.Pointer[routeTable]
 	err   error // of the first lookup, once ready; the entry is then gone
@@ -78,6 +84,21 @@ var errNoV2 = errors.New("malachi: connection does not speak wire v2")
 // one caller asks; the others wait for its answer. Failures are not
 // cached.
 func (c *Client) routes(ctx context.Context, topic string) (*routeTable, error) {
+	// The common case, once per produced record: the routes are known.
+	if e := c.rc.last.Load(); e != nil && e.topic == topic && !e.gone.Load() {
+		if t := e.table.Load(); t != nil {
+			return t, nil
+		}
+	}
+	c.rc.mu.Lock()
+	e := c.rc.m[topic]
+	c.rc.mu.Unlock()
+	if e != nil {
+		if t := e.table.Load(); t != nil {
+			c.rc.last.Store(e)
+			return t, nil
+		}
+	}
 	for {
 		c.rc.mu.Lock()
 		if c.rc.m == nil {
@@ -85,7 +106,7 @@ func (c *Client) routes(ctx context.Context, topic string) (*routeTable, error) 
 		}
 		e := c.rc.m[topic]
 		if e == nil {
-			e = &routeEntry{ready: make(chan struct{})}
+			e = &routeEntry{topic: topic, ready: make(chan struct{})}
 			c.rc.m[topic] = e
 			c.rc.mu.Unlock()
 			t, err := c.fetchRoutes(ctx, topic)
@@ -93,7 +114,7 @@ func (c *Client) routes(ctx context.Context, topic string) (*routeTable, error) 
 			if err != nil {
 				e.err = err
 				if c.rc.m[topic] == e {
-					delete(c.rc.m, topic)
+					c.rc.dropLocked(e)
 				}
 			} else {
 				e.table.Store(t)
@@ -144,7 +165,7 @@ func (c *Client) refreshRoutes(topic string) {
 		case !IsRetriable(err) && c.rc.m[topic] == e:
 			// The topic is gone (or we may no longer see it): the next
 			// produce asks afresh and reports what the node says.
-			delete(c.rc.m, topic)
+			c.rc.dropLocked(e)
 		}
 	}()
 }
@@ -152,8 +173,16 @@ func (c *Client) refreshRoutes(topic string) {
 // forgetRoutes drops topic's routes (the topic was deleted).
 func (c *Client) forgetRoutes(topic string) {
 	c.rc.mu.Lock()
-	delete(c.rc.m, topic)
+	if e := c.rc.m[topic]; e != nil {
+		c.rc.dropLocked(e)
+	}
 	c.rc.mu.Unlock()
+}
+
+// dropLocked removes e from the cache.
+func (rc *routeCache) dropLocked(e *routeEntry) {
+	e.gone.Store(true)
+	delete(rc.m, e.topic)
 }
 
 // fetchRoutes asks the node for topic's routes: errNoV2 if the connection

@@ -29,7 +29,11 @@ type fakeV2 struct {
 	mu      sync.Mutex
 	records []batchfmt.Record // in the order received
 	batches int               // produce_batches batches received
+	v2      int               // produce_batches requests received
 	v1      int               // v1 produce requests received
+	fetches []wire.FetchBatchesRequest
+	// shares holds, per produce_batches request, the records of each range.
+	shares []map[uint64]int
 }
 
 var fakeRoutes = wire.TopicRoutesResponse{Bits: 8, Ranges: []wire.RouteRange{
@@ -65,6 +69,7 @@ func (f *fakeV2) handle(fc *fakeConn, corr uint32, req wire.Request) {
 		}
 		n := 0
 		var recs []batchfmt.Record
+		share := map[uint64]int{}
 		for i, rb := range r.Batches {
 			span := keyspace.Span{Start: 0, End: 0}
 			if j, ok := slices.BinarySearchFunc(routes.Ranges, rb.Range, func(rr wire.RouteRange, id uint64) int {
@@ -83,10 +88,13 @@ func (f *fakeV2) handle(fc *fakeConn, corr uint32, req wire.Request) {
 				f.t.Error(err)
 			}
 			n += int(h.RecordCount)
+			share[rb.Range] += int(h.RecordCount)
 		}
 		f.mu.Lock()
 		f.records = append(f.records, recs...)
 		f.batches += len(r.Batches)
+		f.v2++
+		f.shares = append(f.shares, share)
 		f.mu.Unlock()
 		fc.ok(corr, wire.ProduceBatchesResponse{Count: uint32(n)})
 	case *wire.ProduceRequest:
@@ -101,6 +109,9 @@ func (f *fakeV2) handle(fc *fakeConn, corr uint32, req wire.Request) {
 		cur := "c1"
 		fc.ok(corr, wire.FetchResponse{NextCursor: &cur})
 	case *wire.FetchBatchesRequest:
+		f.mu.Lock()
+		f.fetches = append(f.fetches, *r)
+		f.mu.Unlock()
 		cur := "c2"
 		fc.ok(corr, wire.FetchBatchesResponse{NextCursor: &cur})
 	default:
