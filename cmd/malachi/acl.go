@@ -8,12 +8,16 @@ import (
 	"github.com/malachi-log/malachi/pkg/client"
 )
 
-// aclModeHelp explains when grants matter; acl, serve and user add share it.
-const aclModeHelp = `ACL modes: by default a node is not strict, and a user's produce and consume
-permissions (see 'malachi user add --perms') apply to every topic, so grants
-are stored but change nothing a user can observe. A node started with
---acl-strict (or MALACHI_ACL_STRICT=true) lets a non-admin user produce to and
-read only the topics its grants match, and shows it only those topics.`
+// aclModeHelp explains when grants matter; acl and serve share it.
+const aclModeHelp = `ACL modes: on every node a grant ('malachi acl grant USER OPERATION PATTERN')
+lets a user produce to or read the topics its pattern matches, and an admin may
+do everything. By default a node is not strict: the produce and consume
+permissions a user was created with ('malachi user add --perms') also cover
+every topic, so a grant matters to a user without that permission. A node
+started with --acl-strict (or MALACHI_ACL_STRICT=true) consults grants only: a
+non-admin user produces to and reads only the topics its grants match, and
+sees only those topics. No command changes an existing user's permissions;
+grants are how an existing user gets access.`
 
 func newACLCmd(a *app) *cobra.Command {
 	cmd := parentCmd("acl", "Grant, revoke and list users' access to topics (admin)",
@@ -59,11 +63,11 @@ followed by .* (quote it in the shell).
 				}
 				s.out.textf("%s %s %s on %s", done, user, op, pattern)
 				if verb == "grant" {
-					// The node does not report its mode, so the note is
-					// conditional; without it a grant looks like it did
-					// something on a default node, where it does not.
-					s.out.notef("note: grants restrict users only on a node started with --acl-strict; " +
-						"otherwise produce and consume permissions already cover every topic (see 'malachi acl --help')")
+					// The node does not report its mode, so the note
+					// says what holds in both.
+					s.out.notef("note: %s may now %s the topics matching %s, on any node; "+
+						"on a node without --acl-strict its own %s permission, if it has it, also covers every topic (see 'malachi acl --help')",
+						safeText(user), opVerb(op), safeText(pattern), safeText(op))
 				}
 				return nil
 			})
@@ -130,4 +134,15 @@ func userExists(ctx context.Context, c *client.Client, name string) error {
 		}
 	}
 	return client.ErrUserNotFound
+}
+
+// opVerb is what an ACL operation lets a user do to a topic.
+func opVerb(op string) string {
+	switch op {
+	case "produce":
+		return "produce to"
+	case "consume":
+		return "read"
+	}
+	return safeText(op) + " on"
 }

@@ -222,6 +222,9 @@ func runConsume(ctx context.Context, c *consumer) error {
 	}
 	err := c.loop(sig)
 	if c.f.member != "" {
+		if err == nil && !c.f.follow && c.seen.Load() == 0 && sig.Err() == nil {
+			c.noteIdle(ctx)
+		}
 		c.leave(ctx)
 	}
 	// Read before stop, which cancels sig too.

@@ -216,10 +216,12 @@ func speaksHTTP(addr string) bool {
 	return err == nil && string(buf) == "HTTP/"
 }
 
-// permissionHint says what a user refused a produce or consume needs. The
-// client cannot tell the node's ACL mode, and the remedy differs: every
-// node checks the user's own permissions (fixed by 'user add --perms'), and
-// only a node with --acl-strict also wants a grant for the topic.
+// permissionHint says what lets a user refused a produce or consume do
+// it. The client cannot tell the node's ACL mode; a grant for the topic
+// works in both (auth.Allowed): a default node lets a user either through
+// its own permission or through a grant, a node with --acl-strict through
+// a grant only. The user's own permissions are set when it is created and
+// no command changes them, so the grant is the one remedy to name.
 func permissionHint(sub errSubject, topic string) string {
 	op, action := "produce|consume", "do this on"
 	switch sub.op {
@@ -230,7 +232,6 @@ func permissionHint(sub errSubject, topic string) string {
 	case "create":
 		op, action = "produce", "create the topic"
 	}
-	return fmt.Sprintf("user %s may not %s %s: it needs the %s permission ('malachi user add --perms') and, "+
-		"on a node started with --acl-strict, a grant: an admin can add one with 'malachi acl grant %s %s %s'",
-		sub.set.User, action, topic, op, sub.set.User, op, topic)
+	return fmt.Sprintf("user %s may not %s %s: an admin can grant it with 'malachi acl grant %s %s %s'",
+		sub.set.User, action, topic, sub.set.User, op, topic)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/pkg/client"
@@ -48,4 +49,30 @@ func (c *consumer) memberFetch(ctx context.Context, opt client.FetchOptions) (cl
 		return client.Page{}, ctx.Err()
 	}
 	return page, err
+}
+
+// noteIdle explains a member without --follow that stopped having printed
+// nothing while other members are live: its ranges may be drained, or
+// still held by a member that has not fetched since they moved (see
+// memberWait), which only waiting can tell apart. Said once, on stderr;
+// a failed look says nothing.
+func (c *consumer) noteIdle(ctx context.Context) {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	g, err := c.s.c.DescribeGroupMembers(dctx, c.topic, c.f.group)
+	if err != nil {
+		return
+	}
+	var others []string
+	for _, m := range g.Members {
+		if m.Name != c.f.member {
+			others = append(others, safeText(m.Name))
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	fmt.Fprintf(c.s.out.errw, "note: member %s read nothing: its ranges of group %s are drained, or still held by "+
+		"another member (%s) until it fetches again; use --follow to wait for them\n",
+		safeText(c.f.member), safeText(c.f.group), strings.Join(others, ", "))
 }

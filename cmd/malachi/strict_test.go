@@ -80,7 +80,7 @@ func TestRefusalHintsNameTheRemedy(t *testing.T) {
 	}{
 		{consumer, []string{"produce", "t"}, "acl grant consumer produce t", "produce|consume"},
 		{producer, []string{"consume", "t"}, "acl grant producer consume t", "produce|consume"},
-		{consumer, []string{"topic", "create", "u"}, "may not create the topic u: it needs the produce permission", "produce|consume"},
+		{consumer, []string{"topic", "create", "u"}, "may not create the topic u: an admin can grant it with 'malachi acl grant consumer produce u'", "produce|consume"},
 		{consumer, []string{"topic", "delete", "t", "--yes"}, "only an administrator may do this", "acl grant"},
 		{admin, []string{"group", "describe", "t", "nogroup"}, "group nogroup has no committed position on t", "the named object"},
 	}

@@ -175,7 +175,7 @@ func TestExplain(t *testing.T) {
 		{client.ErrInvalidCredentials, "invalid_credentials: check --user/--password (or MALACHI_USER/MALACHI_PASSWORD)"},
 		{fmt.Errorf("%w: %w", client.ErrDisconnected, syscall.ECONNREFUSED), "cannot reach 127.0.0.1:4040: is 'malachi serve' running? (or set --server / MALACHI_SERVER)"},
 		{client.ErrRequestTimeout, "no answer from 127.0.0.1:4040 within 10s: is the address right? (raise --timeout for slow operations)"},
-		{client.ErrPermissionDenied, "permission_denied: user bob may not do this on orders: it needs the produce|consume permission ('malachi user add --perms') and, on a node started with --acl-strict, a grant: an admin can add one with 'malachi acl grant bob produce|consume orders'"},
+		{client.ErrPermissionDenied, "permission_denied: user bob may not do this on orders: an admin can grant it with 'malachi acl grant bob produce|consume orders'"},
 		{client.ErrNotBuddies, "not_buddies: the ranges to merge are not two active halves of one block; see the ranges with 'malachi topic describe orders'"},
 		{client.ErrNoQuorum, "no_quorum: fewer than a quorum of replicas made the write durable in time; no record of the request is visible. Retry; gave up after retrying, try again shortly"},
 		{&client.Error{Reason: "brand_new"}, "brand_new: the server refused the request"},

@@ -30,7 +30,8 @@ func newUserAddCmd(a *app) *cobra.Command {
 
 produce and consume apply to every topic while the node runs in its default
 mode; on a node started with --acl-strict a non-admin user reaches only the
-topics 'malachi acl grant' gives it.
+topics 'malachi acl grant' gives it. No command changes an existing user's
+permissions: 'malachi acl grant' gives it more topics, in either mode.
 
 The new user's password comes from --new-password, from the first line of
 standard input with --new-password-stdin, or from a prompt on a terminal.

@@ -74,7 +74,12 @@ func (b *Broker) memberAssignment(topicID uint64, group, member, owner string, r
 		co.assign(plan, call)
 	}
 	<-call.done
-	return nonNilRanges(plan.For(member, call.assign)), nil
+	// Answer as from a cached assignment: the member polled, so the ranges
+	// it lost pass to their new owners (see groups' Handoff).
+	co.mu.Lock()
+	a = co.c.Answer(plan, member, call.assign)
+	co.mu.Unlock()
+	return nonNilRanges(a), nil
 }
 
 // startLocked returns the computation of plan's assignment to wait for,

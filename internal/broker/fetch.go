@@ -143,6 +143,14 @@ func (b *Broker) startPosition(req FetchRequest) (position, error) {
 	if err == nil && member {
 		pos.only, err = b.pollMember(pos.topicID, *req.Group, *req.Member, groupOwner(req.Identity), ranges)
 	}
+	if err == nil && member {
+		// Read the committed position again now: a range handed over by
+		// this poll was released when its old holder polled, after that
+		// holder committed what it read, which may be after the read above.
+		b.meta.View(func(st *metadata.State) {
+			pos.entries = toCursorEntries(st.GroupEntries(*req.Group, pos.topicID))
+		})
+	}
 	return pos, err
 }
 

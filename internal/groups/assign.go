@@ -18,26 +18,10 @@ type Plan struct {
 	Generation uint64
 	Ranges     []uint64 // the group's ranges, ascending
 	Members    []string // the group's members, ascending
-	// Held maps ranges to the live member that holds them when the plan
-	// was made (see Handoff in the package doc); For leaves a range held
-	// by another member out of a member's share.
-	Held map[uint64]string
 }
 
 // Compute runs the assignment: Assign(p.Ranges, p.Members).
 func (p *Plan) Compute() map[string][]uint64 { return Assign(p.Ranges, p.Members) }
-
-// For returns member's share of a computed assignment under the plan's
-// generation, less the ranges another member still holds.
-func (p *Plan) For(member string, assign map[string][]uint64) Assignment {
-	var out []uint64
-	for _, r := range assign[member] {
-		if h, ok := p.Held[r]; !ok || h == member {
-			out = append(out, r)
-		}
-	}
-	return Assignment{Generation: p.Generation, Ranges: out}
-}
 
 // Assign maps every range to one member by rendezvous hashing. The result
 // has a key for every member (nil when it gets no range), each value

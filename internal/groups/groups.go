@@ -32,7 +32,8 @@
 // them among the others. An assignment is computed once per generation and
 // cached. Computing it costs O(members × ranges), so Join hands the work out
 // as a Plan for the owner to compute outside its lock (Install caches the
-// result); Poll and Heartbeat compute in line, for owners with no lock.
+// result, Answer answers each member waiting on it); Poll and Heartbeat
+// compute in line, for owners with no lock.
 //
 // # Handoff
 //
@@ -43,9 +44,22 @@
 // last told it (its holder) until that member polls or heartbeats again
 // and learns the new assignment; a member that polls again has finished
 // with its previous answer (a fetch loop commits a page before fetching
-// the next). Meanwhile the new owner's answer leaves the range out. A
-// member that leaves or is evicted holds nothing, so its ranges pass at
-// once. Members reports the assignment itself, without this hold.
+// the next). Every answer, from a cached assignment or from a Plan just
+// computed (Answer), does this bookkeeping: the member's holds become
+// exactly the ranges it is told. Meanwhile the new owner's answer leaves
+// the range out. A member that leaves or is evicted holds nothing, so its
+// ranges pass at once. Members reports the assignment itself, without
+// this hold.
+//
+// Holds survive a change of the range set. A reader of a split range's
+// child, or of a merged range, first reads what its parents hold, so a
+// member holding a parent holds those records too. The package does not
+// know the lineage of ranges, so every range that appears in a change is
+// held by every live member that held a range that went away in the same
+// change: exact for one split or merge, and only more cautious (a longer
+// wait, never a duplicate) when several land in one change. A range may
+// so have several holders (a merged range has two parents); it is handed
+// to its owner once none of the others is live and holding it.
 //
 // # Limits and concurrency
 //
@@ -159,9 +173,10 @@ type group struct {
 	ranges  []uint64         // the topic's active ranges, ascending, unique
 	gen     uint64
 	assign  map[string][]uint64 // nil when stale
-	// held maps a range to the member last handed it, until that member
-	// learns it lost it (see Handoff).
-	held map[uint64]string
+	// held maps a range to the members last handed it (or one of its
+	// parents), until each learns it lost it (see Handoff). Lists are
+	// short: one holder, or the holders of a change's parents.
+	held map[uint64][]string
 }
 
 // New returns an empty Coordinator with the node-wide limits only. Values
@@ -192,8 +207,8 @@ func (c *Coordinator) Poll(topic uint64, groupName, member string, ranges []uint
 // group is charged to owner, "" for none), records it as alive at now,
 // adopts ranges (the topic's active range ids) as the group's range set and
 // returns the member's assignment. When the generation's assignment is not
-// computed yet it returns a Plan instead, for the caller to compute and
-// Install; the Assignment is then empty.
+// computed yet it returns a Plan instead, for the caller to compute,
+// Install and Answer from; the Assignment is then empty.
 func (c *Coordinator) Join(topic uint64, groupName, member, owner string, ranges []uint64, now int64) (Assignment, *Plan, error) {
 	if !validName(groupName) || !validName(member) {
 		return Assignment{}, nil, ErrInvalidName
@@ -204,7 +219,7 @@ func (c *Coordinator) Join(topic uint64, groupName, member, owner string, ranges
 		if err := c.admit(k, owner, now); err != nil {
 			return Assignment{}, nil, err
 		}
-		g = &group{owner: owner, members: make(map[string]int64), held: make(map[uint64]string)}
+		g = &group{owner: owner, members: make(map[string]int64), held: make(map[uint64][]string)}
 	}
 	changed := len(c.evictSilent(g, now, member)) > 0
 	if _, ok := g.members[member]; !ok {
@@ -216,8 +231,7 @@ func (c *Coordinator) Join(topic uint64, groupName, member, owner string, ranges
 	}
 	c.seen(g, member, now)
 	if norm := normalize(ranges); !slices.Equal(norm, g.ranges) {
-		g.ranges = norm
-		g.dropGoneRanges()
+		g.adoptRanges(norm)
 		changed = true
 	}
 	c.settle(k, g, changed)
@@ -233,18 +247,39 @@ func (c *Coordinator) Install(p *Plan, assign map[string][]uint64) bool {
 		return false
 	}
 	g.assign = assign
-	// The members waiting on this plan are answered from it (Plan.For),
-	// not through answer: take their holds here. A member not told yet
-	// holds its ranges early, which only delays a later handoff until
-	// it polls.
-	for m, rs := range assign {
-		for _, r := range rs {
-			if !g.heldByOther(r, m) {
-				g.held[r] = m
-			}
+	return true
+}
+
+// Answer returns member's share of assign, the assignment computed from
+// p, and does the bookkeeping of an answer (see Handoff): the member
+// polled, so it is done with what it held; it now holds the ranges it is
+// told, which are its share less the ranges another live member holds.
+// The members waiting on a Plan are each answered this way once it is
+// computed (and Installed). When the group has moved past p's generation
+// meanwhile, the answer keeps p's generation and leaves out ranges the
+// group no longer has; the member's next poll learns the new generation.
+func (c *Coordinator) Answer(p *Plan, member string, assign map[string][]uint64) Assignment {
+	k := groupKey{p.Topic, p.Group}
+	g := c.groups[k]
+	if g == nil {
+		return Assignment{Generation: p.Generation}
+	}
+	if _, ok := g.members[member]; !ok {
+		// It left or was evicted while the plan was computed: it holds
+		// nothing and is told nothing.
+		return Assignment{Generation: p.Generation}
+	}
+	if g.gen == p.Generation && g.assign != nil {
+		a, _ := c.answer(k, g, member)
+		return a
+	}
+	var mine []uint64
+	for _, r := range assign[member] {
+		if _, found := slices.BinarySearch(g.ranges, r); found {
+			mine = append(mine, r)
 		}
 	}
-	return true
+	return Assignment{Generation: p.Generation, Ranges: g.tell(member, mine)}
 }
 
 // Heartbeat records member as alive and returns its assignment, so a member
@@ -309,8 +344,7 @@ func (c *Coordinator) SetRanges(topic uint64, ranges []uint64) int {
 	n := 0
 	for name, g := range c.byTopic[topic] {
 		if !slices.Equal(norm, g.ranges) {
-			g.ranges = slices.Clone(norm)
-			g.dropGoneRanges()
+			g.adoptRanges(slices.Clone(norm))
 			c.settle(groupKey{topic, name}, g, true)
 			n++
 		}
@@ -330,7 +364,7 @@ func (c *Coordinator) Members(topic uint64, groupName string) []Member {
 	out := make([]Member, 0, len(g.members))
 	if g.assign == nil {
 		p := c.plan(k, g)
-		c.Install(p, p.Compute())
+		c.Install(p, p.Compute()) // takes no holds: nobody is told
 	}
 	for _, name := range slices.Sorted(maps.Keys(g.members)) {
 		out = append(out, Member{Name: name, LastSeen: g.members[name], Ranges: slices.Clone(g.assign[name])})
@@ -476,69 +510,94 @@ func (c *Coordinator) answer(k groupKey, g *group, member string) (Assignment, *
 	if g.assign == nil {
 		return Assignment{}, c.plan(k, g)
 	}
-	mine := g.assign[member]
-	var out []uint64
-	for _, r := range mine {
-		if !g.heldByOther(r, member) {
-			g.held[r] = member
-			out = append(out, r)
-		}
-	}
-	for r, h := range g.held {
-		if h == member && !slices.Contains(mine, r) {
-			delete(g.held, r)
-		}
-	}
-	return Assignment{Generation: g.gen, Ranges: out}, nil
+	return Assignment{Generation: g.gen, Ranges: g.tell(member, g.assign[member])}, nil
 }
 
-// plan copies what computing g's assignment needs, with the holds that
-// Plan.For leaves out.
+// plan copies what computing g's assignment needs.
 func (c *Coordinator) plan(k groupKey, g *group) *Plan {
 	return &Plan{
 		Topic: k.topic, Group: k.name, Generation: g.gen,
 		Ranges: slices.Clone(g.ranges), Members: slices.Sorted(maps.Keys(g.members)),
-		Held: maps.Clone(g.held),
 	}
+}
+
+// tell answers member, which polled, with mine, its share: it is done with
+// everything it held, and now holds the ranges of mine that no other live
+// member holds, which it returns.
+func (g *group) tell(member string, mine []uint64) []uint64 {
+	g.release(member)
+	var out []uint64
+	for _, r := range mine {
+		if !g.heldByOther(r, member) {
+			g.held[r] = []string{member}
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // heldByOther reports whether a live member other than member holds r.
 func (g *group) heldByOther(r uint64, member string) bool {
-	h, ok := g.held[r]
-	if !ok || h == member {
-		return false
+	for _, h := range g.held[r] {
+		if _, live := g.members[h]; live && h != member {
+			return true
+		}
 	}
-	_, live := g.members[h]
-	return live
+	return false
 }
 
-// release drops the holds of a member that left or was evicted.
+// release drops every hold of member: it polled again, left or was
+// evicted.
 func (g *group) release(member string) {
-	for r, h := range g.held {
-		if h == member {
-			delete(g.held, r)
+	for r, hs := range g.held {
+		if i := slices.Index(hs, member); i >= 0 {
+			if hs = slices.Delete(hs, i, i+1); len(hs) == 0 {
+				delete(g.held, r)
+			} else {
+				g.held[r] = hs
+			}
 		}
 	}
 }
 
-// dropGoneRanges drops the holds of ranges no longer in the group's set.
-func (g *group) dropGoneRanges() {
-	for r := range g.held {
-		if _, found := slices.BinarySearch(g.ranges, r); !found {
+// adoptRanges makes norm (ascending, unique) the group's range set. The
+// holds of ranges that went away pass to the ranges that appeared (see
+// Handoff): a new range is held by every live holder of a gone one.
+func (g *group) adoptRanges(norm []uint64) {
+	var heirs []string
+	for r, hs := range g.held {
+		if _, found := slices.BinarySearch(norm, r); !found {
+			for _, h := range hs {
+				if _, live := g.members[h]; live {
+					heirs = append(heirs, h)
+				}
+			}
 			delete(g.held, r)
 		}
 	}
+	if len(heirs) > 0 {
+		slices.Sort(heirs)
+		heirs = slices.Compact(heirs)
+		for _, r := range norm {
+			if _, found := slices.BinarySearch(g.ranges, r); !found {
+				hs := append(g.held[r], heirs...)
+				slices.Sort(hs)
+				g.held[r] = slices.Compact(hs)
+			}
+		}
+	}
+	g.ranges = norm
 }
 
-// settlePlan computes and installs a plan in line, for callers that hold
-// no lock over the Coordinator.
+// settlePlan computes and installs a plan in line and answers member from
+// it, for callers that hold no lock over the Coordinator.
 func (c *Coordinator) settlePlan(a Assignment, plan *Plan, member string, err error) (Assignment, error) {
 	if err != nil || plan == nil {
 		return a, err
 	}
 	assign := plan.Compute()
 	c.Install(plan, assign)
-	return plan.For(member, assign), nil
+	return c.Answer(plan, member, assign), nil
 }
 
 // normalize returns ranges sorted and without duplicates, as a new slice.
