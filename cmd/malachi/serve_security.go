@@ -28,6 +28,10 @@ func (s *securityFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&a.MaxFailures, "lockout-failures", int(envInt("MALACHI_LOCKOUT_FAILURES", 5)), "failed logins of one user from one address that lock them out (env MALACHI_LOCKOUT_FAILURES)")
 	fl.DurationVar(&a.Lockout, "lockout-duration", envDuration("MALACHI_LOCKOUT_DURATION_MS", 5*time.Minute), "first lockout; later ones grow x3, x9, x24, x72 (env MALACHI_LOCKOUT_DURATION_MS)")
 	fl.IntVar(&a.HashConcurrency, "login-hash-concurrency", int(envInt("MALACHI_LOGIN_HASH_CONCURRENCY", 0)), "password hashes run at once; 0 = one per CPU (env MALACHI_LOGIN_HASH_CONCURRENCY)")
+	fl.IntVar(&a.LoginQueue, "login-queue", int(envInt("MALACHI_LOGIN_QUEUE", 0)), "password logins that may wait for a hash; past it rate_limit_exceeded with a retry hint; 0 = 1024 (env MALACHI_LOGIN_QUEUE)")
+	fl.IntVar(&a.LoginQueuePerAddr, "login-queue-per-ip", int(envInt("MALACHI_LOGIN_QUEUE_PER_IP", 0)), "of those, from one client address; 0 = 64 (env MALACHI_LOGIN_QUEUE_PER_IP)")
+	fl.DurationVar(&a.SessionTTL, "session-ttl", envDuration("MALACHI_SESSION_TTL_MS", time.Hour), "how long a login's session token can log a new connection in (session_auth); negative turns resumption off (env MALACHI_SESSION_TTL_MS)")
+	fl.DurationVar(&a.SessionMaxAge, "session-max-age", envDuration("MALACHI_SESSION_MAX_AGE_MS", 24*time.Hour), "how long resuming can renew a login session, from its password, certificate or JWT login (env MALACHI_SESSION_MAX_AGE_MS)")
 	fl.IntVar(&a.AddrFailureBurst, "login-failures-per-ip", int(envInt("MALACHI_LOGIN_FAILURES_PER_IP", 30)), "failed logins per client address per minute before rate_limit_exceeded (env MALACHI_LOGIN_FAILURES_PER_IP)")
 
 	fl.BoolVar(&a.MTLS.Enabled, "mtls-auth", os.Getenv("MALACHI_MTLS_AUTH") == "true", "accept mtls_auth logins: the user comes from the verified client certificate; needs --tls-client-ca (env MALACHI_MTLS_AUTH=true)")

@@ -20,6 +20,22 @@ type AuthConfig struct {
 	// HashWait is how long a login waits for a hashing slot before it is
 	// refused with rate_limit_exceeded. Default 2 s.
 	HashWait time.Duration
+	// LoginQueue bounds the password logins waiting for a hashing slot,
+	// and LoginQueuePerAddr those from one client address; a login that
+	// finds either full is refused at once, rate_limit_exceeded with a
+	// retry-after hint. Waiting logins are served round robin by address.
+	// Defaults 1024 and 64.
+	LoginQueue        int
+	LoginQueuePerAddr int
+	// SessionTTL is how long a session token (the token every login
+	// answers) can resume a login session with session_auth; resuming
+	// answers a fresh one. Default 1 h; negative turns resumption off
+	// (tokens are then opaque and session_auth answers not_enabled).
+	SessionTTL time.Duration
+	// SessionMaxAge bounds how long a login session can be renewed by
+	// resuming it, from the login that checked a password, certificate
+	// or JWT. Default 24 h.
+	SessionMaxAge time.Duration
 
 	// MaxFailures failed logins of one user from one address lock that
 	// pair for Lockout; the n-th lock of a pair lasts Lockout ×
@@ -103,6 +119,18 @@ func (c AuthConfig) withDefaults() AuthConfig {
 	}
 	if c.HashWait <= 0 {
 		c.HashWait = 2 * time.Second
+	}
+	if c.LoginQueue <= 0 {
+		c.LoginQueue = 1024
+	}
+	if c.LoginQueuePerAddr <= 0 {
+		c.LoginQueuePerAddr = min(64, c.LoginQueue)
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = time.Hour
+	}
+	if c.SessionMaxAge <= 0 {
+		c.SessionMaxAge = 24 * time.Hour
 	}
 	g := c.guardConfig().WithDefaults()
 	c.MaxFailures, c.LockoutSteps = g.MaxFailures, g.LockoutSteps

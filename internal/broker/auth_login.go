@@ -8,6 +8,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/audit"
 	"github.com/malachi-log/malachi/internal/auth"
+	"github.com/malachi-log/malachi/internal/clock"
 	"github.com/malachi-log/malachi/internal/metadata"
 )
 
@@ -42,11 +43,16 @@ type Identity struct {
 	Perms  []string
 	Method string
 	Addr   string // the client's address
-	Token  string // the opaque login token answered to the client
+	// Token is the session token answered to the client, and
+	// TokenExpiresMs when it expires (Unix ms; 0 for an opaque token
+	// that cannot be resumed).
+	Token          string
+	TokenExpiresMs int64
 
 	gen      uint64    // the principal generation it was issued against
 	ownPerms bool      // the token, not the account, holds the permissions
 	expires  time.Time // the certificate's or token's expiry; zero: none
+	cred     [8]byte   // the account's credential fingerprint at login
 }
 
 // IsAdmin reports whether id held the admin permission at login.
@@ -56,7 +62,7 @@ func IsAdmin(id Identity) bool { return auth.HasPerm(id.Perms, auth.PermAdmin) }
 type Credentials struct {
 	Method         string
 	User, Password string               // MethodPassword
-	Token          string               // MethodToken: a compact JWT
+	Token          string               // MethodToken: a compact JWT; Resume: the session token
 	TLS            *tls.ConnectionState // the connection's; nil on plain TCP
 	// ListenerVerifies says the TLS listener verifies the client
 	// certificates it is given against its CAs.
@@ -86,12 +92,8 @@ func (b *Broker) Login(ctx context.Context, cr Credentials) (*Identity, error) {
 		return nil, err
 	}
 	id.Method, id.Addr = cr.Method, cr.Addr
-	id.Token = auth.NewLoginToken()
-	b.log.Info("login", "user", id.User, "method", id.Method, "addr", id.Addr)
-	b.authn.audit.Record(audit.Event{
-		Time: b.cfg.Clock.Now(), Type: audit.AuthSuccess, Result: audit.ResultOK,
-		User: id.User, Peer: cr.Addr, Method: cr.Method,
-	})
+	b.issueToken(id, b.nowMs(), cr.TLS != nil)
+	b.loginSucceeded(id, cr)
 	return id, nil
 }
 
@@ -110,7 +112,7 @@ func (b *Broker) loginPassword(ctx context.Context, cr Credentials) (*Identity, 
 		return nil, err
 	}
 	p := a.principal(cr.User)
-	ok, err := b.verifyPassword(ctx, p, cr.Password)
+	ok, err := b.verifyPassword(ctx, cr.Addr, p, cr.Password)
 	a.guardMu.Lock()
 	lockedFor := a.guard.Finish(cr.User, cr.Addr, ok && err == nil, b.nowMs())
 	close(a.settled)
@@ -127,7 +129,7 @@ func (b *Broker) loginPassword(ctx context.Context, cr Credentials) (*Identity, 
 		}
 		return nil, ErrCredentials
 	}
-	return &Identity{User: cr.User, Perms: p.perms, gen: p.cred}, nil
+	return &Identity{User: cr.User, Perms: p.perms, gen: p.cred, cred: p.fingerprint}, nil
 }
 
 // beginLogin asks the throttle to admit a password login: the attempt is
@@ -153,11 +155,19 @@ func (b *Broker) beginLogin(ctx context.Context, cr Credentials) error {
 		select {
 		case <-settled:
 		case <-timeout:
-			return b.throttled(cr, cr.User, auth.RateLimited, 0)
+			return b.busy(cr)
 		case <-ctx.Done():
-			return b.throttled(cr, cr.User, auth.RateLimited, 0)
+			return b.busy(cr)
 		}
 	}
+}
+
+// busy refuses a login that waited HashWait for the attempts of its
+// (user, address) pair already running: capacity, not guessing, so it
+// carries the login queue's hint.
+func (b *Broker) busy(cr Credentials) error {
+	err := b.throttled(cr, cr.User, auth.RateLimited, 0)
+	return &RetryAfterError{Err: err, After: RetryAfter(b.authn.logins.refuse())}
 }
 
 // admitLogin asks the throttle whether a certificate or token login from
@@ -196,17 +206,18 @@ func (b *Broker) throttled(cr Credentials, user string, v auth.Verdict, wait int
 	return err
 }
 
-// verifyPassword runs the password hash in one of the hashing slots. An
-// unknown user gets a hash of the same cost, so timing does not tell
-// which names exist.
-func (b *Broker) verifyPassword(ctx context.Context, p *principal, password string) (bool, error) {
+// verifyPassword runs the password hash in one of the hashing slots,
+// queued fairly by address (auth_queue.go). An unknown user gets a hash
+// of the same cost, so timing does not tell which names exist.
+func (b *Broker) verifyPassword(ctx context.Context, addr string, p *principal, password string) (bool, error) {
 	a := b.authn
-	if err := b.acquireHashSlot(ctx); err != nil {
+	if err := b.acquireHashSlot(ctx, addr); err != nil {
 		return false, err
 	}
+	start := time.Now()
 	defer func() {
 		a.hashing.Add(-1)
-		<-a.hashSlots
+		a.logins.release(time.Since(start))
 	}()
 	if p == nil {
 		auth.DummyVerify(password)
@@ -219,20 +230,19 @@ func (b *Broker) verifyPassword(ctx context.Context, p *principal, password stri
 // acquireHashSlot waits up to HashWait for a slot: argon2id costs memory
 // and a CPU per hash, so a burst of logins queues here instead of taking
 // the node's memory and cores.
-func (b *Broker) acquireHashSlot(ctx context.Context) error {
+func (b *Broker) acquireHashSlot(ctx context.Context, addr string) error {
 	a := b.authn
-	select {
-	case a.hashSlots <- struct{}{}:
-	default:
-		t := b.cfg.Clock.NewTimer(a.cfg.HashWait)
-		defer t.Stop()
-		select {
-		case a.hashSlots <- struct{}{}:
-		case <-t.C():
-			return ErrRateLimited
-		case <-ctx.Done():
-			return ErrRateLimited
-		}
+	var t clock.Timer
+	timeout := func() <-chan time.Time {
+		t = b.cfg.Clock.NewTimer(a.cfg.HashWait)
+		return t.C()
+	}
+	err := a.logins.acquire(ctx, addr, timeout)
+	if t != nil {
+		t.Stop()
+	}
+	if err != nil {
+		return err
 	}
 	n := a.hashing.Add(1)
 	for peak := a.hashPeak.Load(); n > peak && !a.hashPeak.CompareAndSwap(peak, n); peak = a.hashPeak.Load() {
@@ -268,7 +278,7 @@ func (b *Broker) loginCert(cr Credentials) (*Identity, error) {
 	if p == nil {
 		return nil, b.otherFailed(cr, user, ErrCredentials, errors.New("no such user"))
 	}
-	return &Identity{User: user, Perms: p.perms, gen: p.created, expires: leaf.NotAfter}, nil
+	return &Identity{User: user, Perms: p.perms, gen: p.created, cred: p.fingerprint, expires: leaf.NotAfter}, nil
 }
 
 // loginToken verifies a JWT against the issuer's keys.
@@ -308,7 +318,7 @@ func (b *Broker) loginToken(ctx context.Context, cr Credentials) (*Identity, err
 	if p == nil {
 		return nil, b.otherFailed(cr, claims.User, ErrCredentials, errors.New("no such user"))
 	}
-	id.Perms, id.gen = p.perms, p.created
+	id.Perms, id.gen, id.cred = p.perms, p.created, p.fingerprint
 	return id, nil
 }
 

@@ -30,9 +30,11 @@ type authState struct {
 	// attempt finishes, waking logins the guard asked to wait (Busy).
 	settled chan struct{}
 
-	hashSlots chan struct{} // one per password hash allowed to run
-	hashing   atomic.Int32  // hashes running now
-	hashPeak  atomic.Int32  // most hashes ever seen running at once
+	logins   *loginQueue  // the hashing slots and the fair queue for them
+	hashing  atomic.Int32 // hashes running now
+	hashPeak atomic.Int32 // most hashes ever seen running at once
+
+	sessionKey []byte // MACs session tokens; nil when sessions are off
 
 	jwks *jwksCache // nil unless token_auth is enabled
 }
@@ -45,6 +47,7 @@ type principal struct {
 	// the generation of the current password: a password identity issued
 	// before a password change is stale.
 	created, cred uint64
+	fingerprint   [8]byte // of the stored hash: what session tokens are bound to
 	perms         []string
 	grants        []auth.Grant
 }
@@ -60,10 +63,13 @@ func (b *Broker) newAuthState() (*authState, error) {
 		return nil, err
 	}
 	a := &authState{
-		cfg:       cfg,
-		guard:     auth.NewGuard(cfg.guardConfig()),
-		hashSlots: make(chan struct{}, cfg.HashConcurrency),
-		settled:   make(chan struct{}),
+		cfg:     cfg,
+		guard:   auth.NewGuard(cfg.guardConfig()),
+		logins:  newLoginQueue(cfg.HashConcurrency, cfg.LoginQueue, cfg.LoginQueuePerAddr),
+		settled: make(chan struct{}),
+	}
+	if cfg.SessionTTL > 0 {
+		a.sessionKey = auth.SessionKey(b.secret)
 	}
 	if cfg.OIDC.Enabled {
 		j, err := newJWKSCache(cfg.OIDC, b.log)
@@ -123,7 +129,7 @@ func (b *Broker) refreshPrincipals() {
 	}
 	b.meta.View(func(st *metadata.State) {
 		for _, u := range st.Users() {
-			p := &principal{hash: u.PasswordHash, perms: u.Perms}
+			p := &principal{hash: u.PasswordHash, perms: u.Perms, fingerprint: auth.CredFingerprint(u.PasswordHash)}
 			for _, g := range st.ACLs(u.Name) {
 				p.grants = append(p.grants, auth.Grant{Operation: g.Operation, Pattern: g.Pattern})
 			}
@@ -151,6 +157,9 @@ func (a *authState) principal(user string) *principal {
 type AuthStats struct {
 	HashesRunning int    // password hashes running now
 	HashesPeak    int    // the most that ever ran at once
+	LoginsQueued  int    // password logins waiting for a hashing slot now
+	QueuedPeak    int    // the most that ever waited at once
+	LoginsRefused uint64 // logins refused with a retry-after hint (queue full, or waited HashWait)
 	AuditDropped  uint64 // audit events lost to a full queue or a failed write
 }
 
@@ -159,6 +168,9 @@ func (b *Broker) AuthStats() AuthStats {
 	return AuthStats{
 		HashesRunning: int(b.authn.hashing.Load()),
 		HashesPeak:    int(b.authn.hashPeak.Load()),
+		LoginsQueued:  b.authn.logins.queued(),
+		QueuedPeak:    int(b.authn.logins.peak.Load()),
+		LoginsRefused: b.authn.logins.refused.Load(),
 		AuditDropped:  b.authn.audit.Dropped(),
 	}
 }

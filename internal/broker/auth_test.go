@@ -18,7 +18,7 @@ import (
 	"github.com/malachi-log/malachi/internal/clock"
 )
 
-func openAuth(t *testing.T, ac AuthConfig) (*Broker, *clock.Manual) {
+func openAuth(t testing.TB, ac AuthConfig) (*Broker, *clock.Manual) {
 	t.Helper()
 	mc := clock.NewManual(time.Now())
 	b, err := Open(context.Background(), Config{DataDir: t.TempDir(), Clock: mc, Logger: slog.New(slog.DiscardHandler), Auth: ac})

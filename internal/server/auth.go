@@ -1,14 +1,17 @@
 package server
 
 import (
+	"math"
+	"time"
+
 	"github.com/malachi-log/malachi/internal/broker"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
 // Authentication on a connection.
 //
-// The first frame must be auth (0), mtls_auth (12) or token_auth (13),
-// after at most a few api_versions (79);
+// The first frame must be auth (0), mtls_auth (12), token_auth (13) or
+// session_auth (84), after at most a few api_versions (79);
 // the broker checks the credentials (and throttles failures). The identity
 // it returns is immutable and held in an atomic pointer: a later auth
 // frame swaps in a new one and each request copies the current one when
@@ -21,7 +24,7 @@ import (
 // any failure closes the connection.
 func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
 	switch key {
-	case wire.KeyAuth, wire.KeyMTLSAuth, wire.KeyTokenAuth:
+	case wire.KeyAuth, wire.KeyMTLSAuth, wire.KeyTokenAuth, wire.KeySessionAuth:
 	case wire.KeyAPIVersions:
 		return c.preAuthVersions(corr, payload)
 	default:
@@ -30,18 +33,41 @@ func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
 	}
 	req, err := wire.DecodeRequest(key, payload)
 	if err != nil {
-		c.reply(wire.AppendErrorFrame(nil, corr, wire.ReasonMalformedRequest))
+		c.reply(authRefusal(key, corr, wire.ReasonMalformedRequest, 0))
 		return false
 	}
-	id, err := c.login(req)
+	id, resumed, err := c.login(req)
 	if err != nil {
-		c.reply(wire.AppendErrorFrame(nil, corr, reason(err)))
+		c.reply(authRefusal(key, corr, reason(err), broker.RetryAfter(err)))
 		return false
 	}
 	c.ident.Store(id)
 	c.authed = true
 	c.s.loggedIn(c)
-	return c.reply(wire.AppendOKFrame(nil, corr, &wire.TokenResponse{Token: id.Token}))
+	return c.reply(authAnswer(req, corr, id, resumed))
+}
+
+// authAnswer is the answer to a successful login: the session token, with
+// its expiry for session_auth.
+func authAnswer(req wire.Request, corr uint32, id *broker.Identity, resumed bool) []byte {
+	if _, ok := req.(*wire.SessionAuthRequest); ok {
+		resp := &wire.SessionAuthResponse{Token: id.Token, ExpiresMs: uint64(max(id.TokenExpiresMs, 0)), Resumed: resumed}
+		return wire.AppendOKFrame(nil, corr, resp)
+	}
+	return wire.AppendOKFrame(nil, corr, &wire.TokenResponse{Token: id.Token})
+}
+
+// authRefusal is the answer to a failed login. session_auth's refusals
+// carry a retry-after hint (code 2); the v1 keys' stay as v1 has them.
+func authRefusal(key uint16, corr uint32, reason string, after time.Duration) []byte {
+	if key != wire.KeySessionAuth {
+		return wire.AppendErrorFrame(nil, corr, reason)
+	}
+	ms := uint32(min(after.Milliseconds(), math.MaxUint32))
+	if after > 0 && ms == 0 {
+		ms = 1
+	}
+	return wire.AppendHintErrorFrame(nil, corr, reason, ms)
 }
 
 // reauth switches an authenticated connection to a new identity. It runs
@@ -50,18 +76,20 @@ func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
 // re-authentication counts as a failed login and closes the connection:
 // a connection must not be a free place to guess passwords from.
 func (c *conn) reauth(corr uint32, req wire.Request) {
-	id, err := c.login(req)
+	id, resumed, err := c.login(req)
 	if err != nil {
-		c.refuse(corr, reason(err))
+		c.queue(authRefusal(req.APIKey(), corr, reason(err), broker.RetryAfter(err)))
 		c.drain()
 		return
 	}
 	c.ident.Store(id)
-	c.answer(corr, &wire.TokenResponse{Token: id.Token}, nil)
+	c.queue(authAnswer(req, corr, id, resumed))
 }
 
-// login turns an auth request into the broker's credentials.
-func (c *conn) login(req wire.Request) (*broker.Identity, error) {
+// login turns an auth request into the broker's credentials. A
+// session_auth tries its session token first and its password only if
+// the token is absent or refused; resumed says the token logged in.
+func (c *conn) login(req wire.Request) (id *broker.Identity, resumed bool, err error) {
 	cr := broker.Credentials{Addr: c.ip, TLS: c.tlsState(), ListenerVerifies: c.s.verifiesClientCerts()}
 	switch r := req.(type) {
 	case *wire.AuthRequest:
@@ -70,14 +98,27 @@ func (c *conn) login(req wire.Request) (*broker.Identity, error) {
 		cr.Method = broker.MethodMTLS
 	case *wire.TokenAuthRequest:
 		cr.Method, cr.Token = broker.MethodToken, deref(r.JWT)
+	case *wire.SessionAuthRequest:
+		if r.Token != nil {
+			cr.Token = *r.Token
+			id, err = c.s.b.Resume(cr)
+			if err == nil || r.User == nil {
+				return id, err == nil, err
+			}
+		}
+		if r.User == nil {
+			return nil, false, broker.ErrCredentials
+		}
+		cr.Method, cr.Token, cr.User, cr.Password = broker.MethodPassword, "", *r.User, deref(r.Password)
 	}
-	return c.s.b.Login(c.reqCtx, cr)
+	id, err = c.s.b.Login(c.reqCtx, cr)
+	return id, false, err
 }
 
 // isAuth reports whether req is one of the authentication requests.
 func isAuth(req wire.Request) bool {
 	switch req.(type) {
-	case *wire.AuthRequest, *wire.MTLSAuthRequest, *wire.TokenAuthRequest:
+	case *wire.AuthRequest, *wire.MTLSAuthRequest, *wire.TokenAuthRequest, *wire.SessionAuthRequest:
 		return true
 	}
 	return false

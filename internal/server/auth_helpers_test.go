@@ -26,7 +26,7 @@ type authNode struct {
 	clock *clock.Manual
 }
 
-func startAuthNode(t *testing.T, bcfg broker.Config, scfg Config) *authNode {
+func startAuthNode(t testing.TB, bcfg broker.Config, scfg Config) *authNode {
 	t.Helper()
 	ctx := context.Background()
 	mc := clock.NewManual(time.Now())
@@ -69,12 +69,12 @@ func startAuthNode(t *testing.T, bcfg broker.Config, scfg Config) *authNode {
 
 // rawClient speaks the protocol over one connection.
 type rawClient struct {
-	t  *testing.T
+	t  testing.TB
 	nc net.Conn
 	br *bufio.Reader
 }
 
-func (n *authNode) dial(t *testing.T) *rawClient {
+func (n *authNode) dial(t testing.TB) *rawClient {
 	t.Helper()
 	nc, err := net.Dial("tcp", n.s.Addr().String())
 	if err != nil {

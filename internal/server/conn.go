@@ -2,10 +2,11 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -17,9 +18,16 @@ import (
 )
 
 // conn is one client connection. The reader goroutine (serve) owns the
-// socket's read side and the connection's state; the writer goroutine owns
-// the write side. Request goroutines and produces waiting for durability
-// are tracked in wg so a drain can wait for them.
+// socket's read side and the connection's state; a writer goroutine runs
+// while answers wait to be written and owns the write side then. Request
+// goroutines and produces waiting for durability are tracked in wg so a
+// drain can wait for them.
+//
+// An idle connection holds its reader goroutine, blocked on the next
+// length prefix with no buffer, and nothing else: read-ahead, frame and
+// write buffers are borrowed from node-wide pools while traffic flows
+// (framepool.go), and the writer goroutine exists only while there is
+// something to write.
 //
 // Slots bound what a connection may owe its client. The reader takes one
 // before it admits a request (and before any frame it sends of its own);
@@ -30,6 +38,7 @@ import (
 // does not read therefore leaves every slot with an answer the writer cannot
 // get rid of, and the reader, waiting for a slot, stops reading: TCP pushes
 // back on the client. The writer's deadline then closes the connection.
+// The out queue therefore never holds more than MaxInFlight frames.
 //
 // The byte budget (budget.go) bounds the same answers by size: a fetch
 // reserves room for the largest answer it could give before it runs, and
@@ -46,12 +55,18 @@ type conn struct {
 	nc       net.Conn
 	ip       string
 	accepted time.Time
-	br       *bufio.Reader
+	in       inbuf                               // reader goroutine only
+	hdr      [4]byte                             // the length prefix being read; reader goroutine only
 	tls      atomic.Pointer[tls.ConnectionState] // set once the handshake completes
 
-	out    chan outFrame // frames for the writer, each holding a slot
-	slots  chan struct{} // MaxInFlight answer slots
-	budget *byteBudget
+	// out holds frames for the writer, each holding a slot; writerOn says
+	// a writer goroutine runs and will take them. Guarded by outMu.
+	outMu    sync.Mutex
+	out      []outFrame
+	writerOn bool
+	writers  sync.WaitGroup // the writer goroutine, while it runs
+	slots    chan struct{}  // MaxInFlight answer slots
+	budget   *byteBudget
 	// ctx lives as long as the socket can be written; reqCtx ends when the
 	// reader stops, so long polls and streams give up then and answer.
 	ctx       context.Context
@@ -73,22 +88,18 @@ type conn struct {
 	// handleFrame sets it to nil. Reader goroutine only.
 	frame  []byte
 	stream *broker.Subscription // set once the connection is in stream mode
-	// fullBuffers tells the writer the connection has authenticated and
-	// gets full-size buffers; until then both sides use small ones, so an
-	// unauthenticated connection costs a few KiB.
-	fullBuffers atomic.Bool
 
 	// Gauges tests read to check the bounds above: goroutines this
 	// connection started that have not ended (its writer, request
-	// goroutines, a subscription); slots whose frame is not queued yet; and
+	// goroutines, a subscription); slots whose frame is not queued yet;
 	// whether the writer is writing a frame, which is where it waits when
-	// the socket is full; the capacity the reader keeps for the next
-	// frame; and how many requests the reader has admitted.
-	goroutines  atomic.Int32
-	owed        atomic.Int32
-	writing     atomic.Bool
-	frameBuffer atomic.Int64
-	admitted    atomic.Int64
+	// the socket is full; the buffer bytes the reader holds between
+	// frames; and how many requests the reader has admitted.
+	goroutines atomic.Int32
+	owed       atomic.Int32
+	writing    atomic.Bool
+	readHeld   atomic.Int64
+	admitted   atomic.Int64
 }
 
 // outFrame is one frame for the writer; its bytes are charged to the
@@ -97,25 +108,12 @@ type outFrame struct {
 	b []byte
 }
 
-// Buffer sizes. Reads and writes go through buffers so pipelined frames
-// share syscalls. A connection keeps its own frame buffer only up to
-// keepFrameBuffer; a larger frame is read into a buffer lent by the
-// node-wide pool (framePool) and given back once handled. So a busy
-// producer reuses its large buffers, while an idle connection holds none,
-// whatever size of frame it once sent.
-const (
-	smallIOBuffer   = 4 << 10
-	fullIOBuffer    = 64 << 10
-	keepFrameBuffer = 64 << 10
-)
-
 func newConn(s *Server, nc net.Conn, ip string) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	reqCtx, reqCancel := context.WithCancel(ctx)
 	return &conn{
 		reqCtx: reqCtx, reqCancel: reqCancel,
 		s: s, raw: nc, ip: ip, accepted: time.Now(),
-		out:      make(chan outFrame, s.cfg.MaxInFlight),
 		slots:    make(chan struct{}, s.cfg.MaxInFlight),
 		budget:   newByteBudget(s.cfg.MaxConnBytes),
 		ctx:      ctx,
@@ -144,18 +142,11 @@ func (c *conn) serve() {
 		c.close()
 		return
 	}
-	writerDone := make(chan struct{})
-	c.goroutines.Add(1)
-	go func() {
-		defer close(writerDone)
-		defer c.goroutines.Add(-1)
-		c.writeLoop()
-	}()
 	c.readLoop()
+	c.in.release() // read-ahead a closing connection will not read
 	c.reqCancel()
-	c.wg.Wait() // in-flight requests finish and queue their answers
-	close(c.out)
-	<-writerDone
+	c.wg.Wait()      // in-flight requests finish and queue their answers
+	c.writers.Wait() // which the writer writes (or drops, if the socket failed)
 	c.close()
 }
 
@@ -195,7 +186,7 @@ func (c *conn) open() error {
 		}
 		c.raw.SetDeadline(time.Time{})
 	}
-	c.br = bufio.NewReaderSize(c.nc, smallIOBuffer)
+	c.in = inbuf{src: c.nc, size: smallReadAhead}
 	return nil
 }
 
@@ -228,7 +219,6 @@ func (c *conn) isDraining() bool {
 // authenticate, within the auth timeout of accept and no larger than
 // MaxPreAuthFrame; every later one is dispatched.
 func (c *conn) readLoop() {
-	var buf []byte
 	for {
 		limit := c.s.cfg.MaxFrame
 		var deadline time.Time
@@ -247,7 +237,7 @@ func (c *conn) readLoop() {
 		if c.isDraining() {
 			return
 		}
-		body, err := wire.ReadFrame(c.br, limit, c.frameBufFor(buf, limit))
+		body, err := c.readFrame(limit)
 		if err != nil {
 			if errors.Is(err, wire.ErrFrameTooLarge) {
 				c.reply(wire.AppendErrorFrame(nil, 0, wire.ReasonFrameTooLarge))
@@ -256,39 +246,41 @@ func (c *conn) readLoop() {
 		}
 		wasAuthed := c.authed
 		c.frame = body
-		if !c.handleFrame(body) {
+		ok := c.handleFrame(body)
+		// Only produce_batches keeps its frame past handleFrame (its
+		// batches are stored from it); it gives the buffer back once
+		// they are durable. Other requests hold strings or copies.
+		if c.frame != nil {
+			returnFrame(body)
+			c.frame = nil
+		}
+		if !ok {
 			return
 		}
-		// Only produce_batches keeps its frame past handleFrame (its
-		// batches are stored from it); it gives a lent buffer back once
-		// they are durable. Other requests hold strings or copies.
-		switch {
-		case c.frame == nil && cap(body) <= keepFrameBuffer:
-			buf = nil
-		case c.frame == nil:
-		case cap(body) > keepFrameBuffer:
-			returnFrame(body)
-		default:
-			buf = body[:0]
-		}
-		c.frameBuffer.Store(int64(cap(buf)))
+		c.readHeld.Store(int64(c.in.held()))
 		if c.authed && !wasAuthed {
-			c.growBuffers()
+			c.in.size = fullReadAhead
 		}
 	}
 }
 
-// growBuffers gives an authenticated connection full-size I/O buffers.
-// Bytes the small read buffer already holds (requests pipelined behind
-// the auth) are read first.
-func (c *conn) growBuffers() {
-	var r io.Reader = c.nc
-	if n := c.br.Buffered(); n > 0 {
-		held, _ := c.br.Peek(n)
-		r = io.MultiReader(bytes.NewReader(bytes.Clone(held)), c.nc)
+// readFrame reads one frame into a borrowed buffer, which the caller gives
+// back (returnFrame). The length prefix is checked against limit as soon
+// as it arrives, before any of the body is read.
+func (c *conn) readFrame(limit uint32) ([]byte, error) {
+	if _, err := io.ReadFull(&c.in, c.hdr[:]); err != nil {
+		return nil, err
 	}
-	c.br = bufio.NewReaderSize(r, fullIOBuffer)
-	c.fullBuffers.Store(true)
+	n := binary.BigEndian.Uint32(c.hdr[:])
+	if n > limit {
+		return nil, fmt.Errorf("%w: %d bytes > limit %d", wire.ErrFrameTooLarge, n, limit)
+	}
+	body := borrowFrame(int(n))[:n]
+	if _, err := io.ReadFull(&c.in, body); err != nil {
+		returnFrame(body)
+		return nil, err
+	}
+	return body, nil
 }
 
 // handleFrame processes one frame; false closes the connection.
@@ -367,7 +359,7 @@ func (c *conn) queue(frame []byte) { c.queueSettled(frame, 0) }
 func (c *conn) queueSettled(frame []byte, reserved int64) {
 	c.budget.settle(reserved, int64(len(frame)))
 	c.owed.Add(-1)
-	c.out <- outFrame{b: frame}
+	c.enqueue(frame)
 }
 
 // unused gives back a slot that will carry no frame.
@@ -399,43 +391,103 @@ func (c *conn) push(frame []byte) bool {
 		return false
 	}
 	c.owed.Add(-1)
-	c.out <- outFrame{b: frame}
+	c.enqueue(frame)
 	return true
 }
 
-// writeLoop writes queued frames, flushing when the queue runs dry so
-// pipelined answers share syscalls. Each frame's slot and bytes are given
-// back once the frame is written (or dropped, after the socket failed).
-func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, smallIOBuffer)
-	for f := range c.out {
-		if c.ctx.Err() == nil {
-			if bw.Size() < fullIOBuffer && c.fullBuffers.Load() && bw.Buffered() == 0 {
-				bw = bufio.NewWriterSize(c.nc, fullIOBuffer)
-			}
-			c.write(bw, f.b)
-		}
-		c.budget.written(int64(len(f.b)))
-		<-c.slots
-	}
-	if c.ctx.Err() == nil {
-		bw.Flush()
+// enqueue hands a frame, which holds a slot, to the writer, starting a
+// writer goroutine if none runs. It never blocks, as produce answers are
+// queued from the segment store's commit goroutine, which must not wait
+// for a client; out stays bounded because every frame in it holds a slot.
+func (c *conn) enqueue(frame []byte) {
+	c.outMu.Lock()
+	c.out = append(c.out, outFrame{b: frame})
+	start := !c.writerOn
+	c.writerOn = true
+	c.outMu.Unlock()
+	if start {
+		c.writers.Add(1)
+		c.goroutines.Add(1)
+		go c.writeLoop()
 	}
 }
 
-// write buffers one frame, flushing when nothing else is queued. A write
-// that does not complete within the write timeout fails the connection.
-func (c *conn) write(bw *bufio.Writer, frame []byte) {
+// next takes the queued frames, or, when none are queued, reports that the
+// writer ends (with flushed true) or must flush first.
+func (c *conn) next(flushed bool) (frames []outFrame, end bool) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	frames, c.out = c.out, nil
+	if len(frames) == 0 && flushed {
+		c.writerOn = false
+		return nil, true
+	}
+	return frames, false
+}
+
+// writeLoop writes queued frames through a borrowed buffer, flushing when
+// the queue runs dry so pipelined answers share syscalls, and ends once
+// everything is written. Each frame's slot and bytes are given back once
+// the frame is written (or dropped, after the socket failed).
+func (c *conn) writeLoop() {
+	defer c.writers.Done()
+	defer c.goroutines.Add(-1)
+	bw := borrowWriter(c.nc)
+	defer returnWriter(bw)
+	flushed := true
+	for {
+		frames, end := c.next(flushed)
+		if end {
+			return
+		}
+		if len(frames) == 0 {
+			c.write(bw, nil, true)
+			flushed = true
+			continue
+		}
+		for i, f := range frames {
+			if c.ctx.Err() == nil {
+				c.write(bw, f.b, false)
+			}
+			frames[i] = outFrame{}
+			c.budget.written(int64(len(f.b)))
+			<-c.slots
+		}
+		flushed = c.ctx.Err() != nil
+	}
+}
+
+// write buffers one frame, or flushes. A write that does not complete
+// within the write timeout fails the connection.
+func (c *conn) write(bw *bufio.Writer, frame []byte, flush bool) {
+	if c.ctx.Err() != nil {
+		return
+	}
 	c.raw.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 	c.writing.Store(true)
-	_, err := bw.Write(frame)
-	if err == nil && len(c.out) == 0 {
+	var err error
+	if flush {
 		err = bw.Flush()
+	} else {
+		_, err = bw.Write(frame)
 	}
 	c.writing.Store(false)
 	if err != nil {
 		c.fail()
 	}
+}
+
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBuffer) }}
+
+func borrowWriter(w io.Writer) *bufio.Writer {
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(w)
+	return bw
+}
+
+func returnWriter(bw *bufio.Writer) {
+	bw.Reset(nil) // drops the socket and anything unflushed after a failure
+	writerPool.Put(bw)
 }
 
 // fail closes the socket after a write error; the reader then ends.

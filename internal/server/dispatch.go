@@ -46,7 +46,7 @@ func (c *conn) dispatch(corr uint32, req wire.Request) {
 		c.subscribeBatches(corr, r)
 	case *wire.StreamAckRequest:
 		c.refuse(corr, "unexpected_frame")
-	case *wire.AuthRequest, *wire.MTLSAuthRequest, *wire.TokenAuthRequest:
+	case *wire.AuthRequest, *wire.MTLSAuthRequest, *wire.TokenAuthRequest, *wire.SessionAuthRequest:
 		c.reauth(corr, req)
 	case *wire.FetchRequest:
 		c.spawn(func() { c.fetchWithinBudget(corr, r) })
@@ -288,6 +288,7 @@ func reason(err error) string {
 	for _, known := range []error{
 		broker.ErrInvalidCursor, broker.ErrShuttingDown, broker.ErrRetry, broker.ErrTooManyMembers,
 		broker.ErrPermission, broker.ErrCredentials, broker.ErrNotEnabled, broker.ErrInvalidBatch,
+		broker.ErrSessionInvalid, broker.ErrSessionExpired, broker.ErrSessionRevoked, broker.ErrTLSRequired,
 	} {
 		if errors.Is(err, known) {
 			return known.Error()

@@ -3,7 +3,9 @@
 // decodes wire v1 requests (plus the admin keys from 64) and dispatches them
 // to the broker.
 //
-// Each connection has one reader goroutine and one writer goroutine. The
+// Each connection has one reader goroutine, and a writer goroutine while
+// it has answers to write; buffers are borrowed from pools while frames
+// flow, so an idle connection costs its reader's stack and little else. The
 // reader submits produces inline, in arrival order (so pipelined produces
 // keep their per-key order), and hands every other request to a goroutine;
 // long polls therefore do not block the connection. Responses carry their
@@ -18,7 +20,7 @@
 // only when the largest answer it could give fits.
 //
 // Until a connection has authenticated its frames are capped at a few
-// KiB and its buffers are small, so connections that never authenticate
+// KiB and its read-ahead is small, so connections that never authenticate
 // cost the node little. TLS, when configured, shares the client port with
 // plaintext (tls.go). An accept error never stops the node: Serve backs
 // off and accepts again.

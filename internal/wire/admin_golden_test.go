@@ -1,4 +1,4 @@
-// Golden frames for keys 64–83. These layouts are frozen once shipped,
+// Golden frames for keys 64–84. These layouts are frozen once shipped,
 // like v1: the frames below (also quoted in docs/wire.md) must decode to
 // the listed values and the values must encode to the frames, byte for
 // byte. A change that breaks this test changes the protocol.
@@ -38,6 +38,8 @@ var adminGoldenRequests = []struct {
 		&FetchBatchesRequest{Topic: new("orders"), Cursor: new("Q1VS"), MaxBytes: 1 << 20, WaitMs: 500}},
 	{"0000002600530000000f01000000066f72646572730100000007776f726b65727300000003e800100000",
 		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("workers"), Window: 1000, MaxBytes: 1 << 20}},
+	{"0000002200540000000f01000000046447397201000000036170700100000006617070313233",
+		&SessionAuthRequest{Token: new("dG9r"), User: new("app"), Password: new("app123")}},
 }
 
 var adminGoldenResponses = []struct {
@@ -72,6 +74,30 @@ var adminGoldenResponses = []struct {
 	{"0000000e0000000f0000000003e800000001", &ProduceBatchesResponse{Count: 1000, Rerouted: 1}},
 	{"0000005b0000000f00000100000004513156530000000100000000000000050000003c4d01" + zeros58,
 		&FetchBatchesResponse{NextCursor: new("Q1VS"), Batches: []RangeBatch{{Range: 5, Batch: sampleBatch}}}},
+	{"000000180000000f00000100000004644739720000018bcfe5680001",
+		&SessionAuthResponse{Token: "dG9r", ExpiresMs: 1700000000000, Resumed: true}},
+}
+
+// hintErrorGolden is a refusal of session_auth with a retry-after hint
+// (code 2): rate_limit_exceeded, retry after 1.5 s, correlation id 15.
+const hintErrorGolden = "000000220000000f00020100000013726174655f6c696d69745f6578636565646564000005dc"
+
+func TestHintErrorGolden(t *testing.T) {
+	frame := mustHex(t, hintErrorGolden)
+	corr, code, payload, err := ParseResponse(frame[LenPrefixSize:])
+	if err != nil || code != CodeErrorHint || corr != 15 {
+		t.Fatalf("corr %d code %d err %v", corr, code, err)
+	}
+	reason, after, err := DecodeHintError(payload)
+	if err != nil || reason != ReasonRateLimitExceeded || after != 1500 {
+		t.Fatalf("decoded %q %d %v", reason, after, err)
+	}
+	if again := AppendHintErrorFrame(nil, 15, ReasonRateLimitExceeded, 1500); !bytes.Equal(again, frame) {
+		t.Fatalf("encoded %x, want %x", again, frame)
+	}
+	if _, _, err := DecodeHintError(payload[:len(payload)-1]); err == nil {
+		t.Fatal("a hint cut short decoded")
+	}
 }
 
 // zeros58 is the hex of the 58 zero bytes that end sampleBatch.

@@ -20,6 +20,7 @@ var allKeys = []uint16{
 	KeyMergeRanges, KeyDescribeGroup, KeyListGroups, KeyStatus, KeyEndCursor,
 	KeyCursorAtTime, KeyGroupSeek, KeyGroupDelete, KeyDescribeGroupMembers, KeyCursorFromEnd,
 	KeyAPIVersions, KeyTopicRoutes, KeyProduceBatches, KeyFetchBatches, KeySubscribeBatches,
+	KeySessionAuth,
 }
 
 // sampleBatch stands for a storage batch: the wire carries it as opaque
@@ -75,6 +76,7 @@ func sampleRequests() []Request {
 		&ProduceBatchesRequest{Topic: new("orders"), Batches: []RangeBatch{{Range: 3, Batch: sampleBatch}, {Range: 4, Batch: sampleBatch[:56]}}},
 		&FetchBatchesRequest{Topic: new("orders"), Group: new("g"), Member: new("m1"), MaxBytes: 1 << 20, MaxRecords: 0, WaitMs: 500},
 		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("g"), Member: nil, Window: 10000, MaxBytes: 0},
+		&SessionAuthRequest{Token: new("dG9r"), User: nil, Password: new("")},
 	}
 }
 
@@ -111,5 +113,6 @@ func sampleResponses() []responseDecoder {
 		&TopicRoutesResponse{Bits: 16, Ranges: []RouteRange{{Range: 2, Start: 0, End: 1 << 15}, {Range: 3, Start: 1 << 15, End: 1 << 16}}},
 		&ProduceBatchesResponse{Count: 1000, Rerouted: 1},
 		&FetchBatchesResponse{NextCursor: new("Q1VSU09S"), Batches: []RangeBatch{{Range: 2, Batch: sampleBatch}}},
+		&SessionAuthResponse{Token: "dG9r", ExpiresMs: 1700000000000, Resumed: true},
 	}
 }

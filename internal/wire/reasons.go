@@ -29,6 +29,9 @@ const (
 	ReasonOIDCAuthDisabled        = "oidc_auth_disabled"
 	ReasonOIDCMisconfigured       = "oidc_misconfigured"
 	ReasonNotEnabled              = "not_enabled"
+	ReasonInvalidSession          = "invalid_session"
+	ReasonSessionExpired          = "session_expired"
+	ReasonSessionRevoked          = "session_revoked"
 
 	// Transient conditions of the cluster.
 	ReasonRetry               = "retry"
@@ -117,6 +120,9 @@ var Reasons = map[string]ReasonInfo{
 	ReasonOIDCAuthDisabled:        {false, "token_auth is not enabled on this server."},
 	ReasonOIDCMisconfigured:       {false, "token_auth is enabled but its issuer or keys are misconfigured."},
 	ReasonNotEnabled:              {false, "The operation depends on a feature this server has disabled."},
+	ReasonInvalidSession:          {false, "session_auth with a session token this node did not issue: malformed, altered, signed with another cluster's secret, or issued over TLS and sent in the clear. Log in with a password (or certificate or JWT) instead."},
+	ReasonSessionExpired:          {false, "session_auth with a session token past its expiry (or past the most a login session may be renewed). Log in again; it is not a failed login."},
+	ReasonSessionRevoked:          {false, "session_auth with a session token whose user was deleted or whose password changed since it was issued. Log in again with the current password."},
 
 	ReasonRetry:               {true, "A transient condition; retry after a short back-off."},
 	ReasonTimeout:             {true, "The server gave up waiting on an internal step (quorum, metadata); the request may or may not have taken effect. Retrying is safe under at-least-once delivery."},

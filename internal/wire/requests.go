@@ -45,6 +45,7 @@ const (
 	KeyProduceBatches   uint16 = 81
 	KeyFetchBatches     uint16 = 82
 	KeySubscribeBatches uint16 = 83
+	KeySessionAuth      uint16 = 84
 )
 
 var keyNames = map[uint16]string{
@@ -60,7 +61,7 @@ var keyNames = map[uint16]string{
 	KeyCursorAtTime: "cursor_at_time", KeyGroupSeek: "group_seek", KeyGroupDelete: "group_delete",
 	KeyDescribeGroupMembers: "describe_group_members", KeyCursorFromEnd: "cursor_from_end",
 	KeyAPIVersions: "api_versions", KeyTopicRoutes: "topic_routes", KeyProduceBatches: "produce_batches",
-	KeyFetchBatches: "fetch_batches", KeySubscribeBatches: "subscribe_batches",
+	KeyFetchBatches: "fetch_batches", KeySubscribeBatches: "subscribe_batches", KeySessionAuth: "session_auth",
 }
 
 // KeyName returns the snake_case name of an api key ("produce"), or

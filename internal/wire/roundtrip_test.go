@@ -154,6 +154,9 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 			WaitMs: genU32.Draw(t, "wait"),
 		}
 	}),
+	KeySessionAuth: req(func(t *rapid.T) Request {
+		return &SessionAuthRequest{Token: genNStr.Draw(t, "token"), User: genNStr.Draw(t, "user"), Password: genNStr.Draw(t, "password")}
+	}),
 	KeySubscribeBatches: req(func(t *rapid.T) Request {
 		return &SubscribeBatchesRequest{
 			Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member"),
@@ -199,6 +202,9 @@ var genRangeInfo = rapid.Custom(func(t *rapid.T) RangeInfo {
 var responseGens = []*rapid.Generator[responseDecoder]{
 	rapid.Just[responseDecoder](&EmptyResponse{}),
 	resp(func(t *rapid.T) responseDecoder { return &TokenResponse{Token: genString.Draw(t, "token")} }),
+	resp(func(t *rapid.T) responseDecoder {
+		return &SessionAuthResponse{Token: genString.Draw(t, "token"), ExpiresMs: genU64.Draw(t, "expires"), Resumed: rapid.Bool().Draw(t, "resumed")}
+	}),
 	resp(func(t *rapid.T) responseDecoder { return &CountResponse{Count: genU32.Draw(t, "count")} }),
 	resp(func(t *rapid.T) responseDecoder {
 		return &FetchResponse{Records: listOf(t, "records", genRecord), NextCursor: genNStr.Draw(t, "cursor")}

@@ -40,6 +40,8 @@ func newV2Request(key uint16) requestDecoder {
 		return new(FetchBatchesRequest)
 	case KeySubscribeBatches:
 		return new(SubscribeBatchesRequest)
+	case KeySessionAuth:
+		return new(SessionAuthRequest)
 	}
 	return nil
 }

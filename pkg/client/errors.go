@@ -107,9 +107,14 @@ var (
 	ErrTLSRequired = reasonError(wire.ReasonTLSRequired)
 
 	// Authentication, authorisation and admission.
-	ErrInvalidCredentials      = reasonError(wire.ReasonInvalidCredentials)
-	ErrAccountLocked           = reasonError(wire.ReasonAccountLocked)
-	ErrRateLimitExceeded       = reasonError(wire.ReasonRateLimitExceeded)
+	ErrInvalidCredentials = reasonError(wire.ReasonInvalidCredentials)
+	ErrAccountLocked      = reasonError(wire.ReasonAccountLocked)
+	ErrRateLimitExceeded  = reasonError(wire.ReasonRateLimitExceeded)
+	// ErrInvalidSession, ErrSessionExpired, ErrSessionRevoked: a
+	// session_auth token was refused; log in with credentials again.
+	ErrInvalidSession          = reasonError(wire.ReasonInvalidSession)
+	ErrSessionExpired          = reasonError(wire.ReasonSessionExpired)
+	ErrSessionRevoked          = reasonError(wire.ReasonSessionRevoked)
 	ErrConnectionLimitExceeded = reasonError(wire.ReasonConnectionLimitExceeded)
 	ErrGlobalLimitExceeded     = reasonError(wire.ReasonGlobalLimitExceeded)
 	ErrTooManyRequests         = reasonError(wire.ReasonTooManyRequests)
