@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/malachi-log/malachi/internal/vfs"
@@ -82,20 +81,36 @@ func (s *Store) recycle(path string, seq uint64) error {
 }
 
 // preallocSpare writes a zero-filled spare of JournalFileBytes when there
-// is none, so even a new node's first journal file overwrites blocks it
-// already has instead of growing.
+// is none, so that even a new node's second journal file overwrites
+// blocks it already has instead of growing.
 func (s *Store) preallocSpare() error {
 	if len(s.spares) > 0 {
 		return nil
 	}
-	tmp := filepath.Join(s.jr.dir, spareName+"prealloc"+journalExt+".tmp")
-	f, err := s.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, vfs.FileMode)
+	spare, err := s.writeZeroSpare()
 	if err != nil {
 		return err
 	}
+	s.spares <- spare // empty: checked above, and only this goroutine offers
+	return nil
+}
+
+// writeZeroSpare writes, fsyncs and names a zero-filled journal file of
+// JournalFileBytes, returning its path.
+func (s *Store) writeZeroSpare() (string, error) {
+	dir := s.journalPath()
+	spare, err := freeName(s.fs, dir, spareName+"prealloc", journalExt)
+	if err != nil {
+		return "", err
+	}
+	tmp := spare + ".tmp"
+	f, err := s.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, vfs.FileMode)
+	if err != nil {
+		return "", err
+	}
 	zeros := make([]byte, 1<<20)
 	for pos := int64(0); pos < s.cfg.JournalFileBytes && err == nil; pos += int64(len(zeros)) {
-		_, err = f.WriteAt(zeros, pos)
+		_, err = f.WriteAt(zeros[:min(int64(len(zeros)), s.cfg.JournalFileBytes-pos)], pos)
 	}
 	if err == nil {
 		err = f.Sync()
@@ -103,18 +118,16 @@ func (s *Store) preallocSpare() error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	spare := filepath.Join(s.jr.dir, spareName+"prealloc"+journalExt)
 	if err == nil {
 		err = s.fs.Rename(tmp, spare)
 	}
 	if err == nil {
-		err = s.fs.SyncDir(s.jr.dir)
+		err = s.fs.SyncDir(dir)
 	}
 	if err != nil {
-		return fmt.Errorf("preallocating a journal file: %w", err)
+		return "", fmt.Errorf("preallocating a journal file: %w", err)
 	}
-	s.spares <- spare // empty: checked above, and only this goroutine offers
-	return nil
+	return spare, nil
 }
 
 // syncSegments fdatasyncs the files of segs that are still open, several

@@ -80,7 +80,7 @@ func TestJournalCheckpointDropsDeletedSegmentBeforeTombstoneDurable(t *testing.T
 	var journalDirSyncs atomic.Int32
 	fs := vfs.NewFaulty(mem, func(op vfs.Op, name string) error {
 		switch {
-		case op == vfs.OpWrite && strings.Contains(name, "prealloc"):
+		case op == vfs.OpWrite && strings.Contains(name, "prealloc-1"):
 			<-releasePrealloc // keeps the checkpoint goroutine busy
 		case op == vfs.OpSync && strings.HasSuffix(name, journalExt) && holdJournalSync.Load():
 			<-releaseJournalSync // the tombstone's round is not durable yet
@@ -105,10 +105,12 @@ func TestJournalCheckpointDropsDeletedSegmentBeforeTombstoneDurable(t *testing.T
 	if err := s.AppendAsync(ctx, 5, span(t, 0, 3), func(err error) { acked <- err }); err != nil {
 		t.Fatal(err)
 	}
-	// The round retires journal file 0: file 1 is opened (second SyncDir of
-	// the journal directory), then the hand-over to the checkpoint
+	// Open preallocated the first file (a SyncDir of the journal directory)
+	// and opened it (another); the checkpoint goroutine is held writing the
+	// next spare (spare-prealloc-1). The round retires journal file 0: file
+	// 1 is created (a third SyncDir), then the hand-over to the checkpoint
 	// goroutine waits for the preallocation.
-	waitFor(t, "journal file 1", func() bool { return journalDirSyncs.Load() >= 2 })
+	waitFor(t, "journal file 1", func() bool { return journalDirSyncs.Load() >= 3 })
 	deleted := make(chan error, 1)
 	go func() { deleted <- s.Delete(5) }()
 	waitFor(t, "Delete to mark the segment gone", func() bool {

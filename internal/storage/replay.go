@@ -435,6 +435,15 @@ func (s *Store) startJournal(p *journalPlan) error {
 	if len(p.spares) > 0 {
 		spare = p.spares[0]
 	}
+	fresh := spare == ""
+	if fresh && s.cfg.JournalPrealloc {
+		// A new node: its first file is preallocated before the store
+		// opens, and the checkpoint goroutine prepares the next one.
+		var err error
+		if spare, err = s.writeZeroSpare(); err != nil {
+			return err
+		}
+	}
 	s.jr = &journal{fs: s.fs, dir: dir}
 	if err := s.jr.openFile(p.nextSeq, p.nextRound, spare); err != nil {
 		return err
@@ -442,7 +451,7 @@ func (s *Store) startJournal(p *journalPlan) error {
 	s.ckpt = make(chan checkpoint)
 	s.ckptDone = make(chan struct{})
 	s.spares = make(chan string, 1)
-	go s.checkpointLoop(s.cfg.JournalPrealloc && spare == "")
+	go s.checkpointLoop(s.cfg.JournalPrealloc && fresh)
 	return nil
 }
 

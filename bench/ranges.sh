@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# bench/ranges.sh: produce and consume as a topic's ranges grow, with the
+# node journal (the default) and without it (serve --no-journal), in one
+# run on this machine. Prints one markdown table.
+#
+# Usage: bench/ranges.sh          (about 3-6 minutes on 2 cores)
+#
+# For each R in RANGES and each mode: a fresh `malachi serve --dev` (built
+# from this checkout) on a fresh data folder, then
+#   malachi bench produce --ranges R --keys KEYS --records RECORDS --size 128
+#   malachi bench consume --ranges R --keys KEYS --records RECORDS (fetch)
+# on the same topic, and at R=1 also a one-record-at-a-time produce
+# (--sync, SYNC_RECORDS records; p50 and p99 of the ack latency).
+#
+# Environment (defaults in brackets):
+#   RANGES ["1 64 256 1024"]  RECORDS [1000000]  KEYS [100000]
+#   SYNC_RECORDS [5000]       PORT [14150] (PORT+1: HTTP)
+#   KEEP [0] keeps the work folder; CMD_TIMEOUT [300] seconds per command
+set -euo pipefail
+
+RANGES=${RANGES:-1 64 256 1024}
+RECORDS=${RECORDS:-1000000}
+KEYS=${KEYS:-100000}
+SYNC_RECORDS=${SYNC_RECORDS:-5000}
+PORT=${PORT:-14150}
+KEEP=${KEEP:-0}
+CMD_TIMEOUT=${CMD_TIMEOUT:-300}
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib.sh
+source "$REPO/bench/lib.sh"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/malachi-ranges.XXXXXX")
+PIDS=()
+NODE_PID=
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for v in $(env | sed -n 's/^\(MALACHI_[A-Z_]*\)=.*/\1/p'); do
+	unset "$v"
+done
+export XDG_CONFIG_HOME=$WORK/config
+
+jstat() { grep -m1 -E "\"$2\": " "$1" | sed -E 's/.*: ([0-9.eE+-]+),?$/\1/'; }
+
+start_node() { # start_node MODE
+	local flags=()
+	[[ $1 == no-journal ]] && flags+=(--no-journal)
+	rm -rf "$WORK/data"
+	port_free "$PORT" && port_free $((PORT + 1)) || die "port $PORT or $((PORT + 1)) is in use; set PORT"
+	"$WORK/malachi" serve --dev --data-dir "$WORK/data" --log-level warn "${flags[@]}" \
+		--listen "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$WORK/node.log" 2>&1 &
+	NODE_PID=$!
+	PIDS+=("$NODE_PID")
+	local i
+	for ((i = 0; i < 300; i++)); do
+		grep -q '^ready' "$WORK/node.log" 2>/dev/null && return
+		kill -0 "$NODE_PID" 2>/dev/null || die "the node exited:"$'\n'"$(tail -20 "$WORK/node.log")"
+		sleep 0.1
+	done
+	die "the node is not ready after 30 s"
+}
+
+stop_node() {
+	kill "$NODE_PID" 2>/dev/null || true
+	wait "$NODE_PID" 2>/dev/null || true
+	forget "$NODE_PID"
+}
+
+# run LABEL ARGS...: one `malachi bench ARGS --json`; prints records/s.
+run() {
+	local out=$WORK/out.$1
+	shift
+	run_cmd "$out" "$WORK/malachi" --server "127.0.0.1:$PORT" bench "$@" --json
+	jstat "$out" records_per_s
+}
+
+log "building malachi"
+(cd "$REPO" && go build -o "$WORK/malachi" ./cmd/malachi)
+
+ROWS=()
+for r in $RANGES; do
+	for mode in journal no-journal; do
+		start_node "$mode"
+		topic=r$r
+		p=$(run "p.$r.$mode" produce --topic "$topic" --ranges "$r" --keys "$KEYS" --records "$RECORDS" --size 128)
+		c=$(run "c.$r.$mode" consume --topic "$topic" --ranges "$r" --keys "$KEYS" --records "$RECORDS")
+		sync=-
+		if [[ $r == 1 ]]; then
+			run "s.$r.$mode" produce --topic s1 --sync --records "$SYNC_RECORDS" --size 128 >/dev/null
+			sync="$(jstat "$WORK/out.s.$r.$mode" p50_us) / $(jstat "$WORK/out.s.$r.$mode" p99_us)"
+		fi
+		stop_node
+		log "ranges $r, $mode: produce $p rec/s, consume $c rec/s, sync p50/p99 $sync us"
+		ROWS+=("| $r | $mode | $(printf "%'.0f" "$p") | $(printf "%'.0f" "$c") | $sync |")
+	done
+done
+
+echo
+echo "| ranges | storage | produce rec/s | consume rec/s | sync produce p50 / p99 µs |"
+echo "|---:|---|---:|---:|---:|"
+printf '%s\n' "${ROWS[@]}"
