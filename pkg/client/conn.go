@@ -190,7 +190,12 @@ func dialOnce(ctx context.Context, addr string, cfg *config, probe bool) (*conn,
 		_, err := c.send(wire.APIVersionsRequest{}, versions)
 		c.queued.Add(-1)
 		if err != nil {
+			// Under TLS 1.3 the server's refusal of the client certificate
+			// can reach the reader before this frame is queued.
 			c.close(ErrClosed)
+			if refusal := tlsRefusal(err); cfg.tls != nil && refusal != nil {
+				return nil, fmt.Errorf("%w: %s: %w", ErrTLS, addr, refusal)
+			}
 			return nil, err
 		}
 	}
