@@ -255,6 +255,20 @@ func (g *Guard) Finish(user, addr string, ok bool, now int64) (lockedFor int64) 
 	return g.count(user, addr, now)
 }
 
+// Abandon settles an attempt Begin admitted whose password was never
+// checked (no hashing slot came free, or the client left): it counts as
+// neither a success nor a failure, and its charge is refunded, so a full
+// login queue never locks out a user who typed the right password.
+func (g *Guard) Abandon(user, addr string, now int64) {
+	if e, found := g.locks.get(lockKey{user, addr}, now); found && e.val.pending > 0 {
+		e.val.pending--
+	}
+	g.settle(g.addrs, addr, now)
+	g.settle(g.users, user, now)
+	g.refund(g.addrs, g.cfg.AddrFailures, addr, now)
+	g.refund(g.users, g.cfg.UserFailures, user, now)
+}
+
 // Fail records a failed login of user from addr that Begin did not admit.
 // It returns how long the pair is now locked for, when this failure locked
 // it, and 0 otherwise.

@@ -114,7 +114,13 @@ func (b *Broker) loginPassword(ctx context.Context, cr Credentials) (*Identity, 
 	p := a.principal(cr.User)
 	ok, err := b.verifyPassword(ctx, cr.Addr, p, cr.Password)
 	a.guardMu.Lock()
-	lockedFor := a.guard.Finish(cr.User, cr.Addr, ok && err == nil, b.nowMs())
+	var lockedFor int64
+	if err != nil {
+		// No hash ran (queue full, wait over, client gone): not a failure.
+		a.guard.Abandon(cr.User, cr.Addr, b.nowMs())
+	} else {
+		lockedFor = a.guard.Finish(cr.User, cr.Addr, ok, b.nowMs())
+	}
 	close(a.settled)
 	a.settled = make(chan struct{})
 	a.guardMu.Unlock()

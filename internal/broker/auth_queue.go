@@ -36,8 +36,9 @@ type loginQueue struct {
 }
 
 type loginWaiter struct {
-	ready   chan struct{} // closed when granted a slot
+	ready   chan struct{} // closed when granted a slot, or evicted
 	granted bool          // guarded by loginQueue.mu
+	evicted bool          // set under loginQueue.mu before ready closes
 }
 
 // RetryAfterError is a refusal that tells the client when trying again is
@@ -82,7 +83,7 @@ func (q *loginQueue) acquire(ctx context.Context, addr string, timeout func() <-
 		q.mu.Unlock()
 		return nil
 	}
-	if q.waiting >= q.maxWait || len(q.lines[addr]) >= q.maxPerAddr {
+	if len(q.lines[addr]) >= q.maxPerAddr || (q.waiting >= q.maxWait && !q.evictLocked(len(q.lines[addr]))) {
 		return q.refuseLocked()
 	}
 	w := &loginWaiter{ready: make(chan struct{})}
@@ -97,6 +98,9 @@ func (q *loginQueue) acquire(ctx context.Context, addr string, timeout func() <-
 	q.mu.Unlock()
 	select {
 	case <-w.ready:
+		if w.evicted {
+			return q.refuse()
+		}
 		return nil
 	case <-timeout():
 	case <-ctx.Done():
@@ -106,8 +110,32 @@ func (q *loginQueue) acquire(ctx context.Context, addr string, timeout func() <-
 		q.mu.Unlock()
 		return nil
 	}
+	if w.evicted { // already out of its line
+		return q.refuseLocked()
+	}
 	q.removeLocked(addr, w)
 	return q.refuseLocked()
+}
+
+// evictLocked makes room in a full queue for a login whose address has
+// mine waiting: the newest waiter of the longest line is refused, if that
+// line is longer than mine would become. Without it a few addresses could
+// hold every place and refuse all others at once, however long they wait.
+func (q *loginQueue) evictLocked(mine int) bool {
+	longest, n := "", 0
+	for a, line := range q.lines {
+		if len(line) > n {
+			longest, n = a, len(line)
+		}
+	}
+	if n <= mine+1 {
+		return false
+	}
+	w := q.lines[longest][n-1]
+	q.removeLocked(longest, w)
+	w.evicted = true
+	close(w.ready)
+	return true
 }
 
 // refuse returns a refusal with the queue's hint, for a login refused

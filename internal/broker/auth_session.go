@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/audit"
@@ -100,6 +101,14 @@ func (b *Broker) Resume(cr Credentials) (*Identity, error) {
 		return nil, b.otherFailed(cr, "", ErrSessionInvalid, err)
 	}
 	id, err := b.resumed(c, cr)
+	if err == nil && a.exposed.seen(cr.Token, b.nowMs()) {
+		err = ErrSessionRevoked
+	}
+	if errors.Is(err, ErrTLSRequired) {
+		// The token crossed the network in the clear: an eavesdropper
+		// could replay it over TLS, so it never resumes again.
+		a.exposed.add(cr.Token, c.ExpiresMs, b.nowMs())
+	}
 	if err != nil {
 		b.loginRefused(cr, c.User, err, nil)
 		return nil, err
@@ -120,6 +129,11 @@ func (b *Broker) resumed(c auth.SessionClaims, cr Credentials) (*Identity, error
 		return nil, ErrSessionExpired
 	}
 	id := &Identity{User: c.User, Method: methodOf(c.Method), cred: c.Cred}
+	// A token is no better than the login it stands for: once the
+	// operator turns that method off, its tokens stop resuming too.
+	if (id.Method == MethodMTLS && !b.authn.cfg.MTLS.Enabled) || (id.Method == MethodToken && !b.authn.cfg.OIDC.Enabled) {
+		return nil, ErrSessionRevoked
+	}
 	if c.CredExpiresMs > 0 {
 		id.expires = time.UnixMilli(c.CredExpiresMs)
 	}
@@ -151,4 +165,51 @@ func (b *Broker) loginSucceeded(id *Identity, cr Credentials) {
 		Time: b.cfg.Clock.Now(), Type: audit.AuthSuccess, Result: audit.ResultOK,
 		User: id.User, Peer: cr.Addr, Method: cr.Method,
 	})
+}
+
+// exposedTokens remembers TLS-issued tokens that were sent in the clear,
+// until they expire. Bounded: past maxExposed the entry closest to expiry
+// goes first (a flood of exposed tokens can only shorten how long the
+// oldest are remembered, never grow memory).
+type exposedTokens struct {
+	mu sync.Mutex
+	m  map[string]int64 // token -> expiry, unix ms
+}
+
+const maxExposed = 4096
+
+func (e *exposedTokens) add(token string, expiresMs, now int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[string]int64{}
+	}
+	if len(e.m) >= maxExposed {
+		e.dropLocked(now)
+	}
+	e.m[token] = expiresMs
+}
+
+// dropLocked removes expired entries, or else the one expiring first.
+func (e *exposedTokens) dropLocked(now int64) {
+	first, at := "", int64(1<<62)
+	for t, exp := range e.m {
+		if exp <= now {
+			delete(e.m, t)
+			continue
+		}
+		if exp < at {
+			first, at = t, exp
+		}
+	}
+	if len(e.m) >= maxExposed {
+		delete(e.m, first)
+	}
+}
+
+func (e *exposedTokens) seen(token string, now int64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.m[token]
+	return ok && exp > now
 }

@@ -15,6 +15,8 @@ import (
 type authState struct {
 	cfg   AuthConfig
 	audit *audit.Log
+	// exposed: TLS-issued session tokens seen in the clear (auth_session.go).
+	exposed exposedTokens
 
 	// principals is an immutable snapshot of every user's credentials
 	// generation, permissions and grants. Requests read it with one atomic

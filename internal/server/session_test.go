@@ -190,7 +190,8 @@ func TestSessionAuthPasswordFallback(t *testing.T) {
 }
 
 // TestSessionTokenFromTLSNeedsTLS: a token issued over TLS is refused in
-// the clear, so it never crosses the network unencrypted after the login.
+// the clear, and once it has crossed the network unencrypted it never
+// resumes again.
 // A certificate login resumes as the certificate's user, and its token
 // expires with the certificate.
 func TestSessionTokenFromTLSNeedsTLS(t *testing.T) {
@@ -201,8 +202,13 @@ func TestSessionTokenFromTLSNeedsTLS(t *testing.T) {
 	if err := tok.Decode(c.ok(1, &wire.AuthRequest{User: str("app"), Password: str("app123")})); err != nil {
 		t.Fatal(err)
 	}
-	n.refusedResume(t, tok.Token, wire.ReasonTLSRequired)
-	n.dialTLS(t, ts.client()).resume(t, tok.Token)
+	fresh := n.dialTLS(t, ts.client()).resume(t, tok.Token)
+	// Sent in the clear it is refused, and, having crossed the network
+	// unencrypted, never resumes again, even over TLS.
+	n.refusedResume(t, fresh.Token, wire.ReasonTLSRequired)
+	if a := n.dialTLS(t, ts.client()).sessionAuth(t, 1, &wire.SessionAuthRequest{Token: &fresh.Token}); a.reason != wire.ReasonSessionRevoked {
+		t.Fatalf("an exposed token resumed over TLS: %+v", a)
+	}
 
 	notAfter := n.clock.Now().Add(30 * time.Minute).Truncate(time.Second)
 	mc := n.dialTLS(t, ts.client(ts.ca.Issue(t, authtest.Leaf{CN: "consumer", NotAfter: notAfter})))

@@ -120,7 +120,7 @@ var Reasons = map[string]ReasonInfo{
 	ReasonOIDCAuthDisabled:        {false, "token_auth is not enabled on this server."},
 	ReasonOIDCMisconfigured:       {false, "token_auth is enabled but its issuer or keys are misconfigured."},
 	ReasonNotEnabled:              {false, "The operation depends on a feature this server has disabled."},
-	ReasonInvalidSession:          {false, "session_auth with a session token this node did not issue: malformed, altered, signed with another cluster's secret, or issued over TLS and sent in the clear. Log in with a password (or certificate or JWT) instead."},
+	ReasonInvalidSession:          {false, "session_auth with a session token this node did not issue: malformed, altered or signed with another cluster's secret. (A token issued over TLS and sent in the clear is refused with tls_required and never resumes again.) Log in with a password (or certificate or JWT) instead."},
 	ReasonSessionExpired:          {false, "session_auth with a session token past its expiry (or past the most a login session may be renewed). Log in again; it is not a failed login."},
 	ReasonSessionRevoked:          {false, "session_auth with a session token whose user was deleted or whose password changed since it was issued. Log in again with the current password."},
 
