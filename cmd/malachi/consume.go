@@ -304,9 +304,8 @@ func (c *consumer) loop(ctx context.Context) error {
 
 // limit is the record bound of the next fetch. Without --max, a wire v2
 // connection reads whole stored batches (fetch_batches, bounded by the
-// node's page bytes): limit 0. With --max the bound must be exact, and
-// pkg/client keeps a positive Max with a wire v1 fetch, whose records
-// carry no range.
+// node's page bytes): limit 0. With --max the bound must be exact:
+// fetch_batches' max_records is.
 func (c *consumer) limit() int {
 	switch {
 	case c.f.max > 0:

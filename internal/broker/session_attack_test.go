@@ -82,12 +82,16 @@ func TestQueueFullFromFewAddressesStarvesOthers(t *testing.T) {
 	const newcomer = "198.51.100.7"
 	refused := make(chan error, 1)
 	go func() { refused <- q.acquire(ctx, newcomer, timeout) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(5 * time.Second)
+	for {
 		select {
 		case err := <-refused:
 			t.Fatalf("a login from an address with nothing queued was refused at once (%v) while 16 addresses hold the whole queue: it never gets a turn", err)
-		default:
+		case <-deadline:
+			t.Fatal("the newcomer neither waited in line nor was refused")
+		case <-tick.C:
 		}
 		q.mu.Lock()
 		inLine := len(q.lines[newcomer])
@@ -95,9 +99,7 @@ func TestQueueFullFromFewAddressesStarvesOthers(t *testing.T) {
 		if inLine == 1 {
 			return // it waits for its turn, as fairness promises
 		}
-		time.Sleep(time.Millisecond)
 	}
-	t.Fatal("the newcomer neither waited in line nor was refused")
 }
 
 // TestResumeAfterMethodDisabled: an operator who turns mtls_auth off (a

@@ -204,16 +204,19 @@ func connCount(s *Server) int {
 // -race on a busy two-core machine a few thousand frames take seconds.
 func waitFor(t *testing.T, what string, check func(), cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
 	for {
 		check()
 		if cond() {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-tick.C:
+		case <-deadline:
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
