@@ -45,3 +45,22 @@ run_cmd() {
 		die "see $out (KEEP=1 keeps it)"
 	fi
 }
+
+# start_node DATA [FLAGS...]: `malachi serve --dev` ($WORK/malachi) on data
+# folder DATA at 127.0.0.1:PORT (HTTP PORT+1), logging to $WORK/node.log;
+# sets NODE_PID and returns once the node is ready.
+start_node() {
+	local data=$1 i
+	shift
+	port_free "$PORT" && port_free $((PORT + 1)) || die "port $PORT or $((PORT + 1)) is in use; set PORT"
+	"$WORK/malachi" serve --dev --data-dir "$data" --log-level warn "$@" \
+		--listen "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$WORK/node.log" 2>&1 &
+	NODE_PID=$!
+	PIDS+=("$NODE_PID")
+	for ((i = 0; i < 300; i++)); do
+		grep -q '^ready' "$WORK/node.log" 2>/dev/null && return
+		kill -0 "$NODE_PID" 2>/dev/null || die "the node exited:"$'\n'"$(tail -20 "$WORK/node.log")"
+		sleep 0.1
+	done
+	die "the node is not ready after 30 s"
+}

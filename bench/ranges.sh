@@ -42,24 +42,6 @@ export XDG_CONFIG_HOME=$WORK/config
 
 jstat() { grep -m1 -E "\"$2\": " "$1" | sed -E 's/.*: ([0-9.eE+-]+),?$/\1/'; }
 
-start_node() { # start_node MODE
-	local flags=()
-	[[ $1 == no-journal ]] && flags+=(--no-journal)
-	rm -rf "$WORK/data"
-	port_free "$PORT" && port_free $((PORT + 1)) || die "port $PORT or $((PORT + 1)) is in use; set PORT"
-	"$WORK/malachi" serve --dev --data-dir "$WORK/data" --log-level warn "${flags[@]}" \
-		--listen "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$WORK/node.log" 2>&1 &
-	NODE_PID=$!
-	PIDS+=("$NODE_PID")
-	local i
-	for ((i = 0; i < 300; i++)); do
-		grep -q '^ready' "$WORK/node.log" 2>/dev/null && return
-		kill -0 "$NODE_PID" 2>/dev/null || die "the node exited:"$'\n'"$(tail -20 "$WORK/node.log")"
-		sleep 0.1
-	done
-	die "the node is not ready after 30 s"
-}
-
 stop_node() {
 	kill "$NODE_PID" 2>/dev/null || true
 	wait "$NODE_PID" 2>/dev/null || true
@@ -80,7 +62,10 @@ log "building malachi"
 ROWS=()
 for r in $RANGES; do
 	for mode in journal no-journal; do
-		start_node "$mode"
+		rm -rf "$WORK/data"
+		flags=()
+		[[ $mode == no-journal ]] && flags+=(--no-journal)
+		start_node "$WORK/data" "${flags[@]}"
 		topic=r$r
 		p=$(run "p.$r.$mode" produce --topic "$topic" --ranges "$r" --keys "$KEYS" --records "$RECORDS" --size 128)
 		c=$(run "c.$r.$mode" consume --topic "$topic" --ranges "$r" --keys "$KEYS" --records "$RECORDS")

@@ -85,23 +85,6 @@ for v in $(env | sed -n 's/^\(MALACHI_[A-Z_]*\)=.*/\1/p'); do
 done
 export XDG_CONFIG_HOME=$WORK/config
 
-# ---- node --------------------------------------------------------------
-
-start_node() {
-	port_free "$PORT" && port_free $((PORT + 1)) || die "port $PORT or $((PORT + 1)) is in use; set PORT"
-	"$WORK/malachi" serve --dev --data-dir "$DATA" --log-level warn \
-		--listen "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$WORK/node.log" 2>&1 &
-	NODE_PID=$!
-	PIDS+=("$NODE_PID")
-	local i
-	for ((i = 0; i < 300; i++)); do
-		grep -q '^ready' "$WORK/node.log" 2>/dev/null && return
-		kill -0 "$NODE_PID" 2>/dev/null || die "the node exited:"$'\n'"$(tail -20 "$WORK/node.log")"
-		sleep 0.1
-	done
-	die "the node is not ready after 30 s"
-}
-
 # ---- peak RSS ----------------------------------------------------------
 
 SAMPLER=
@@ -286,7 +269,7 @@ main() {
 		log "warning: load average $LOAD_START on $(nproc) CPUs: other work is running and will skew the numbers"
 	fi
 	run_dd start
-	start_node
+	start_node "$DATA"
 	log "node $NODE_PID on 127.0.0.1:$PORT, data in $DATA"
 	: >"$RESULTS"
 	local first=v2
