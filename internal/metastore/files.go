@@ -2,9 +2,7 @@ package metastore
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,27 +66,9 @@ type envelope struct {
 	State  json.RawMessage `json:"state"`
 }
 
-func readFile(fs vfs.FS, name string) ([]byte, error) {
-	f, err := fs.OpenFile(name, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, err
-	}
-	data := make([]byte, size)
-	n, err := f.ReadAt(data, 0)
-	if err != nil && !(errors.Is(err, io.EOF) && n == len(data)) {
-		return nil, err
-	}
-	return data, nil
-}
-
 // loadSnapshot reads and fully checks one snapshot file.
 func loadSnapshot(fs vfs.FS, dir string, index uint64) (*metadata.State, error) {
-	data, err := readFile(fs, filepath.Join(dir, snapName(index)))
+	data, err := vfs.ReadFile(fs, filepath.Join(dir, snapName(index)))
 	if err != nil {
 		return nil, err
 	}

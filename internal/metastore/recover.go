@@ -115,7 +115,7 @@ func replay(fs vfs.FS, dir string, rec *recovered, logs []uint64) (*logFile, err
 }
 
 func scanLog(fs vfs.FS, dir string, start uint64) (*logFile, error) {
-	data, err := readFile(fs, filepath.Join(dir, logName(start)))
+	data, err := vfs.ReadFile(fs, filepath.Join(dir, logName(start)))
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import (
 // memRead reads a whole file of a MemFS.
 func memRead(t *testing.T, fs vfs.FS, path string) []byte {
 	t.Helper()
-	b, err := readFile(fs, path)
+	b, err := vfs.ReadFile(fs, path)
 	if err != nil {
 		t.Fatal(err)
 	}

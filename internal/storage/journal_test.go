@@ -192,7 +192,7 @@ func TestJournalDamageRefusedTornTailCut(t *testing.T) {
 	crashed := mem.Clone()
 	names := journalFiles(t, crashed)
 	path := filepath.Join("/data/journal", names[len(names)-1])
-	b, err := readFile(crashed, path)
+	b, err := vfs.ReadFile(crashed, path)
 	if err != nil {
 		t.Fatal(err)
 	}

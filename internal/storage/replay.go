@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -120,7 +119,7 @@ func (p *journalPlan) note(r jrecord, k uint64) {
 // before the last was not cut short. After the last file's rounds, a
 // valid round of the same file means damage, not a torn tail.
 func (s *Store) eachRound(f *jfile, last bool, p *journalPlan, fn func([]byte) error) error {
-	b, err := readFile(s.fs, f.path)
+	b, err := vfs.ReadFile(s.fs, f.path)
 	if err != nil {
 		return err
 	}
@@ -174,24 +173,6 @@ func damageAfter(path string, b []byte, pos int64, salt uint64) error {
 		}
 	}
 	return nil
-}
-
-// readFile reads a whole file.
-func readFile(fs vfs.FS, path string) ([]byte, error) {
-	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, size)
-	if n, err := f.ReadAt(b, 0); n < len(b) {
-		return nil, err
-	}
-	return b, nil
 }
 
 // replayer is the second pass's state.
@@ -361,7 +342,7 @@ func writeDamageMarker(fs vfs.FS, path string, end uint64, reason string) error 
 }
 
 func readDamageMarker(fs vfs.FS, path string) (end uint64, reason string, err error) {
-	b, err := readFile(fs, path)
+	b, err := vfs.ReadFile(fs, path)
 	if err != nil {
 		return 0, "", err
 	}

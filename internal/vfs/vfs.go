@@ -78,3 +78,22 @@ type FileInfo struct {
 
 // IsNotExist reports whether err says a file does not exist.
 func IsNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
+
+// ReadFile reads the whole of file name.
+func ReadFile(fs FS, name string) ([]byte, error) {
+	f, err := fs.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, size)
+	n, err := f.ReadAt(data, 0)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(data)) {
+		return nil, err
+	}
+	return data, nil
+}
