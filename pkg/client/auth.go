@@ -117,6 +117,10 @@ func (cfg *config) prepare(addr string) error {
 			return errors.New("malachi: WithMTLSAuth needs WithTLS with a client certificate")
 		}
 	}
+	cfg.sess = &session{}
+	if cfg.pause == nil {
+		cfg.pause = sleep
+	}
 	if cfg.tls != nil {
 		// A clone, so that the caller may change or reuse its config; and
 		// an explicit ServerName, because the handshake is started on a
@@ -133,8 +137,17 @@ func (cfg *config) prepare(addr string) error {
 	return nil
 }
 
-// authRequest is the first frame of a new connection.
-func (cfg *config) authRequest(ctx context.Context) (wire.Request, error) {
+// authRequest is the first frame of a new connection. With p.session it
+// is session_auth: the session token, and the user and password when the
+// client logs in with them.
+func (cfg *config) authRequest(ctx context.Context, p authPlan) (wire.Request, error) {
+	if p.session {
+		req := wire.SessionAuthRequest{Token: optStr(p.token)}
+		if cfg.auth == authPassword {
+			req.User, req.Password = str(cfg.user), str(cfg.password)
+		}
+		return req, nil
+	}
 	switch cfg.auth {
 	case authMTLS:
 		return wire.MTLSAuthRequest{}, nil

@@ -47,7 +47,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err := cfg.prepare(addr); err != nil {
 		return nil, err
 	}
-	cn, err := dialConn(ctx, addr, &cfg, true)
+	cn, err := dialPaced(ctx, addr, &cfg, cfg.dialRetry)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,9 @@ func (c *Client) redialLocked(ctx context.Context) (*conn, error) {
 	if old != nil {
 		old.close(ErrDisconnected)
 	}
-	cn, err := dialConn(ctx, c.addr, &c.cfg, true)
+	// A node turning logins away for load (after a restart, say) is
+	// waited for, as long as ctx allows.
+	cn, err := dialPaced(ctx, c.addr, &c.cfg, true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dialing = nil

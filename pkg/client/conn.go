@@ -34,6 +34,9 @@ type conn struct {
 	// wire says what was negotiated. Both are fixed once dialled.
 	v2   bool
 	wire wireInfo
+	// resumed is set when session_auth logged the connection in by its
+	// session token, without a password hash.
+	resumed bool
 
 	queued atomic.Int32 // writers waiting for wmu
 
@@ -146,17 +149,24 @@ func dialConn(ctx context.Context, addr string, cfg *config, probe bool) (*conn,
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.dialTimeout, ErrRequestTimeout)
 	defer cancel()
 	probe = probe && cfg.wireVersion >= 2
-	c, err := dialOnce(ctx, addr, cfg, probe)
+	plan := cfg.sess.plan(cfg)
+	c, err := dialOnce(ctx, addr, cfg, probe, plan)
+	if err != nil && plan.session && cfg.sess.refused(plan, cfg, err) {
+		// A token-only resume refused, or a node that no longer serves
+		// session_auth: log in as configured.
+		c, err = dialOnce(ctx, addr, cfg, probe, authPlan{})
+	}
 	if errors.Is(err, errProbeRefused) {
-		c, err = dialOnce(ctx, addr, cfg, false)
+		cfg.sess.setServed(false)
+		c, err = dialOnce(ctx, addr, cfg, false, authPlan{})
 	}
 	return c, err
 }
 
 // dialOnce is one attempt of dialConn. With probe, api_versions (key 79,
 // accepted before auth) goes out pipelined ahead of the auth frame, so
-// negotiating costs no round trip.
-func dialOnce(ctx context.Context, addr string, cfg *config, probe bool) (*conn, error) {
+// negotiating costs no round trip. plan says how to log in.
+func dialOnce(ctx context.Context, addr string, cfg *config, probe bool, plan authPlan) (*conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -173,7 +183,7 @@ func dialOnce(ctx context.Context, addr string, cfg *config, probe bool) (*conn,
 			return nil, err
 		}
 	}
-	req, err := cfg.authRequest(ctx)
+	req, err := cfg.authRequest(ctx, plan)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -199,7 +209,7 @@ func dialOnce(ctx context.Context, addr string, cfg *config, probe bool) (*conn,
 			return nil, err
 		}
 	}
-	_, err = c.roundTrip(ctx, req)
+	answer, err := c.roundTrip(ctx, req)
 	// The node answers the frames before auth in order, so once the auth
 	// frame is answered (or the connection failed) the probe's answer is
 	// in; only a timeout leaves it missing.
@@ -230,8 +240,10 @@ func dialOnce(ctx context.Context, addr string, cfg *config, probe bool) (*conn,
 		}
 		return nil, err
 	}
+	c.resumed = cfg.sess.answered(req, answer)
 	c.wire = wireInfo{version: 1}
 	if probed != nil {
+		cfg.sess.setServed(servesSession(*probed))
 		c.negotiate(*probed, cfg)
 	}
 	return c, nil
@@ -382,6 +394,17 @@ func (r reply) result() ([]byte, error) {
 	}
 	if r.code == wire.CodeOK {
 		return r.payload, nil
+	}
+	if r.code == wire.CodeErrorHint {
+		reason, ms, err := wire.DecodeHintError(r.payload)
+		if err != nil {
+			return nil, fmt.Errorf("%w: error answer: %w", ErrProtocol, err)
+		}
+		e := errorFor(reason)
+		if ms == 0 {
+			return nil, e
+		}
+		return nil, &Error{Reason: e.Reason, Retriable: e.Retriable, RetryAfter: time.Duration(ms) * time.Millisecond}
 	}
 	reason, err := wire.DecodeError(r.payload)
 	if err != nil {

@@ -32,6 +32,30 @@
 // certificate (WithMTLSAuth) or with a JWT (WithToken, or WithTokenSource
 // for a token fetched anew at each connection).
 //
+// # Reconnecting
+//
+// Every login answers a session token, which the Client keeps (the newest
+// one, replaced by each answer; it is never logged). Once the node's
+// api_versions answer has listed session_auth (wire key 84), a redial logs
+// in with it: the token, plus the user and password under
+// WithCredentials, so the node tries the token and falls back to the
+// password in the same round trip; the token alone for WithMTLSAuth and
+// WithToken. A resumed login costs the node no password hash, so a fleet
+// reconnecting after a node restart is served at once. A token the node
+// refuses (invalid_session, session_expired, session_revoked,
+// tls_required: its user was deleted, its password changed, it expired)
+// is dropped, and a token-only client dials again at once with its own
+// login. Subscriptions resume the same way.
+//
+// A node under a reconnect storm turns logins away: rate_limit_exceeded,
+// on session_auth with a retry-after hint, or connection_limit_exceeded
+// and global_limit_exceeded. A redial then waits the hint plus up to half
+// as much again, at random, or without a hint backs off exponentially
+// with full jitter (100 ms doubled per refusal, at most 30 s), and dials
+// again for as long as the call's context allows. Dial itself returns such
+// a refusal at once (RetryAfter reports the hint) unless WithDialRetry
+// asks it to wait the same way.
+//
 // Every blocking method takes a context first; cancelling it abandons the
 // wait (the broker may still carry out the request). Each request also
 // has a timeout, WithRequestTimeout, plus the wait of a long poll.

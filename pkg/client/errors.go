@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/wire"
 )
@@ -22,6 +23,10 @@ type Error struct {
 	// Retriable reports that retrying after a back-off is safe and may
 	// succeed.
 	Retriable bool
+	// RetryAfter is how long the node asked the client to wait before
+	// trying again, 0 for no hint. Only refusals of session_auth carry
+	// one (see RetryAfter).
+	RetryAfter time.Duration
 }
 
 // Error returns "malachi: " followed by the reason.

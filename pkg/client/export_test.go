@@ -46,3 +46,11 @@ func CachedRanges(c *Client, topic string) int {
 	}
 	return 0
 }
+
+// Resumed reports whether the client's current connection logged in by
+// its session token (session_auth, resumed), without a password hash.
+func Resumed(c *Client) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur != nil && c.cur.resumed
+}

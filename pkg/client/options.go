@@ -39,6 +39,13 @@ type config struct {
 	retryBase      time.Duration
 	// wireVersion is the highest wire version the client may speak.
 	wireVersion int
+	// dialRetry makes Dial dial again while the node refuses it for load.
+	dialRetry bool
+	// sess is the session token and what the node serves; prepare makes
+	// it, and every connection of the Client shares it.
+	sess *session
+	// pause waits between paced redials (sleep; tests count instead).
+	pause func(ctx context.Context, d time.Duration) error
 }
 
 func defaultConfig() config {
@@ -49,6 +56,7 @@ func defaultConfig() config {
 		retryAttempts:  DefaultRetryAttempts,
 		retryBase:      DefaultRetryBase,
 		wireVersion:    DefaultWireVersion,
+		pause:          sleep,
 	}
 }
 
@@ -125,4 +133,15 @@ func WithRetry(attempts int, base time.Duration) Option {
 // behaves byte for byte as clients did before wire v2.
 func WithWireVersion(v int) Option {
 	return func(c *config) { c.wireVersion = v }
+}
+
+// WithDialRetry makes Dial keep dialling while the node turns the login
+// away for load (rate_limit_exceeded, connection_limit_exceeded,
+// global_limit_exceeded), pacing the attempts as redials are paced (the
+// node's retry-after hint plus up to half as much again, or exponential
+// back-off with full jitter from 100 ms to 30 s), until it succeeds,
+// fails otherwise or ctx ends. Without it Dial returns the refusal at
+// once; RetryAfter reports the node's hint, if it gave one.
+func WithDialRetry() Option {
+	return func(c *config) { c.dialRetry = true }
 }

@@ -176,6 +176,19 @@ func (n *Node) Addr() string {
 	return n.addr
 }
 
+// AuthStats returns the running broker's login gauges: HashesPeak stays
+// 0 until a login checks a password (session_auth resumes hash nothing).
+// A restart starts them from zero.
+func (n *Node) AuthStats() broker.AuthStats {
+	n.mu.Lock()
+	b := n.b
+	n.mu.Unlock()
+	if b == nil {
+		return broker.AuthStats{}
+	}
+	return b.AuthStats()
+}
+
 // DataDir returns the broker's data directory.
 func (n *Node) DataDir() string { return n.dir }
 
