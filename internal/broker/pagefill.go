@@ -5,10 +5,10 @@ import (
 )
 
 // pageRanges is how many ranges' shares a page holds. A page over more
-// ranges gives each range it visits 1/pageRanges of itself, and the next
-// page goes on from the range where this one stopped: reads stay large
-// (the cost of a page follows its records, not the topic's ranges) and
-// every range still gets its turn over a window of pages. Up to
+// ranges gives each range it visits 1/pageRanges of itself, starting at a
+// range chosen from the reader's own position (firstRange): reads stay
+// large (the cost of a page follows its records, not the topic's ranges)
+// and every range still gets its turn over a window of pages. Up to
 // pageRanges ranges, every range gets a share of every page.
 const pageRanges = 16
 
@@ -33,7 +33,8 @@ type pageRead struct {
 // meanwhile must not get a new watch.
 func (b *Broker) startPage(pos position, at seen) (*pageRead, []*plan, int) {
 	reads := b.readsFor(at, pos.topicID, pos.only)
-	plans, lin, first := reads.snapshot(pos.only)
+	plans, lin := reads.snapshot(pos.only)
+	first := firstRange(pos.entries, len(plans))
 	pr := &pageRead{b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen}
 	return pr, plans, first
 }
@@ -60,12 +61,11 @@ type walkEnd struct {
 // that had more fill the rest. Ranges that ran dry have their plans
 // checked against the metadata, and those that changed (a new segment, a
 // split or merge) are read again, so a page is never empty while a range
-// has durable records. The next page starts at the first range this one
-// did not serve in full.
+// has durable records. first comes from the reader's own position
+// (firstRange).
 func (pr *pageRead) fill(plans []*plan, first int, spent func() bool, visit rangeVisit) error {
 	var more, dry []*plan
 	var at []uint64
-	served, stopped := 0, false
 	for k := 0; k < len(plans) && !spent(); k++ {
 		p := plans[(first+k)%len(plans)]
 		end, err := visit(p, 0)
@@ -78,14 +78,7 @@ func (pr *pageRead) fill(plans []*plan, first int, spent func() bool, visit rang
 		case !end.dry:
 			more = append(more, p)
 		}
-		// The next page starts at the first range this one cut short: it
-		// ended inside it, or its next batch did not fit what was left.
-		stopped = stopped || !(end.dry || (end.took && end.spent))
-		if !stopped {
-			served++
-		}
 	}
-	pr.reads.advance(served)
 	for _, p := range more {
 		if spent() {
 			break
@@ -111,7 +104,7 @@ func (pr *pageRead) recheck(plans, dry []*plan, at []uint64, spent func() bool, 
 	for _, p := range plans {
 		old[p] = true
 	}
-	fresh, lin, _ := pr.reads.snapshot(pr.only)
+	fresh, lin := pr.reads.snapshot(pr.only)
 	pr.lin = lin
 	for _, p := range fresh {
 		if spent() {

@@ -40,10 +40,6 @@ type topicReads struct {
 	// of the last rebuild.
 	has     map[uint64]bool
 	builtAt uint64
-	// next is the position in plans where the next page starts: pages
-	// take turns over the ranges, so each range gets its share over a
-	// window of pages even when a page holds only a few ranges' shares.
-	next int
 	// idle records, per range, the offset of its own source at which a
 	// read found nothing durable, and the topic's append generation then.
 	// Until the generation moves, a reader at or past that offset has
@@ -113,7 +109,7 @@ func (b *Broker) rebuildLocked(r *topicReads, topicID uint64) {
 // snapshot returns the plans a page reads (only the listed ranges when
 // only is not nil), the lineage, and the index in the result where the
 // page starts.
-func (r *topicReads) snapshot(only []uint64) ([]*plan, lineage, int) {
+func (r *topicReads) snapshot(only []uint64) ([]*plan, lineage) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	plans := r.plans
@@ -125,18 +121,27 @@ func (r *topicReads) snapshot(only []uint64) ([]*plan, lineage, int) {
 			}
 		}
 	}
-	first := 0
-	if len(plans) > 0 {
-		first = r.next % len(plans)
-	}
-	return plans, r.lin, first
+	return plans, r.lin
 }
 
-// advance moves the starting point of the next page on by served ranges.
-func (r *topicReads) advance(served int) {
-	r.mu.Lock()
-	r.next += served
-	r.mu.Unlock()
+// firstRange picks the range a reader's page starts at from the reader's
+// own position: s, the sum of its cursor offsets, grows by the records
+// each page reads, so a reader whose pages take one record from each of k
+// ranges starts its next page k ranges on, going round all of them; s/n
+// moves the start on by one more each time s passes a multiple of n, so
+// pages whose record count is a multiple of the ranges still move on. No
+// reader's pages can steer where another's start (a counter shared by the
+// topic's readers let two readers in lockstep each see half the ranges
+// forever).
+func firstRange(entries []cursor.Entry, n int) int {
+	if n == 0 {
+		return 0
+	}
+	var s uint64
+	for _, e := range entries {
+		s += e.Offset
+	}
+	return int((s + s/uint64(n)) % uint64(n))
 }
 
 // isIdle says a read of p's own source from start would find nothing:

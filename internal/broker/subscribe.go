@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/metadata"
@@ -125,7 +126,7 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 				continue
 			}
 		}
-		t := s.b.cfg.Clock.NewTimer(s.b.cfg.GroupSessionTimeout / 3)
+		t := s.b.cfg.Clock.NewTimer(s.idleRefresh())
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -202,6 +203,18 @@ func (s *Subscription) applyAck(ctx context.Context, a subAck) error {
 		entries = s.b.memberEntries(topicID, s.pos.only, entries)
 	}
 	return s.b.commitEntries(ctx, s.topic, topicID, *s.group, entries)
+}
+
+// idleRefresh is how long an idle subscription waits before it refreshes
+// its membership. A member that joins is handed ranges another member
+// holds only once that member has polled again, so a group member waits
+// at most a second, not a third of the session timeout.
+func (s *Subscription) idleRefresh() time.Duration {
+	d := s.b.cfg.GroupSessionTimeout / 3
+	if s.member != nil && s.group != nil {
+		d = min(d, time.Second)
+	}
+	return d
 }
 
 // refreshMember heartbeats a member and narrows its reads to the ranges

@@ -1,6 +1,10 @@
 package broker
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/malachi-log/malachi/internal/metadata"
+)
 
 // watch is a broadcast latch per topic: waiters take the current channel
 // before they read, and every durable append closes it and installs a new
@@ -45,11 +49,27 @@ func (w *watch) fire() {
 // watchFor returns the topic's watch, creating it on first use.
 func (b *Broker) watchFor(topicID uint64) *watch {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	w, ok := b.mu.watches[topicID]
-	if !ok {
-		w = newWatch()
-		b.mu.watches[topicID] = w
+	if ok {
+		b.mu.Unlock()
+		return w
+	}
+	w = newWatch()
+	b.mu.watches[topicID] = w
+	b.mu.Unlock()
+	// A reader that resolved the topic before it was deleted must not
+	// leave a watch (and the read state hung on it) behind: DeleteTopic
+	// drops the watches that exist after its metadata change, and a watch
+	// made after that change is dropped here.
+	var exists bool
+	b.meta.View(func(st *metadata.State) { _, exists = st.TopicByID(topicID) })
+	if !exists {
+		b.mu.Lock()
+		if b.mu.watches[topicID] == w {
+			delete(b.mu.watches, topicID)
+		}
+		b.mu.Unlock()
+		w.fire()
 	}
 	return w
 }

@@ -27,14 +27,14 @@ const (
 
 // Limits checked by Apply.
 const (
-	DefaultBits      = 16   // keyspace bits when a create_topic leaves Bits at 0
-	MaxBits          = 32   // largest keyspace: [0, 2^32)
-	MaxInitialRanges = 1024 // most ranges a create_topic may ask for
-	MaxTopicNameLen  = 249  // bytes
-	MaxNameLen       = 255  // bytes of a user, group, replica or cluster id
-	MaxGroupEntries  = 4096 // stored entries per (group, topic); equals cursor.MaxEntries
-	MaxReplicas      = 16   // replicas per segment
-	MinSecretLen     = 16   // bytes of a cluster secret
+	DefaultBits      = 16     // keyspace bits when a create_topic leaves Bits at 0
+	MaxBits          = 32     // largest keyspace: [0, 2^32)
+	MaxInitialRanges = 1024   // most ranges a create_topic may ask for
+	MaxTopicNameLen  = 249    // bytes
+	MaxNameLen       = 255    // bytes of a user, group, replica or cluster id
+	MaxGroupEntries  = 131072 // stored entries per (group, topic); equals cursor.MaxEntries (checked by a broker test)
+	MaxReplicas      = 16     // replicas per segment
+	MinSecretLen     = 16     // bytes of a cluster secret
 	MaxSecretLen     = 1024
 )
 

@@ -59,7 +59,7 @@ func TestInitialRanges(t *testing.T) {
 
 func TestGroupEntryCap(t *testing.T) {
 	st := New()
-	apply(t, st, Command{Kind: KindCreateTopic, Topic: "t", Bits: 16})
+	apply(t, st, Command{Kind: KindCreateTopic, Topic: "t", Bits: 18})
 	entries := make([]GroupEntry, MaxGroupEntries)
 	for i := range entries {
 		entries[i] = GroupEntry{Source: 1, SliceStart: uint64(i), Offset: 1}
@@ -70,7 +70,7 @@ func TestGroupEntryCap(t *testing.T) {
 	commit.Entries = []GroupEntry{{Source: 1, SliceStart: MaxGroupEntries, Offset: 1}}
 	wantErr(t, apply(t, st, commit), ErrInvalidCommand)
 	// A slice covering all of them replaces them.
-	commit.Entries = []GroupEntry{{Source: 1, SliceBits: 16, Offset: 9}}
+	commit.Entries = []GroupEntry{{Source: 1, SliceBits: 18, Offset: 9}}
 	wantErr(t, apply(t, st, commit), nil)
 	if got := st.GroupEntries("g", 1); len(got) != 1 || got[0].Offset != 9 {
 		t.Fatalf("entries after a covering commit: %v", got)
