@@ -64,3 +64,13 @@ start_node() {
 	done
 	die "the node is not ready after 30 s"
 }
+
+# isolate_env: the bench commands must not pick up the user's saved
+# contexts or MALACHI_* settings.
+isolate_env() {
+	local v
+	for v in $(env | sed -n 's/^\(MALACHI_[A-Z_]*\)=.*/\1/p'); do
+		unset "$v"
+	done
+	export XDG_CONFIG_HOME=$WORK/config
+}

@@ -35,10 +35,7 @@ NODE_PID=
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for v in $(env | sed -n 's/^\(MALACHI_[A-Z_]*\)=.*/\1/p'); do
-	unset "$v"
-done
-export XDG_CONFIG_HOME=$WORK/config
+isolate_env
 
 jstat() { grep -m1 -E "\"$2\": " "$1" | sed -E 's/.*: ([0-9.eE+-]+),?$/\1/'; }
 

@@ -75,15 +75,7 @@ NODE_PID=
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# forget PID: drop a reaped process from PIDS, so that cleanup never
-# signals a PID the system may have given to another process since.
-
-# The bench commands must not pick up the user's saved contexts or
-# MALACHI_* settings.
-for v in $(env | sed -n 's/^\(MALACHI_[A-Z_]*\)=.*/\1/p'); do
-	unset "$v"
-done
-export XDG_CONFIG_HOME=$WORK/config
+isolate_env
 
 # ---- peak RSS ----------------------------------------------------------
 

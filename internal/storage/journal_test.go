@@ -149,15 +149,9 @@ func TestJournalSegmentWriteTorn(t *testing.T) {
 // garbage followed by a valid batch. Without the journal that is damage;
 // with it, the part after the last checkpoint is cut and replayed.
 func TestJournalRepairsUnsyncedSegmentPages(t *testing.T) {
-	ctx := context.Background()
 	mem := vfs.NewMem()
 	s := openMem(t, mem)
-	_ = s.Create(1, 0)
-	for i := uint64(0); i < 4; i++ {
-		if err := s.Append(ctx, 1, span(t, 3*i, 3)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendSpans(t, s, 1, 4)
 	crashed := mem.Clone()
 	// Zero the second batch, as if its page never reached the disk.
 	f, err := crashed.OpenFile("/data/00000000000000000001.log", os.O_RDWR, 0)
@@ -180,15 +174,9 @@ func TestJournalRepairsUnsyncedSegmentPages(t *testing.T) {
 // fails Open with ErrCorrupt instead of dropping the rounds after it; a
 // torn last round is cut.
 func TestJournalDamageRefusedTornTailCut(t *testing.T) {
-	ctx := context.Background()
 	mem := vfs.NewMem()
 	s := openMem(t, mem)
-	_ = s.Create(1, 0)
-	for i := uint64(0); i < 3; i++ {
-		if err := s.Append(ctx, 1, span(t, 3*i, 3)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendSpans(t, s, 1, 3)
 	crashed := mem.Clone()
 	names := journalFiles(t, crashed)
 	path := filepath.Join("/data/journal", names[len(names)-1])
@@ -333,5 +321,19 @@ func TestJournalCreateRecreatedAfterPowerLoss(t *testing.T) {
 	}
 	if err := r.Append(ctx, 2, span(t, 0, 1)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// appendSpans creates segment id and appends n batches of three records,
+// offsets 0 to 3n-1, each acknowledged.
+func appendSpans(t *testing.T, s *Store, id SegmentID, n int) {
+	t.Helper()
+	if err := s.Create(id, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(n) {
+		if err := s.Append(context.Background(), id, span(t, 3*i, 3)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
