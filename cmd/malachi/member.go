@@ -19,7 +19,7 @@ const memberWait = 2 * time.Second
 
 // leave takes the member out of its group once its last page is printed
 // and committed (emit commits before the next fetch), so the others take
-// its ranges now, from that commit, rather than after the session timeout.
+// its ranges now, from that commit, rather than after the group's member timeout.
 // It runs after Ctrl-C too, so it does not use the cancelled context.
 func (c *consumer) leave(ctx context.Context) {
 	if !c.joined {
@@ -39,7 +39,7 @@ func (c *consumer) leave(ctx context.Context) {
 // joins the member when it starts serving a fetch, and a fetch given up
 // here may still be on its way there, to be served after the leave that
 // follows and join the member again, keeping its ranges from the others
-// until the session times out. So the fetch runs to its answer (a long
+// until its group membership times out. So the fetch runs to its answer (a long
 // poll ends within memberWait), and a page that comes after Ctrl-C is
 // neither printed nor committed: the group's next reader gets it.
 func (c *consumer) memberFetch(ctx context.Context, opt client.FetchOptions) (client.Page, error) {

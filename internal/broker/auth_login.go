@@ -43,7 +43,7 @@ type Identity struct {
 	Perms  []string
 	Method string
 	Addr   string // the client's address
-	// Token is the session token answered to the client, and
+	// Token is a session token answered to the client, and
 	// TokenExpiresMs when it expires (Unix ms; 0 for an opaque token
 	// that cannot be resumed).
 	Token          string
@@ -62,7 +62,7 @@ func IsAdmin(id Identity) bool { return auth.HasPerm(id.Perms, auth.PermAdmin) }
 type Credentials struct {
 	Method         string
 	User, Password string               // MethodPassword
-	Token          string               // MethodToken: a compact JWT; Resume: the session token
+	Token          string               // MethodToken: a compact JWT; Resume: a session token
 	TLS            *tls.ConnectionState // the connection's; nil on plain TCP
 	// ListenerVerifies says the TLS listener verifies the client
 	// certificates it is given against its CAs.

@@ -242,7 +242,9 @@ func TestLiveReadersExactlyOnceUnderReshards(t *testing.T) {
 		if err != nil {
 			t.Logf("reshard %d: %v", i, err)
 		}
-		time.Sleep(15 * time.Millisecond)
+		// Let the producers land some records on the new layout before
+		// the next reshard.
+		waitAcked(t, acked, 20)
 	}
 	close(stop)
 	prod.Wait()
@@ -371,5 +373,29 @@ func TestDeletedTopicLeavesNoWatch(t *testing.T) {
 func TestGroupEntriesBoundMatchesCursor(t *testing.T) {
 	if metadata.MaxGroupEntries != cursor.MaxEntries {
 		t.Fatalf("metadata.MaxGroupEntries %d, cursor.MaxEntries %d", metadata.MaxGroupEntries, cursor.MaxEntries)
+	}
+}
+
+// waitAcked waits until n more records have been acknowledged into a.
+func waitAcked(t *testing.T, a *ackLog, n int) {
+	t.Helper()
+	a.mu.Lock()
+	want := a.total + n
+	a.mu.Unlock()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for {
+		a.mu.Lock()
+		got := a.total
+		a.mu.Unlock()
+		if got >= want {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("only %d of %d records acknowledged after 30 s", got, want)
+		}
 	}
 }

@@ -208,7 +208,7 @@ func (s *Subscription) applyAck(ctx context.Context, a subAck) error {
 // idleRefresh is how long an idle subscription waits before it refreshes
 // its membership. A member that joins is handed ranges another member
 // holds only once that member has polled again, so a group member waits
-// at most a second, not a third of the session timeout.
+// at most a second, not a third of the group member timeout.
 func (s *Subscription) idleRefresh() time.Duration {
 	d := s.b.cfg.GroupSessionTimeout / 3
 	if s.member != nil && s.group != nil {
