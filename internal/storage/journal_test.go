@@ -337,3 +337,43 @@ func appendSpans(t *testing.T, s *Store, id SegmentID, n int) {
 		}
 	}
 }
+
+// An interrupted preallocation leaves a temporary file, and a crash during
+// recycling can leave more than one spare: Open removes the temporary
+// file and every spare but one, and the store works on.
+func TestJournalLeftoversRemovedAtOpen(t *testing.T) {
+	mem := vfs.NewMem()
+	s := openMem(t, mem)
+	appendSpans(t, s, 1, 2)
+	_ = s.Close() // leaves one spare
+	for _, name := range []string{"spare-prealloc.jnl.tmp", "spare-00000000000000000042.jnl"} {
+		f, err := mem.OpenFile("/data/journal/"+name, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = f.WriteAt(make([]byte, 100), 0)
+		_ = f.Sync()
+		_ = f.Close()
+	}
+	_ = mem.SyncDir("/data/journal")
+	r := openMem(t, mem)
+	if err := r.Append(context.Background(), 1, span(t, 6, 3)); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := mem.ReadDir("/data/journal")
+	spares, tmps := 0, 0
+	for _, n := range names {
+		switch {
+		case strings.HasSuffix(n, ".tmp"):
+			tmps++
+		case strings.HasPrefix(n, spareName):
+			spares++
+		}
+	}
+	if tmps != 0 || spares > 1 {
+		t.Fatalf("journal directory after open: %v", names)
+	}
+	if got := readOffsets(t, openMem(t, mem.CrashClone()), 1); len(got) != 9 {
+		t.Fatalf("after a power loss: %v", got)
+	}
+}
