@@ -50,7 +50,7 @@ func listPackages(t *testing.T) []pkg {
 var pureForbidden = []string{"os", "net", "net/http", "os/exec", "sync", "time", "math/rand", "math/rand/v2",
 	module + "/internal/vfs", module + "/internal/clock", module + "/internal/storage"}
 
-var purePackages = []string{"keyspace", "cursor", "metadata", "groups"}
+var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement"}
 
 // internalPackages returns those of pkgs that are internal/<name> for
 // one of names.
@@ -173,5 +173,25 @@ func TestGofmt(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// internal/raft (the multi-raft host) declares the LogStore and Sender it
+// needs; the durable log (internal/raft/logstore) and the transport
+// (internal/peer) implement them and may import internal/raft for its
+// types, so the host imports neither, nor anything above it: only the
+// clock.
+var raftHostMayImport = []string{"internal/clock"}
+
+func TestRaftHostImports(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.ImportPath != module+"/internal/raft" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") && !slices.Contains(raftHostMayImport, strings.TrimPrefix(imp, module+"/")) {
+				t.Errorf("internal/raft imports %s; it may import only %s", imp, strings.Join(raftHostMayImport, ", "))
+			}
+		}
 	}
 }
