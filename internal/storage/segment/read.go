@@ -24,15 +24,18 @@ func (s *Segment) Read(from uint64, maxBytes int, upTo uint64) ([]byte, uint64, 
 	if from >= d.End || from >= upTo || pos >= limit {
 		return nil, from, nil
 	}
-	w := &window{f: s.f, size: limit, chunk: s.interval + 2*HeaderSize}
+	// The seek window also reads what the caller asked for past the index
+	// point, so a small read (many ranges sharing one page) costs one
+	// pread instead of two.
+	w := &window{f: s.f, size: limit, chunk: s.interval + 2*HeaderSize + min(max(maxBytes, 0), maxReadAhead)}
 	first, h, err := s.seek(w, pos, from)
 	if err != nil || first < 0 || h.LastOffset() >= upTo {
 		return nil, from, err
 	}
 	span := min(int64(max(h.Length, maxBytes)), limit-first)
-	out := make([]byte, span)
-	if n, err := s.f.ReadAt(out, first); int64(n) != span {
-		return nil, from, fmt.Errorf("segment %d: read at %d: %w", s.id, first, readErr(err))
+	out, err := s.readSpan(w, first, span)
+	if err != nil {
+		return nil, from, err
 	}
 	cut, next, err := s.cut(out, first, limit, upTo)
 	if err != nil {
@@ -42,6 +45,25 @@ func (s *Segment) Read(from uint64, maxBytes int, upTo uint64) ([]byte, uint64, 
 		return nil, from, nil
 	}
 	return out[:cut:cut], next, nil
+}
+
+// maxReadAhead bounds how much of a read the seek window takes on: past
+// it, the bytes are read into a buffer of their own size.
+const maxReadAhead = 256 << 10
+
+// readSpan returns the span bytes at first: a slice of the seek window when
+// it holds them, else a fresh read. The window is the caller's alone, so
+// handing out a slice of it is safe.
+func (s *Segment) readSpan(w *window, first, span int64) ([]byte, error) {
+	if first >= w.start && first+span <= w.start+int64(len(w.buf)) {
+		off := first - w.start
+		return w.buf[off : off+span : off+span], nil
+	}
+	out := make([]byte, span)
+	if n, err := s.f.ReadAt(out, first); int64(n) != span {
+		return nil, fmt.Errorf("segment %d: read at %d: %w", s.id, first, readErr(err))
+	}
+	return out, nil
 }
 
 func readErr(err error) error {
