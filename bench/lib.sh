@@ -1,7 +1,8 @@
 # Shell helpers shared by the benchmark scripts (sourced, not run).
 # The caller sets PIDS=() (background processes to stop on exit), WORK (a
-# scratch folder), KEEP (1 keeps WORK) and CMD_TIMEOUT (seconds one
-# command may run), and traps EXIT with cleanup.
+# scratch folder), KEEP (1 keeps WORK), CMD_TIMEOUT (seconds one command
+# may run) and, for install_tool, CACHE (where tools are installed), and
+# traps EXIT with cleanup.
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -53,6 +54,9 @@ start_node() {
 	local data=$1 i
 	shift
 	port_free "$PORT" && port_free $((PORT + 1)) || die "port $PORT or $((PORT + 1)) is in use; set PORT"
+	# Emptied here, not by the background redirection, so that the wait
+	# below never reads an earlier node's "ready".
+	: >"$WORK/node.log"
 	"$WORK/malachi" serve --dev --data-dir "$data" --log-level warn "$@" \
 		--listen "127.0.0.1:$PORT" --http "127.0.0.1:$((PORT + 1))" >"$WORK/node.log" 2>&1 &
 	NODE_PID=$!
@@ -73,4 +77,29 @@ isolate_env() {
 		unset "$v"
 	done
 	export XDG_CONFIG_HOME=$WORK/config
+}
+
+# install_tool BIN MODULE VERSION: go install MODULE@VERSION into
+# $CACHE/bin unless BIN there already reports VERSION.
+install_tool() {
+	local bin=$CACHE/bin/$1 module=$2 version=$3
+	if [[ -x $bin ]] && "$bin" --version 2>&1 | grep -q -- "${version#v}"; then
+		log "using $bin ($version)"
+		return
+	fi
+	log "installing $module@$version into $CACHE/bin"
+	mkdir -p "$CACHE/bin"
+	(cd "$WORK" && GOBIN=$CACHE/bin GOFLAGS= go install "$module@$version") ||
+		die "go install $module@$version failed"
+}
+
+# wait_ready PID LOG PATTERN: until LOG shows PATTERN (30 s at most).
+wait_ready() {
+	local pid=$1 logf=$2 pattern=$3 i
+	for ((i = 0; i < 300; i++)); do
+		grep -q -- "$pattern" "$logf" 2>/dev/null && return
+		kill -0 "$pid" 2>/dev/null || die "server $pid exited; the end of its log:"$'\n'"$(tail -20 "$logf")"
+		sleep 0.1
+	done
+	die "server $pid not ready after 30 s ($logf)"
 }

@@ -103,19 +103,7 @@ trap 'exit 130' INT TERM
 
 # ---- install and build -------------------------------------------------
 
-# install_tool BIN MODULE VERSION: go install MODULE@VERSION into the
-# cache unless BIN there already reports VERSION.
-install_tool() {
-	local bin=$CACHE/bin/$1 module=$2 version=$3
-	if [[ -x $bin ]] && "$bin" --version 2>&1 | grep -q -- "${version#v}"; then
-		log "using $bin ($version)"
-		return
-	fi
-	log "installing $module@$version into $CACHE/bin"
-	mkdir -p "$CACHE/bin"
-	(cd "$WORK" && GOBIN=$CACHE/bin GOFLAGS= go install "$module@$version") ||
-		die "go install $module@$version failed"
-}
+# install_tool BIN MODULE VERSION: lib.sh.
 
 build() {
 	install_tool nats-server github.com/nats-io/nats-server/v2 "$NATS_SERVER_VERSION"
@@ -127,16 +115,7 @@ build() {
 
 # ---- servers ---------------------------------------------------------
 
-# wait_ready PID LOG PATTERN: until LOG shows PATTERN (30 s at most).
-wait_ready() {
-	local pid=$1 logf=$2 pattern=$3 i
-	for ((i = 0; i < 300; i++)); do
-		grep -q -- "$pattern" "$logf" 2>/dev/null && return
-		kill -0 "$pid" 2>/dev/null || die "server $pid exited; the end of its log:"$'\n'"$(tail -20 "$logf")"
-		sleep 0.1
-	done
-	die "server $pid not ready after 30 s ($logf)"
-}
+# wait_ready PID LOG PATTERN: lib.sh.
 
 # start_nats NAME PORT EXTRA_JETSTREAM_CONFIG: sets STARTED to its PID.
 start_nats() {
