@@ -55,7 +55,7 @@ followed by .* (quote it in the shell).
 				if verb == "revoke" {
 					call = s.c.RevokeACL
 				}
-				if err := call(ctx, user, op, pattern); err != nil {
+				if err := call(ctx, user, client.ACL{Operation: op, Resource: pattern}); err != nil {
 					return err
 				}
 				if s.out.json {

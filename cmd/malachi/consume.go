@@ -365,7 +365,7 @@ func (c *consumer) emit(ctx context.Context, page client.Page) error {
 	c.cursor = page.Cursor
 	if c.f.commit && len(page.Records) > 0 {
 		// Commit even if Ctrl-C came meanwhile: the page is printed.
-		return c.s.c.Commit(context.WithoutCancel(ctx), c.topic, c.f.group, page.Cursor)
+		return c.s.c.Commit(context.WithoutCancel(ctx), c.topic, client.CommitOptions{Group: c.f.group, Cursor: page.Cursor})
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/malachi-log/malachi/pkg/client"
 )
 
 func newUserCmd(a *app) *cobra.Command {
@@ -50,7 +52,7 @@ standard input with --new-password-stdin, or from a prompt on a terminal.
 				return err
 			}
 			return a.run(cmd, errSubject{user: name, adminOnly: true}, func(ctx context.Context, s *session) error {
-				if err := s.c.CreateUser(ctx, name, pass, perms...); err != nil {
+				if err := s.c.CreateUser(ctx, name, client.UserOptions{Password: pass, Perms: perms}); err != nil {
 					return err
 				}
 				if s.out.json {

@@ -157,7 +157,9 @@ func (s *consumers) groupWorker(w int) error {
 // (nil) or the stream fails.
 func (s *consumers) subscription(w int) error {
 	c, lat, cfg := s.cls[w], s.lats[w], &s.r.cfg
-	sub, err := c.Subscribe(s.ctx, cfg.Topic, s.group, "m"+strconv.Itoa(w), cfg.Window, cfg.PageMax)
+	sub, err := c.Subscribe(s.ctx, cfg.Topic, client.SubscribeOptions{
+		Group: s.group, Member: "m" + strconv.Itoa(w), Window: cfg.Window, PageMax: cfg.PageMax,
+	})
 	if err != nil {
 		return err
 	}

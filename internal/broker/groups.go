@@ -27,7 +27,7 @@ func (b *Broker) pollMember(topicID uint64, group, member, owner string, ranges 
 // The wire's commit names no member and no generation, so a member's late
 // commit for a range that has since moved to another member cannot be told
 // apart; it is accepted, and changes only what it advances, which are
-// records it was given.
+// records it was given. MemberCommit is the commit that names both.
 func (b *Broker) Commit(ctx context.Context, topic, group, cur string) error {
 	topicID, err := b.topicID(topic)
 	if err != nil {

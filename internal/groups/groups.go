@@ -61,6 +61,14 @@
 // so have several holders (a merged range has two parents); it is handed
 // to its owner once none of the others is live and holding it.
 //
+// # Members that fetch
+//
+// A member that works through a page for a while keeps its membership
+// with Touch, which records it alive without answering it, so it keeps
+// its holds. Its commit is checked with CommitRanges: only a live member
+// under the membership that read the records may commit, and only the
+// ranges it holds.
+//
 // # Limits and concurrency
 //
 // Group and member names come from clients, so the groups of the node, of
@@ -177,6 +185,10 @@ type group struct {
 	// parents), until each learns it lost it (see Handoff). Lists are
 	// short: one holder, or the holders of a change's parents.
 	held map[uint64][]string
+	// joined is the generation at which each member last joined: a commit
+	// naming an older one comes from before it left or was evicted (see
+	// CommitRanges).
+	joined map[string]uint64
 }
 
 // New returns an empty Coordinator with the node-wide limits only. Values
@@ -219,10 +231,12 @@ func (c *Coordinator) Join(topic uint64, groupName, member, owner string, ranges
 		if err := c.admit(k, owner, now); err != nil {
 			return Assignment{}, nil, err
 		}
-		g = &group{owner: owner, members: make(map[string]int64), held: make(map[uint64][]string)}
+		g = &group{owner: owner, members: make(map[string]int64), held: make(map[uint64][]string),
+			joined: make(map[string]uint64)}
 	}
 	changed := len(c.evictSilent(g, now, member)) > 0
-	if _, ok := g.members[member]; !ok {
+	_, known := g.members[member]
+	if !known {
 		if len(g.members) >= c.lim.MaxMembersPerGroup {
 			c.settle(k, g, changed)
 			return Assignment{}, nil, ErrTooManyMembers
@@ -235,6 +249,9 @@ func (c *Coordinator) Join(topic uint64, groupName, member, owner string, ranges
 		changed = true
 	}
 	c.settle(k, g, changed)
+	if !known {
+		g.joined[member] = g.gen
+	}
 	a, plan := c.answer(k, g, member)
 	return a, plan, nil
 }
@@ -313,6 +330,7 @@ func (c *Coordinator) Leave(topic uint64, groupName, member string, now int64) b
 	changed := len(c.evictSilent(g, now, "")) > 0
 	_, ok := g.members[member]
 	delete(g.members, member)
+	delete(g.joined, member)
 	g.release(member)
 	c.settle(k, g, changed || ok)
 	return ok
@@ -430,6 +448,7 @@ func (c *Coordinator) evictSilent(g *group, now int64, keep string) []string {
 	for name, seen := range g.members {
 		if name != keep && c.silent(seen, now) {
 			delete(g.members, name)
+			delete(g.joined, name)
 			g.release(name)
 			gone = append(gone, name)
 		}

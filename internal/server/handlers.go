@@ -25,6 +25,10 @@ func (c *conn) handle(req wire.Request) (wire.Response, error) {
 		return c.commit(id, r)
 	case *wire.LeaveGroupRequest:
 		return c.leave(id, r)
+	case *wire.MemberHeartbeatRequest:
+		return c.memberHeartbeat(id, r)
+	case *wire.MemberCommitRequest:
+		return c.memberCommit(id, r)
 	case *wire.ListTopicsRequest:
 		return c.listTopics(id)
 	case *wire.DescribeTopicRequest:

@@ -63,7 +63,7 @@ func TestTruncatedAndTrailing(t *testing.T) {
 }
 
 func TestUnknownAPIKey(t *testing.T) {
-	for _, key := range []uint16{17, 21, 22, 63, 85, 0xFFFF} {
+	for _, key := range []uint16{17, 21, 22, 63, 87, 0xFFFF} {
 		if _, err := DecodeRequest(key, nil); !errors.Is(err, ErrUnknownAPIKey) {
 			t.Errorf("key %d: err = %v, want ErrUnknownAPIKey", key, err)
 		}

@@ -20,7 +20,7 @@ var allKeys = []uint16{
 	KeyMergeRanges, KeyDescribeGroup, KeyListGroups, KeyStatus, KeyEndCursor,
 	KeyCursorAtTime, KeyGroupSeek, KeyGroupDelete, KeyDescribeGroupMembers, KeyCursorFromEnd,
 	KeyAPIVersions, KeyTopicRoutes, KeyProduceBatches, KeyFetchBatches, KeySubscribeBatches,
-	KeySessionAuth,
+	KeySessionAuth, KeyMemberHeartbeat, KeyMemberCommit,
 }
 
 // sampleBatch stands for a storage batch: the wire carries it as opaque
@@ -77,6 +77,8 @@ func sampleRequests() []Request {
 		&FetchBatchesRequest{Topic: new("orders"), Group: new("g"), Member: new("m1"), MaxBytes: 1 << 20, MaxRecords: 0, WaitMs: 500},
 		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("g"), Member: nil, Window: 10000, MaxBytes: 0},
 		&SessionAuthRequest{Token: new("dG9r"), User: nil, Password: new("")},
+		&MemberHeartbeatRequest{Topic: new("orders"), Group: new("g"), Member: new("m1")},
+		&MemberCommitRequest{Topic: new("orders"), Group: new("g"), Member: new("m1"), Generation: math.MaxUint64, Cursor: nil},
 	}
 }
 
@@ -114,5 +116,6 @@ func sampleResponses() []responseDecoder {
 		&ProduceBatchesResponse{Count: 1000, Rerouted: 1},
 		&FetchBatchesResponse{NextCursor: new("Q1VSU09S"), Batches: []RangeBatch{{Range: 2, Batch: sampleBatch}}},
 		&SessionAuthResponse{Token: "dG9r", ExpiresMs: 1700000000000, Resumed: true},
+		&MemberStateResponse{Generation: 7, Ranges: 2, Members: 3},
 	}
 }

@@ -53,6 +53,7 @@ const (
 
 	// Requests the server refuses as they stand.
 	ReasonNoSuchTopic         = "no_such_topic"
+	ReasonStaleMember         = "stale_member"
 	ReasonNoSuchRange         = "no_such_range"
 	ReasonNoSuchSegment       = "no_such_segment"
 	ReasonNotFound            = "not_found"
@@ -142,6 +143,7 @@ var Reasons = map[string]ReasonInfo{
 	ReasonPersistFailed:       {true, "The server could not make the change durable; nothing changed. Retry."},
 
 	ReasonNoSuchTopic:         {false, "The topic does not exist."},
+	ReasonStaleMember:         {false, "A member_heartbeat or member_commit from a member that is not in the group, or a commit from before it last joined: it left, was evicted, or the node restarted. Nothing was done; records it did not commit go to the group's current reader. Fetch again as a member to join."},
 	ReasonNoSuchRange:         {false, "The range does not exist in the topic."},
 	ReasonNoSuchSegment:       {false, "The segment does not exist."},
 	ReasonNotFound:            {false, "The named object does not exist."},

@@ -46,6 +46,9 @@ const (
 	KeyFetchBatches     uint16 = 82
 	KeySubscribeBatches uint16 = 83
 	KeySessionAuth      uint16 = 84
+
+	KeyMemberHeartbeat uint16 = 85
+	KeyMemberCommit    uint16 = 86
 )
 
 var keyNames = map[uint16]string{
@@ -62,6 +65,7 @@ var keyNames = map[uint16]string{
 	KeyDescribeGroupMembers: "describe_group_members", KeyCursorFromEnd: "cursor_from_end",
 	KeyAPIVersions: "api_versions", KeyTopicRoutes: "topic_routes", KeyProduceBatches: "produce_batches",
 	KeyFetchBatches: "fetch_batches", KeySubscribeBatches: "subscribe_batches", KeySessionAuth: "session_auth",
+	KeyMemberHeartbeat: "member_heartbeat", KeyMemberCommit: "member_commit",
 }
 
 // KeyName returns the snake_case name of an api key ("produce"), or

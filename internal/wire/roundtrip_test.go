@@ -157,6 +157,15 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	KeySessionAuth: req(func(t *rapid.T) Request {
 		return &SessionAuthRequest{Token: genNStr.Draw(t, "token"), User: genNStr.Draw(t, "user"), Password: genNStr.Draw(t, "password")}
 	}),
+	KeyMemberHeartbeat: req(func(t *rapid.T) Request {
+		return &MemberHeartbeatRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member")}
+	}),
+	KeyMemberCommit: req(func(t *rapid.T) Request {
+		return &MemberCommitRequest{
+			Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member"),
+			Generation: genU64.Draw(t, "generation"), Cursor: genNStr.Draw(t, "cursor"),
+		}
+	}),
 	KeySubscribeBatches: req(func(t *rapid.T) Request {
 		return &SubscribeBatchesRequest{
 			Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member"),
@@ -206,6 +215,9 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 		return &SessionAuthResponse{Token: genString.Draw(t, "token"), ExpiresMs: genU64.Draw(t, "expires"), Resumed: rapid.Bool().Draw(t, "resumed")}
 	}),
 	resp(func(t *rapid.T) responseDecoder { return &CountResponse{Count: genU32.Draw(t, "count")} }),
+	resp(func(t *rapid.T) responseDecoder {
+		return &MemberStateResponse{Generation: genU64.Draw(t, "generation"), Ranges: genU32.Draw(t, "ranges"), Members: genU32.Draw(t, "members")}
+	}),
 	resp(func(t *rapid.T) responseDecoder {
 		return &FetchResponse{Records: listOf(t, "records", genRecord), NextCursor: genNStr.Draw(t, "cursor")}
 	}),

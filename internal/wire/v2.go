@@ -43,7 +43,7 @@ func newV2Request(key uint16) requestDecoder {
 	case KeySessionAuth:
 		return new(SessionAuthRequest)
 	}
-	return nil
+	return newMemberRequest(key)
 }
 
 func appendU16(dst []byte, v uint16) []byte { return binary.BigEndian.AppendUint16(dst, v) }

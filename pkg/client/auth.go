@@ -121,18 +121,13 @@ func (cfg *config) prepare(addr string) error {
 	if cfg.pause == nil {
 		cfg.pause = sleep
 	}
+	if cfg.seeds != nil {
+		cfg.seeds.addrs = append([]string{addr}, cfg.seeds.addrs...)
+	}
 	if cfg.tls != nil {
-		// A clone, so that the caller may change or reuse its config; and
-		// an explicit ServerName, because the handshake is started on a
-		// connection already dialled, which carries no host name.
+		// A clone, so that the caller may change or reuse its config. An
+		// empty ServerName is filled in per address by handshake.
 		cfg.tls = cfg.tls.Clone()
-		if cfg.tls.ServerName == "" {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				host = addr
-			}
-			cfg.tls.ServerName = host
-		}
 	}
 	return nil
 }
@@ -173,6 +168,17 @@ func (cfg *config) authRequest(ctx context.Context, p authPlan) (wire.Request, e
 // is ErrTLS, which retrying will not cure; anything else is a broken
 // connection.
 func handshake(ctx context.Context, nc net.Conn, cfg *tls.Config, addr string) (*tls.Conn, error) {
+	if cfg.ServerName == "" {
+		// The handshake starts on a connection already dialled, which
+		// carries no host name: the certificate must name the host of the
+		// address dialled.
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		cfg = cfg.Clone()
+		cfg.ServerName = host
+	}
 	tc := tls.Client(nc, cfg)
 	err := tc.HandshakeContext(ctx)
 	if err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,8 +15,10 @@ import (
 
 // Client is a connection to a Malachi broker. It is safe for concurrent
 // use: every method may be called from many goroutines, and their requests
-// are pipelined on one TCP connection. If the connection breaks, the next
-// call dials again with the same credentials.
+// are pipelined on one TCP connection. Long polls (a Fetch with Wait) go
+// on a second connection, dialled on the first, so that they never hold up
+// other calls. If a connection breaks, the next call dials again with the
+// same credentials.
 type Client struct {
 	addr string
 	cfg  config
@@ -26,8 +29,13 @@ type Client struct {
 	// dialing is non-nil while one caller redials; it is closed when that
 	// dial ends, so the others wait for it instead of dialing too.
 	dialing chan struct{}
-	subs    map[*Subscription]struct{}
-	closed  bool
+	// poll and pollDialing are cur and dialing for long polls; retired
+	// holds poll connections replaced while their polls drain, for Close.
+	poll        *conn
+	pollDialing chan struct{}
+	retired     []*conn
+	subs        map[*Subscription]struct{}
+	closed      bool
 
 	// wire is what the last connection dialled negotiated.
 	wire atomic.Pointer[wireInfo]
@@ -79,13 +87,15 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	cur := c.cur
-	c.cur = nil
+	conns := append(c.retired, c.cur, c.poll)
+	c.cur, c.poll, c.retired = nil, nil, nil
 	subs := c.subs
 	c.subs = nil
 	c.mu.Unlock()
-	if cur != nil {
-		cur.close(ErrClosed)
+	for _, cn := range conns {
+		if cn != nil {
+			cn.close(ErrClosed)
+		}
 	}
 	for s := range subs {
 		s.Close()
@@ -95,21 +105,40 @@ func (c *Client) Close() error {
 
 // conn returns a usable connection, dialling a new one if the last broke.
 func (c *Client) conn(ctx context.Context) (*conn, error) {
+	return c.laneConn(ctx, false)
+}
+
+// pollConn returns the connection of the poll lane, dialling it if need
+// be. Long polls go there: the node holds a long poll's slot on its
+// connection until the poll is answered (MaxInFlight on the node, 256 by
+// default, and a byte budget), so that polls sharing the connection of
+// other calls would hold those up. A poll lane connection whose caller
+// gives up on a poll is retired (conn.forget).
+func (c *Client) pollConn(ctx context.Context) (*conn, error) {
+	return c.laneConn(ctx, true)
+}
+
+// laneConn returns the usable connection of a lane, dialling one if none.
+func (c *Client) laneConn(ctx context.Context, poll bool) (*conn, error) {
+	cur, dialing := &c.cur, &c.dialing
+	if poll {
+		cur, dialing = &c.poll, &c.pollDialing
+	}
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if c.cur != nil && c.cur.usable() {
-			cn := c.cur
+		if *cur != nil && (*cur).usable() {
+			cn := *cur
 			c.mu.Unlock()
 			return cn, nil
 		}
-		if c.dialing == nil {
-			return c.redialLocked(ctx)
+		if *dialing == nil {
+			return c.redialLocked(ctx, cur, dialing, poll)
 		}
-		wait := c.dialing
+		wait := *dialing
 		c.mu.Unlock()
 		select {
 		case <-wait:
@@ -119,35 +148,59 @@ func (c *Client) conn(ctx context.Context) (*conn, error) {
 	}
 }
 
-// redialLocked dials a replacement connection.
+// redialLocked dials a replacement connection for a lane.
 //
 // REQUIRES: c.mu held; it is released on return.
-func (c *Client) redialLocked(ctx context.Context) (*conn, error) {
+func (c *Client) redialLocked(ctx context.Context, cur **conn, dialing *chan struct{}, poll bool) (*conn, error) {
 	done := make(chan struct{})
-	c.dialing = done
-	old := c.cur
-	c.cur = nil
+	*dialing = done
+	old := *cur
+	*cur = nil
+	if poll && old != nil {
+		c.keepRetiredLocked(old)
+	}
 	c.mu.Unlock()
 	if old != nil {
-		old.close(ErrDisconnected)
+		if err := old.failure(); err != nil && !errors.Is(err, errRetired) {
+			c.cfg.logger.Info("malachi: connection lost, dialling again", "addr", old.addr, "err", err)
+		}
+		if !poll {
+			old.close(ErrDisconnected)
+		}
+		// A retired poll connection closes once its polls are answered.
 	}
 	// A node turning logins away for load (after a restart, say) is
 	// waited for, as long as ctx allows.
 	cn, err := dialPaced(ctx, c.addr, &c.cfg, true)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dialing = nil
+	*dialing = nil
 	close(done)
 	if err != nil {
+		c.cfg.logger.Debug("malachi: dial failed", "addr", c.addr, "err", err)
 		return nil, err
 	}
 	if c.closed {
 		cn.close(ErrClosed) // takes no client lock
 		return nil, ErrClosed
 	}
-	c.cur = cn
-	c.wire.Store(&cn.wire)
+	cn.poll = poll
+	*cur = cn
+	if !poll {
+		c.wire.Store(&cn.wire)
+	}
 	return cn, nil
+}
+
+// keepRetiredLocked keeps a replaced poll connection for Close until it
+// has closed itself, and forgets those that have.
+//
+// REQUIRES: c.mu held.
+func (c *Client) keepRetiredLocked(old *conn) {
+	c.retired = slices.DeleteFunc(c.retired, func(cn *conn) bool { return cn.failure() != nil })
+	if old.failure() == nil {
+		c.retired = append(c.retired, old)
+	}
 }
 
 // track registers s so Close closes it; false if the client is closed.
@@ -194,6 +247,21 @@ func (c *Client) do(ctx context.Context, r request) error {
 // on (wire v1 or v2): pick chooses it, anew for every attempt, and an
 // error from pick ends the call. It returns the request that was answered.
 func (c *Client) doPick(ctx context.Context, pick func(cn *conn) (request, error)) (request, error) {
+	return c.doOn(ctx, false, pick)
+}
+
+// doOn is doPick on a lane: the poll lane with poll (see pollConn).
+// Errors name the operation and topic.
+func (c *Client) doOn(ctx context.Context, poll bool, pick func(cn *conn) (request, error)) (request, error) {
+	r, err := c.doPicked(ctx, poll, pick)
+	if err != nil && r.req != nil {
+		op, topic := requestOp(r.req)
+		err = opError(op, topic, err)
+	}
+	return r, err
+}
+
+func (c *Client) doPicked(ctx context.Context, poll bool, pick func(cn *conn) (request, error)) (request, error) {
 	var (
 		r       request
 		payload []byte
@@ -201,10 +269,11 @@ func (c *Client) doPick(ctx context.Context, pick func(cn *conn) (request, error
 		sent    bool
 	)
 	for attempt := 1; ; attempt++ {
-		r, payload, sent, err = c.once(ctx, pick)
+		r, payload, sent, err = c.once(ctx, poll, pick)
 		if err == nil || attempt >= c.cfg.retryAttempts || !shouldRetry(err, sent, r.resend) {
 			break
 		}
+		c.cfg.logger.Debug("malachi: request retried", "attempt", attempt, "err", err)
 		if werr := sleep(ctx, c.backoff(attempt)); werr != nil {
 			return r, werr
 		}
@@ -224,18 +293,30 @@ func (c *Client) doPick(ctx context.Context, pick func(cn *conn) (request, error
 
 // once makes one attempt. sent is false when no connection could be had,
 // so the request certainly did not reach the broker.
-func (c *Client) once(ctx context.Context, pick func(cn *conn) (request, error)) (r request, payload []byte, sent bool, err error) {
-	cn, err := c.conn(ctx)
+func (c *Client) once(ctx context.Context, poll bool, pick func(cn *conn) (request, error)) (r request, payload []byte, sent bool, err error) {
+	cn, err := c.laneConn(ctx, poll)
 	if err != nil {
 		return r, nil, false, err
 	}
 	if r, err = pick(cn); err != nil {
 		return r, nil, false, err
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeoutCause(ctx, c.cfg.requestTimeout+r.wait, ErrRequestTimeout)
 	defer cancel()
 	payload, err = cn.roundTrip(ctx, r.req)
+	if c.cfg.metrics != nil {
+		op, topic := requestOp(r.req)
+		c.requestDone(op, topic, start, err)
+	}
 	return r, payload, true, err
+}
+
+// requestDone reports one request attempt to the Metrics hook, if any.
+func (c *Client) requestDone(op, topic string, start time.Time, err error) {
+	if m := c.cfg.metrics; m != nil {
+		m.OnRequest(RequestEvent{Op: op, Topic: topic, Duration: time.Since(start), Err: err})
+	}
 }
 
 // shouldRetry decides whether a failed attempt is tried again.

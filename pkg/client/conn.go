@@ -26,9 +26,18 @@ import (
 // of pipelined requests shares one syscall while a lone request is never
 // left sitting in the buffer.
 type conn struct {
-	nc           net.Conn
-	maxFrame     uint32
-	writeTimeout time.Duration
+	nc net.Conn
+	// addr is the address it was dialled at.
+	addr string
+	// maxFrame bounds the answers read; maxSend bounds the requests sent,
+	// the smaller of the client's limit and, with wire v2, the node's: a
+	// request the node would refuse with frame_too_large, which closes
+	// the connection, fails alone before it is sent.
+	maxFrame, maxSend uint32
+	writeTimeout      time.Duration
+	// poll marks a connection of the poll lane (Client.pollConn), which
+	// forget retires.
+	poll bool
 	// v2 is set when the node serves wire v2's topic_routes,
 	// produce_batches and fetch_batches (and WithWireVersion allows them);
 	// wire says what was negotiated. Both are fixed once dialled.
@@ -49,6 +58,9 @@ type conn struct {
 	corr    uint32
 	pending map[uint32]handler
 	err     error // why the connection ended; nil while it is usable
+	// retired: no new request may use the connection, which closes once
+	// nothing is pending on it (see forget).
+	retired bool
 
 	done chan struct{} // closed when the reader goroutine exits
 }
@@ -142,10 +154,37 @@ var v2Keys = []uint16{wire.KeyTopicRoutes, wire.KeyProduceBatches, wire.KeyFetch
 // but authentication first. Dial again without asking.
 var errProbeRefused = errors.New("malachi: api_versions refused before auth")
 
-// dialConn connects to addr, runs the TLS handshake if configured,
+// dialConn connects to addr, or with seed addresses (WithSeeds) to the
+// first of them that answers, starting from the last that did. See
+// dialAddr for what one address's dial does.
+func dialConn(ctx context.Context, addr string, cfg *config, probe bool) (*conn, error) {
+	if cfg.seeds == nil {
+		return dialAddr(ctx, addr, cfg, probe)
+	}
+	addrs := cfg.seeds.addrs
+	first := int(cfg.seeds.next.Load())
+	var err error
+	for i := range addrs {
+		k := (first + i) % len(addrs)
+		var c *conn
+		if c, err = dialAddr(ctx, addrs[k], cfg, probe); err == nil {
+			cfg.seeds.next.Store(int32(k))
+			return c, nil
+		}
+		var refusal *Error
+		if ctx.Err() != nil || errors.As(err, &refusal) && !refusal.Retriable {
+			return nil, err // the caller gave up, or a login every node refuses
+		}
+		cfg.logger.Debug("malachi: dial failed, trying the next address", "addr", addrs[k], "err", err)
+	}
+	return nil, err
+}
+
+// dialAddr connects to addr, runs the TLS handshake if configured,
 // negotiates the wire version if probe is set and the configuration
 // allows wire v2, authenticates and starts the reader.
-func dialConn(ctx context.Context, addr string, cfg *config, probe bool) (*conn, error) {
+func dialAddr(ctx context.Context, addr string, cfg *config, probe bool) (*conn, error) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.dialTimeout, ErrRequestTimeout)
 	defer cancel()
 	probe = probe && cfg.wireVersion >= 2
@@ -159,6 +198,9 @@ func dialConn(ctx context.Context, addr string, cfg *config, probe bool) (*conn,
 	if errors.Is(err, errProbeRefused) {
 		cfg.sess.setServed(false)
 		c, err = dialOnce(ctx, addr, cfg, false, authPlan{})
+	}
+	if cfg.metrics != nil {
+		cfg.metrics.OnConnect(ConnectEvent{Addr: addr, Duration: time.Since(start), Err: err})
 	}
 	return c, err
 }
@@ -189,6 +231,7 @@ func dialOnce(ctx context.Context, addr string, cfg *config, probe bool, plan au
 		return nil, err
 	}
 	c := newConn(nc, cfg)
+	c.addr = addr
 	var versions *call
 	if probe {
 		versions = newCall()
@@ -276,6 +319,7 @@ func (c *conn) negotiate(r reply, cfg *config) {
 	if c.wire.maxFrame <= 0 || c.wire.maxFrame > int(cfg.maxFrame) {
 		c.wire.maxFrame = int(cfg.maxFrame)
 	}
+	c.maxSend = uint32(c.wire.maxFrame)
 	if c.wire.maxBatchBytes <= 0 {
 		c.wire.maxBatchBytes = defaultNodeBytes
 	}
@@ -288,6 +332,7 @@ func newConn(nc net.Conn, cfg *config) *conn {
 	c := &conn{
 		nc:           nc,
 		maxFrame:     cfg.maxFrame,
+		maxSend:      cfg.maxFrame,
 		writeTimeout: cfg.requestTimeout,
 		bw:           bufio.NewWriterSize(nc, 64<<10),
 		pending:      make(map[uint32]handler),
@@ -297,11 +342,11 @@ func newConn(nc net.Conn, cfg *config) *conn {
 	return c
 }
 
-// usable reports whether the connection can still carry requests.
+// usable reports whether the connection can still carry new requests.
 func (c *conn) usable() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.err == nil
+	return c.err == nil && !c.retired
 }
 
 // send registers h (nil for a request with no answer) and writes req.
@@ -325,8 +370,8 @@ func (c *conn) send(req wire.Request, h handler) (uint32, error) {
 
 	frame := wire.AppendRequestFrame((*bp)[:0], corr, req)
 	*bp = frame[:0]
-	if len(frame)-wire.LenPrefixSize > int(c.maxFrame) {
-		return 0, fmt.Errorf("%w: %d bytes > limit %d", ErrRequestTooLarge, len(frame)-wire.LenPrefixSize, c.maxFrame)
+	if len(frame)-wire.LenPrefixSize > int(c.maxSend) {
+		return 0, fmt.Errorf("%w: %d bytes > limit %d", ErrRequestTooLarge, len(frame)-wire.LenPrefixSize, c.maxSend)
 	}
 	if h != nil {
 		c.mu.Lock()
@@ -363,11 +408,31 @@ func (c *conn) write(frame []byte) error {
 }
 
 // forget drops the handler of a request whose caller gave up; its answer,
-// if it comes, is discarded.
+// if it comes, is discarded. A connection of the poll lane is retired
+// then: the wire has no way to cancel a long poll, whose slot on the node
+// stays taken until its wait ends, but closing the connection ends every
+// poll on it. It closes once its other polls are answered.
 func (c *conn) forget(corr uint32) {
 	c.mu.Lock()
 	delete(c.pending, corr)
+	if c.poll {
+		c.retired = true
+	}
+	idle := c.idleLocked()
 	c.mu.Unlock()
+	if idle {
+		c.fail(errRetired)
+	}
+}
+
+// errRetired ends a retired connection once nothing is pending on it.
+var errRetired = fmt.Errorf("%w: connection retired", ErrDisconnected)
+
+// idleLocked reports whether c is retired and nothing is pending on it.
+//
+// REQUIRES: c.mu held.
+func (c *conn) idleLocked() bool {
+	return c.retired && c.err == nil && len(c.pending) == 0
 }
 
 // roundTrip sends req and waits for its answer, for ctx, or for the
@@ -420,6 +485,11 @@ func (c *conn) readLoop() {
 	var buf []byte
 	for {
 		corr, code, payload, owned, err := c.readAnswer(br, &buf)
+		var large *tooLarge
+		if errors.As(err, &large) {
+			c.refuseAnswer(large)
+			continue
+		}
 		if err != nil {
 			c.fail(err)
 			return
@@ -436,6 +506,7 @@ func (c *conn) readLoop() {
 		if h != nil && !h.stream() {
 			delete(c.pending, corr)
 		}
+		idle := c.idleLocked()
 		c.mu.Unlock()
 		switch {
 		case h == nil && owned:
@@ -446,7 +517,51 @@ func (c *conn) readLoop() {
 		default:
 			h.deliver(code, slices.Clone(payload))
 		}
+		if idle {
+			c.fail(errRetired)
+		}
 	}
+}
+
+// tooLarge is an answer over the client's frame limit, read and dropped.
+type tooLarge struct {
+	corr uint32
+	n    uint32
+}
+
+func (e *tooLarge) Error() string { return "answer too large" }
+
+// refuseAnswer fails the call whose answer was too large to read; the
+// connection goes on.
+func (c *conn) refuseAnswer(large *tooLarge) {
+	c.mu.Lock()
+	h := c.pending[large.corr]
+	delete(c.pending, large.corr)
+	idle := c.idleLocked()
+	c.mu.Unlock()
+	if h != nil {
+		h.fail(fmt.Errorf("%w: %d bytes > limit %d (WithMaxFrame)", ErrAnswerTooLarge, large.n, c.maxFrame))
+	}
+	if idle {
+		c.fail(errRetired)
+	}
+}
+
+// skipAnswer reads past the answer of n bytes whose length prefix is next
+// in br, keeping only its correlation id: an answer over the client's
+// frame limit fails its call, not the connection.
+func skipAnswer(br *bufio.Reader, n uint32) error {
+	var hdr [wire.LenPrefixSize + wire.ResponseHeaderSize]byte
+	if n < wire.ResponseHeaderSize {
+		return fmt.Errorf("%w: answer of %d bytes", ErrProtocol, n)
+	}
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return fmt.Errorf("%w: %w", ErrDisconnected, unexpectedEOF(err))
+	}
+	if _, err := br.Discard(int(n) - wire.ResponseHeaderSize); err != nil {
+		return fmt.Errorf("%w: %w", ErrDisconnected, unexpectedEOF(err))
+	}
+	return &tooLarge{corr: binary.BigEndian.Uint32(hdr[wire.LenPrefixSize:]), n: n}
 }
 
 // readAnswer reads the next answer. A large one (a fetch page) is read
@@ -456,6 +571,9 @@ func (c *conn) readLoop() {
 func (c *conn) readAnswer(br *bufio.Reader, buf *[]byte) (corr uint32, code uint16, payload []byte, owned bool, err error) {
 	if prefix, perr := br.Peek(wire.LenPrefixSize); perr == nil {
 		n := binary.BigEndian.Uint32(prefix)
+		if n > c.maxFrame {
+			return 0, 0, nil, false, skipAnswer(br, n)
+		}
 		if n >= minPooledPayload && n <= c.maxFrame && n <= maxReadBuf {
 			var hdr [wire.LenPrefixSize + wire.ResponseHeaderSize]byte
 			if _, err := io.ReadFull(br, hdr[:]); err != nil {

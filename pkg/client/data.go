@@ -243,15 +243,26 @@ func produceRequest(topic string, recs []Record, now time.Time) wire.ProduceRequ
 	return wire.ProduceRequest{Topic: str(topic), Records: out}
 }
 
-// Commit stores cursor durably as group's position in topic. Later
-// fetches and subscriptions of the group resume there.
-func (c *Client) Commit(ctx context.Context, topic, group, cursor string) error {
-	req := wire.CommitRequest{Topic: str(topic), Group: str(group), Cursor: str(cursor)}
+// CommitOptions says what Commit stores: Cursor as Group's position.
+type CommitOptions struct {
+	// Group is the consumer group whose position moves.
+	Group string
+	// Cursor is the position, a Page.Cursor: the group resumes after the
+	// records of that page.
+	Cursor string
+}
+
+// Commit stores opt.Cursor durably as opt.Group's position in topic.
+// Later fetches and subscriptions of the group resume there. A commit
+// never moves a group back (SeekGroup does).
+func (c *Client) Commit(ctx context.Context, topic string, opt CommitOptions) error {
+	req := wire.CommitRequest{Topic: str(topic), Group: str(opt.Group), Cursor: str(opt.Cursor)}
 	return c.do(ctx, request{req: req, resend: true})
 }
 
 // LeaveGroup removes member from group so its ranges pass to the other
-// members now rather than after their session timeout.
+// members now rather than after their session timeout. (It keeps its
+// positional arguments: a Consumer leaves its group when closed.)
 func (c *Client) LeaveGroup(ctx context.Context, topic, group, member string) error {
 	req := wire.LeaveGroupRequest{Topic: str(topic), Group: str(group), Member: str(member)}
 	return c.do(ctx, request{req: req, resend: true})

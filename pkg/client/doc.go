@@ -15,19 +15,28 @@
 //
 //	page, err := c.Fetch(ctx, "orders", client.FetchOptions{Group: "billing", Wait: 10 * time.Second})
 //	for _, r := range page.Records { ... }
-//	err = c.Commit(ctx, "orders", "billing", page.Cursor)
+//	err = c.Commit(ctx, "orders", client.CommitOptions{Group: "billing", Cursor: page.Cursor})
 //
 // # Connections
 //
-// A Client holds one TCP connection and multiplexes every call on it by
-// correlation id: calls from many goroutines are pipelined, a reader
-// goroutine hands each answer to its caller, and writes of a burst of
-// calls share one flush. Long polls do not hold up other calls. If the
-// connection breaks, calls waiting on it fail with ErrDisconnected and the
-// next call dials and authenticates again. A Subscription takes a
-// connection of its own, because stream mode takes a connection over.
+// A Client holds one TCP connection for its calls and multiplexes them
+// on it by correlation id: calls from many goroutines are pipelined, a
+// reader goroutine hands each answer to its caller, and writes of a burst
+// of calls share one flush. Long polls (a Fetch with Wait) go on a second
+// connection of their own, because the node holds a poll's slot on its
+// connection until it answers: they never hold up other calls. The wire
+// cannot cancel a request, so a poll connection whose caller gave up on a
+// poll is retired and closes once its other polls are answered, which
+// frees the node's slots. If a connection breaks, calls waiting on it fail
+// with ErrDisconnected and the next call dials and authenticates again,
+// trying the seed addresses (WithSeeds) in turn. A request over the frame
+// limit, the client's or the node's, fails alone before it is sent
+// (ErrRequestTooLarge); an answer over the client's limit fails its call
+// alone (ErrAnswerTooLarge). A Subscription takes a connection of its own,
+// because stream mode takes a connection over. WithLogger and WithMetrics
+// report connections and requests. docs/client.md has the whole model.
 //
-// WithTLS runs every connection over TLS. Besides a user and password
+// WithTLS (or WithTLSConfig) runs every connection over TLS. Besides a user and password
 // (WithCredentials), a connection can log in with its TLS client
 // certificate (WithMTLSAuth) or with a JWT (WithToken, or WithTokenSource
 // for a token fetched anew at each connection).
@@ -62,15 +71,18 @@
 //
 // # Errors
 //
-// The broker's refusals are *Error values carrying the wire reason and
-// whether it is retriable, with one sentinel per reason, so callers write
-// errors.Is(err, client.ErrNoSuchTopic). Request methods retry retriable
-// reasons (migrating, not_owner, no_quorum, metadata_unavailable,
-// shutting_down, retry, ...) with capped exponential back-off
-// (WithRetry). A request whose connection broke after it was sent is
-// retried only when repeating it is harmless or allowed: reads, commits,
-// and produces, which are at-least-once. IsRetriable tells whether an
-// error that reached the caller is worth retrying later.
+// The broker's refusals are *Error values carrying the wire reason,
+// whether it is retriable, and the operation and topic of the call, with
+// one sentinel per reason, so callers write errors.Is(err,
+// client.ErrNoSuchTopic). Each call returns an *Error of its own, never a
+// sentinel, so what errors.As hands out may be kept or changed. Request
+// methods retry retriable reasons (migrating, not_owner, no_quorum,
+// metadata_unavailable, shutting_down, retry, ...) with capped
+// exponential back-off (WithRetry). A request whose connection broke
+// after it was sent is retried only when repeating it is harmless or
+// allowed: reads, commits, and produces, which are at-least-once.
+// IsRetriable tells whether an error that reached the caller is worth
+// retrying later.
 //
 // # Producing
 //
@@ -78,12 +90,16 @@
 // records per topic (linger, size limits), pipelines the batches on the
 // Client's connection and reports each record through a promise, or, for
 // callers that only count or time acknowledgements, each request through
-// ProducerOptions.OnBatch, which costs nothing per record. One
-// goroutine writes a topic's batches in order and the broker keeps the
-// produces of a connection in order, so per-key order holds; promises run
-// in Produce order per topic. Buffering is bounded: Produce blocks once
-// MaxBufferedRecords are waiting. Produce copies the record's bytes, so
-// the caller may reuse its buffers at once.
+// ProducerOptions.OnBatch, which costs nothing per record. One goroutine
+// writes a topic's batches in order and the broker keeps the produces of
+// a connection in order, so per-key order holds; promises run in Produce
+// order per topic. Batches refused with a retriable reason, or whose
+// answers were lost, are sent again in order, never after a newer batch
+// of their topic was stored. Buffering is bounded in records and bytes
+// (MaxBufferedRecords, MaxBufferedBytes): Produce blocks for room.
+// Produce copies the record's bytes, so the caller may reuse its buffers
+// at once. A promise must not wait for the producer: Flush and Close
+// called from one return ErrInPromise.
 //
 // # Wire versions
 //
@@ -105,8 +121,9 @@
 // routes again. Reading, Fetch gets stored batches back (fetch_batches),
 // bounded by FetchOptions.MaxBytes and, when positive, exactly by Max
 // records, checks their CRCs and decodes them; each record says which
-// range it was read from (Record.Range). Unlike v1, a v2 Fetch of a
-// missing topic fails with ErrNoSuchTopic.
+// range it was read from (Record.Range). A Fetch of a missing topic fails
+// with ErrNoSuchTopic with either version (a v1 node answers it with an
+// empty page without a cursor, which the client reports so).
 //
 // Both versions store the same records: what a v1 client produced, a v2
 // client reads, and the other way round. Subscriptions (Subscribe) use

@@ -284,17 +284,6 @@ func TestLongPollTimesOutEmpty(t *testing.T) {
 	}
 }
 
-// TestFetchUnknownTopicIsEmpty: with wire v1 a fetch of an unknown topic
-// answers an empty page (wire v2: TestV2MissingTopic).
-func TestFetchUnknownTopicIsEmpty(t *testing.T) {
-	n, _ := start(t)
-	c := n.Client(t, "admin", "admin123", client.WithWireVersion(1))
-	page, err := c.Fetch(t.Context(), "nothing-here", client.FetchOptions{})
-	if err != nil || len(page.Records) != 0 {
-		t.Fatalf("fetch of an unknown topic: %+v, %v (wire v1 answers an empty page)", page, err)
-	}
-}
-
 // TestSubscribeWindow: with window 10, the broker pushes exactly 10
 // records and then nothing until an ack returns credit; rounds of ack and
 // receive walk through all 100 records in order. A group subscription
@@ -311,7 +300,7 @@ func TestSubscribeWindow(t *testing.T) {
 		produce(t, c, "stream", batch...)
 	}
 
-	sub, err := c.Subscribe(t.Context(), "stream", "g", "", window, 100)
+	sub, err := c.Subscribe(t.Context(), "stream", client.SubscribeOptions{Group: "g", Window: window, PageMax: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +342,7 @@ func TestSubscribeWindow(t *testing.T) {
 	sub.Close()
 
 	// Resume: the group committed up to record 99, not the unacked 100.
-	sub, err = c.Subscribe(t.Context(), "stream", "g", "", window, 100)
+	sub, err = c.Subscribe(t.Context(), "stream", client.SubscribeOptions{Group: "g", Window: window, PageMax: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +365,7 @@ func TestGroupCommitSurvivesRestart(t *testing.T) {
 	if err != nil || len(page.Records) != 4 {
 		t.Fatalf("first fetch: %d records, %v", len(page.Records), err)
 	}
-	if err := c.Commit(t.Context(), "durable", "g", page.Cursor); err != nil {
+	if err := c.Commit(t.Context(), "durable", client.CommitOptions{Group: "g", Cursor: page.Cursor}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -551,7 +540,7 @@ func TestTypedErrors(t *testing.T) {
 			return err
 		}, client.ErrNoSuchTopic},
 		{"subscribe to a missing topic", func() error {
-			_, err := admin.Subscribe(ctx, "missing", "", "", 0, 0)
+			_, err := admin.Subscribe(ctx, "missing", client.SubscribeOptions{})
 			return err
 		}, client.ErrNoSuchTopic},
 		{"forged cursor", func() error {
@@ -563,7 +552,7 @@ func TestTypedErrors(t *testing.T) {
 			return err
 		}, client.ErrInvalidCursor},
 		{"commit a forged cursor", func() error {
-			return admin.Commit(ctx, "typed", "g", string(forged))
+			return admin.Commit(ctx, "typed", client.CommitOptions{Group: "g", Cursor: string(forged)})
 		}, client.ErrInvalidCursor},
 		{"consumer produces", func() error {
 			_, err := consumer.Produce(ctx, "typed", client.Record{Value: []byte("x")})
@@ -574,11 +563,11 @@ func TestTypedErrors(t *testing.T) {
 			return err
 		}, client.ErrPermissionDenied},
 		{"producer subscribes", func() error {
-			_, err := producer.Subscribe(ctx, "typed", "g", "", 0, 0)
+			_, err := producer.Subscribe(ctx, "typed", client.SubscribeOptions{Group: "g"})
 			return err
 		}, client.ErrPermissionDenied},
 		{"consumer creates a user", func() error {
-			return consumer.CreateUser(ctx, "mallory", "secret123", client.PermAdmin)
+			return consumer.CreateUser(ctx, "mallory", client.UserOptions{Password: "secret123", Perms: []string{client.PermAdmin}})
 		}, client.ErrPermissionDenied},
 		{"topic exists", func() error { return admin.CreateTopic(ctx, "typed") }, client.ErrAlreadyExists},
 		{"bad topic name", func() error { return admin.CreateTopic(ctx, "a/b") }, client.ErrInvalidTopicName},
@@ -613,10 +602,10 @@ func TestTypedErrors(t *testing.T) {
 func TestUsersAndACLs(t *testing.T) {
 	n, admin := start(t)
 	ctx := t.Context()
-	if err := admin.CreateUser(ctx, "dana", "first-pass", client.PermConsume); err != nil {
+	if err := admin.CreateUser(ctx, "dana", client.UserOptions{Password: "first-pass", Perms: []string{client.PermConsume}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.CreateUser(ctx, "dana", "x", client.PermConsume); !errors.Is(err, client.ErrUserExists) {
+	if err := admin.CreateUser(ctx, "dana", client.UserOptions{Password: "x", Perms: []string{client.PermConsume}}); !errors.Is(err, client.ErrUserExists) {
 		t.Fatalf("duplicate user: %v", err)
 	}
 	users, err := admin.ListUsers(ctx)
@@ -640,20 +629,20 @@ func TestUsersAndACLs(t *testing.T) {
 	}
 	n.Client(t, "dana", "second-pass")
 
-	if err := admin.GrantACL(ctx, "dana", "consume", "orders.*"); err != nil {
+	if err := admin.GrantACL(ctx, "dana", client.ACL{Operation: "consume", Resource: "orders.*"}); err != nil {
 		t.Fatal(err)
 	}
 	acls, err := admin.ListACLs(ctx, "dana")
 	if err != nil || !slices.Contains(acls, client.ACL{Operation: "consume", Resource: "orders.*"}) {
 		t.Fatalf("acls after grant: %+v, %v", acls, err)
 	}
-	if err := admin.GrantACL(ctx, "dana", "fly", "x"); !errors.Is(err, client.ErrInvalidOperation) {
+	if err := admin.GrantACL(ctx, "dana", client.ACL{Operation: "fly", Resource: "x"}); !errors.Is(err, client.ErrInvalidOperation) {
 		t.Fatalf("grant of a bad operation: %v", err)
 	}
-	if err := admin.RevokeACL(ctx, "dana", "consume", "orders.*"); err != nil {
+	if err := admin.RevokeACL(ctx, "dana", client.ACL{Operation: "consume", Resource: "orders.*"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.RevokeACL(ctx, "dana", "consume", "orders.*"); err != nil {
+	if err := admin.RevokeACL(ctx, "dana", client.ACL{Operation: "consume", Resource: "orders.*"}); err != nil {
 		t.Fatalf("revoke is idempotent, got %v", err)
 	}
 	if acls, err := admin.ListACLs(ctx, "dana"); err != nil || len(acls) != 0 {

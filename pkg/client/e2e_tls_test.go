@@ -48,7 +48,7 @@ func TestE2ETLS(t *testing.T) {
 	if _, err := admin.ListUsers(ctx); err != nil {
 		t.Fatalf("an admin request after mtls_auth: %v", err)
 	}
-	sub, err := admin.Subscribe(ctx, "secure", "g", "", 0, 0)
+	sub, err := admin.Subscribe(ctx, "secure", client.SubscribeOptions{Group: "g"})
 	if err != nil {
 		t.Fatalf("subscribe over TLS: %v", err)
 	}
@@ -75,7 +75,7 @@ func TestNodeRefusesEmptyPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.CreateUser(t.Context(), "nopass", "", "consume"); !errors.Is(err, client.ErrInvalidPassword) {
+	if err := c.CreateUser(t.Context(), "nopass", client.UserOptions{Password: "", Perms: []string{"consume"}}); !errors.Is(err, client.ErrInvalidPassword) {
 		t.Fatalf("create with an empty password: %v", err)
 	}
 	if err := c.ChangePassword(t.Context(), "admin", strings.Repeat("x", 1025)); !errors.Is(err, client.ErrInvalidPassword) {

@@ -2,6 +2,9 @@ package client
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/wire"
@@ -17,7 +20,15 @@ import (
 // reason, so it also works for Errors built elsewhere:
 //
 //	if errors.Is(err, client.ErrNoSuchTopic) { ... }
+//
+// Every *Error a call returns is a value of its own, never one of the
+// sentinels: errors.As hands out a copy that the caller may keep or
+// change without changing what the sentinel, or any other error, says.
 type Error struct {
+	// Op is the operation that was refused, such as "fetch" or
+	// "create_topic", and Topic the topic it named, "" for calls that name
+	// none. Both are empty on the sentinels.
+	Op, Topic string
 	// Reason is the wire reason, such as "no_such_topic".
 	Reason string
 	// Retriable reports that retrying after a back-off is safe and may
@@ -29,8 +40,17 @@ type Error struct {
 	RetryAfter time.Duration
 }
 
-// Error returns "malachi: " followed by the reason.
-func (e *Error) Error() string { return "malachi: " + e.Reason }
+// Error returns "malachi: ", the operation and topic if known, and the
+// reason, as in `malachi: fetch "orders": no_such_topic`.
+func (e *Error) Error() string {
+	switch {
+	case e.Op == "":
+		return "malachi: " + e.Reason
+	case e.Topic == "":
+		return "malachi: " + e.Op + ": " + e.Reason
+	}
+	return fmt.Sprintf("malachi: %s %q: %s", e.Op, e.Topic, e.Reason)
+}
 
 // Is reports whether target is an *Error with the same reason.
 func (e *Error) Is(target error) bool {
@@ -40,7 +60,21 @@ func (e *Error) Is(target error) bool {
 
 // Description says when the broker sends the error's reason, or "" for a
 // reason this client does not know.
-func (e *Error) Description() string { return wire.Reasons[e.Reason].Description }
+func (e *Error) Description() string {
+	if d, ok := descriptions[e.Reason]; ok {
+		return d
+	}
+	return wire.Reasons[e.Reason].Description
+}
+
+// descriptions replaces the wire table's description of reasons whose text
+// speaks of storage positions, which clients never see.
+var descriptions = map[string]string{
+	wire.ReasonOffsetMismatch: "The replicas of a range disagreed (a stale view); retry after they heal.",
+	wire.ReasonInvalidBatch: "A batch of produce_batches is not acceptable: its framing, CRC, counts, timestamps or sizes are wrong, " +
+		"its records section does not decompress to its declared length, or it is over a limit api_versions reports. " +
+		"Nothing of the request was stored.",
+}
 
 // Client-side conditions. None of them is an *Error.
 var (
@@ -68,6 +102,19 @@ var (
 	// does not speak TLS, or it refused the client certificate. Retrying
 	// does not help; IsRetriable reports false.
 	ErrTLS = errors.New("malachi: TLS failed")
+	// ErrAnswerTooLarge means the answer to a call was larger
+	// than the client's frame limit (WithMaxFrame). The answer was read
+	// and dropped; only that call fails, and the connection stays up.
+	ErrAnswerTooLarge = errors.New("malachi: answer too large")
+	// ErrBufferFull fails a Producer's record whose Produce context ended
+	// while it waited for room in the buffer (MaxBufferedRecords,
+	// MaxBufferedBytes). It wraps the context's error.
+	ErrBufferFull = errors.New("malachi: producer buffer full")
+	// ErrInPromise is returned by Producer.Flush and Producer.Close, and
+	// fails a record of Producer.Produce that would have to wait for room,
+	// when called from a promise or OnBatch: each would wait for the
+	// promise that called it.
+	ErrInPromise = errors.New("malachi: called from a producer promise")
 )
 
 // IsRetriable reports whether err is worth retrying after a back-off: a
@@ -89,13 +136,69 @@ func reasonError(reason string) *Error {
 	return e
 }
 
-// errorFor returns the sentinel of reason, or a new non-retriable *Error
-// for a reason this client does not know (a newer broker).
+// errorFor returns a copy of the sentinel of reason, or a new
+// non-retriable *Error for a reason this client does not know (a newer
+// broker). Never the sentinel itself: the caller may set fields on it.
 func errorFor(reason string) *Error {
 	if e, ok := reasonErrors[reason]; ok {
-		return e
+		cp := *e
+		return &cp
 	}
 	return &Error{Reason: reason}
+}
+
+// opError names the operation and topic in err: on an *Error at its head
+// by setting Op and Topic (on a copy), else by wrapping it.
+func opError(op, topic string, err error) error {
+	if e, ok := err.(*Error); ok {
+		if e.Op != "" {
+			return err
+		}
+		cp := *e
+		cp.Op, cp.Topic = op, topic
+		return &cp
+	}
+	var named *callError
+	if errors.As(err, &named) {
+		return err
+	}
+	return &callError{op: op, topic: topic, err: err}
+}
+
+// callError is a failure that is not the broker's refusal (a broken
+// connection, a timeout, a closed client), named with its call.
+type callError struct {
+	op, topic string
+	err       error
+}
+
+func (e *callError) Error() string {
+	msg := strings.TrimPrefix(e.err.Error(), "malachi: ")
+	if e.topic == "" {
+		return "malachi: " + e.op + ": " + msg
+	}
+	return fmt.Sprintf("malachi: %s %q: %s", e.op, e.topic, msg)
+}
+
+func (e *callError) Unwrap() error { return e.err }
+
+// requestOp names a request's operation and topic for its errors: the
+// wire key's name (the _batches variants named as the calls they serve)
+// and the request's Topic field, if it has one.
+func requestOp(req wire.Request) (op, topic string) {
+	op = strings.TrimSuffix(wire.KeyName(req.APIKey()), "_batches")
+	v := reflect.Indirect(reflect.ValueOf(req))
+	if v.Kind() != reflect.Struct {
+		return op, ""
+	}
+	switch f := v.FieldByName("Topic"); {
+	case !f.IsValid():
+	case f.Kind() == reflect.String:
+		topic = f.String()
+	case f.Kind() == reflect.Pointer && !f.IsNil() && f.Elem().Kind() == reflect.String:
+		topic = f.Elem().String()
+	}
+	return op, topic
 }
 
 // One sentinel per reason the broker may send, grouped as in the wire
@@ -144,7 +247,9 @@ var (
 	ErrMetadataUnavailable = reasonError(wire.ReasonMetadataUnavailable)
 	ErrUnreachable         = reasonError(wire.ReasonUnreachable)
 	ErrNotPrimary          = reasonError(wire.ReasonNotPrimary)
-	ErrOffsetMismatch      = reasonError(wire.ReasonOffsetMismatch)
+	// offset_mismatch is a disagreement between replicas, which clients
+	// see only as a retriable *Error; it has no exported sentinel.
+	errReplicasDisagree    = reasonError(wire.ReasonOffsetMismatch)
 	ErrSegmentExists       = reasonError(wire.ReasonSegmentExists)
 	ErrSealed              = reasonError(wire.ReasonSealed)
 	ErrSegmentOverlap      = reasonError(wire.ReasonSegmentOverlap)
@@ -181,4 +286,7 @@ var (
 	ErrUnroutable          = reasonError(wire.ReasonUnroutable)
 	ErrInsufficientDomains = reasonError(wire.ReasonInsufficientDomains)
 	ErrInternalError       = reasonError(wire.ReasonInternalError)
+	// ErrStaleMember: a member's commit came after it left, was evicted or
+	// joined again; nothing was committed.
+	ErrStaleMember = reasonError(wire.ReasonStaleMember)
 )

@@ -3,6 +3,11 @@ package client
 import (
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"strings"
 	"testing"
 
 	"github.com/malachi-log/malachi/internal/wire"
@@ -72,6 +77,81 @@ func TestIsRetriable(t *testing.T) {
 	for _, tc := range tests {
 		if got := IsRetriable(tc.err); got != tc.want {
 			t.Errorf("IsRetriable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestErrorsAsHandsOutCopies: the *Error a call returns is its own value:
+// changing what errors.As gave changes neither the sentinel nor the error
+// of another call.
+func TestErrorsAsHandsOutCopies(t *testing.T) {
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		fc.refuse(corr, wire.ReasonNoSuchTopic)
+	})
+	c := dialFake(t, f)
+	_, first := c.DescribeTopic(t.Context(), "orders")
+	_, second := c.DescribeTopic(t.Context(), "orders")
+	var e *Error
+	if !errors.As(first, &e) || e == ErrNoSuchTopic {
+		t.Fatalf("errors.As(%v) gave %p, the sentinel is %p", first, e, ErrNoSuchTopic)
+	}
+	e.Reason, e.Retriable = "changed", true
+	if ErrNoSuchTopic.Reason != wire.ReasonNoSuchTopic || ErrNoSuchTopic.Retriable || ErrNoSuchTopic.Op != "" {
+		t.Fatalf("the sentinel changed: %+v", *ErrNoSuchTopic)
+	}
+	if !errors.Is(second, ErrNoSuchTopic) {
+		t.Fatalf("another call's error changed: %v", second)
+	}
+}
+
+// TestErrorsNameTheCall: a refusal and a failure of the connection both
+// say which operation on which topic failed, and still match their
+// sentinels.
+func TestErrorsNameTheCall(t *testing.T) {
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		if _, ok := req.(*wire.DescribeTopicRequest); ok {
+			fc.refuse(corr, wire.ReasonPermissionDenied)
+			return
+		}
+		fc.nc.Close()
+	})
+	c := dialFake(t, f, WithRetry(1, 0))
+	_, err := c.DescribeTopic(t.Context(), "orders")
+	var e *Error
+	if !errors.As(err, &e) || e.Op != "describe_topic" || e.Topic != "orders" || !errors.Is(err, ErrPermissionDenied) {
+		t.Fatalf("refusal %v (%+v): want Op describe_topic, Topic orders", err, e)
+	}
+	if msg := err.Error(); msg != `malachi: describe_topic "orders": permission_denied` {
+		t.Fatalf("refusal reads %q", msg)
+	}
+	_, err = c.ListGroups(t.Context(), "payments")
+	if !errors.Is(err, ErrDisconnected) || !strings.Contains(err.Error(), `list_groups "payments"`) {
+		t.Fatalf("broken connection: %v, want ErrDisconnected naming list_groups \"payments\"", err)
+	}
+}
+
+// TestNoExportedNameSpeaksOfOffsets: clients never see offsets, so no
+// exported identifier of the package and no reason's description names
+// them.
+func TestNoExportedNameSpeaksOfOffsets(t *testing.T) {
+	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pkgs {
+		for name, f := range p.Files {
+			for ident, obj := range f.Scope.Objects {
+				if ast.IsExported(ident) && strings.Contains(strings.ToLower(ident), "offset") {
+					t.Errorf("%s: exported %s %s", name, obj.Kind, ident)
+				}
+			}
+		}
+	}
+	for reason := range wire.Reasons {
+		if d := errorFor(reason).Description(); strings.Contains(strings.ToLower(d), "offset") {
+			t.Errorf("%s: description speaks of offsets: %s", reason, d)
 		}
 	}
 }

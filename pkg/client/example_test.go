@@ -49,7 +49,7 @@ func Example() {
 	for _, r := range page.Records {
 		fmt.Printf("%s: %s\n", r.Key, r.Value)
 	}
-	if err := c.Commit(ctx, "orders", "billing", page.Cursor); err != nil {
+	if err := c.Commit(ctx, "orders", client.CommitOptions{Group: "billing", Cursor: page.Cursor}); err != nil {
 		log.Fatal(err)
 	}
 	// Output:
@@ -114,7 +114,7 @@ func ExampleClient_Subscribe() {
 		}
 	}
 
-	sub, err := c.Subscribe(ctx, "events", "audit", "", 100, 10)
+	sub, err := c.Subscribe(ctx, "events", client.SubscribeOptions{Group: "audit", Window: 100, PageMax: 10})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -198,4 +198,149 @@ func ExampleWithTokenSource() {
 		log.Fatal(err)
 	}
 	defer c.Close()
+}
+
+// Following a topic: read from a position (here the start; EndCursor for
+// only what comes next) and long-poll for more. Each page's cursor is
+// where the next fetch goes on; an empty page after the wait is normal.
+func Example_followTopic() {
+	node, err := clienttest.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "logs"); err != nil {
+		log.Fatal(err)
+	}
+	go func() {
+		for i := range 3 {
+			c.Produce(ctx, "logs", client.Record{Value: fmt.Appendf(nil, "line %d", i)})
+		}
+	}()
+
+	cursor := "" // the start of the topic
+	for seen := 0; seen < 3; {
+		// Long polls go on a connection of their own: they never hold up
+		// the client's other calls.
+		page, err := c.Fetch(ctx, "logs", client.FetchOptions{Cursor: cursor, Wait: 10 * time.Second})
+		if errors.Is(err, client.ErrNoSuchTopic) {
+			log.Fatal("the topic was deleted")
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, r := range page.Records {
+			fmt.Println(string(r.Value))
+		}
+		seen += len(page.Records)
+		cursor = page.Cursor
+	}
+	// Output:
+	// line 0
+	// line 1
+	// line 2
+}
+
+// A group's lag: the records after its committed position, in total and
+// per range.
+func ExampleClient_DescribeGroup() {
+	node, err := clienttest.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "orders"); err != nil {
+		log.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := c.Produce(ctx, "orders", client.Record{Value: fmt.Appendf(nil, "order %d", i)}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	page, err := c.Fetch(ctx, "orders", client.FetchOptions{Group: "billing", Max: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Commit(ctx, "orders", client.CommitOptions{Group: "billing", Cursor: page.Cursor}); err != nil {
+		log.Fatal(err)
+	}
+
+	g, err := c.DescribeGroup(ctx, "orders", "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("lag:", g.Lag)
+	// Output:
+	// lag: 3
+}
+
+// Resuming after a crash: a group commits a page only once it is
+// processed, so a process that dies between the two reads the page again
+// when it comes back (at-least-once): make processing idempotent, or keep
+// the cursor with the results, in one transaction, and fetch from it.
+func Example_resumeAfterCrash() {
+	node, err := clienttest.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	dial := func() *client.Client {
+		c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		return c
+	}
+	c := dial()
+	if err := c.CreateTopic(ctx, "payments"); err != nil {
+		log.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := c.Produce(ctx, "payments", client.Record{Value: fmt.Appendf(nil, "payment %d", i)}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	process := func(c *client.Client, commit bool) {
+		page, err := c.Fetch(ctx, "payments", client.FetchOptions{Group: "ledger", Max: 2})
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, r := range page.Records {
+			fmt.Println("processed", string(r.Value))
+		}
+		if commit {
+			if err := c.Commit(ctx, "payments", client.CommitOptions{Group: "ledger", Cursor: page.Cursor}); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	process(c, true)
+	process(c, false) // the process dies before it commits
+	c.Close()
+
+	fmt.Println("restarted")
+	c = dial()
+	defer c.Close()
+	process(c, true) // the group's committed position: after payment 1
+	// Output:
+	// processed payment 0
+	// processed payment 1
+	// processed payment 2
+	// processed payment 3
+	// restarted
+	// processed payment 2
+	// processed payment 3
 }

@@ -54,3 +54,33 @@ func Resumed(c *Client) bool {
 	defer c.mu.Unlock()
 	return c.cur != nil && c.cur.resumed
 }
+
+// Pending counts the calls waiting for their answers on the client's
+// connections, the poll lane's included.
+func Pending(c *Client) int {
+	c.mu.Lock()
+	conns := []*conn{c.cur, c.poll}
+	c.mu.Unlock()
+	n := 0
+	for _, cn := range conns {
+		if cn != nil {
+			cn.mu.Lock()
+			n += len(cn.pending)
+			cn.mu.Unlock()
+		}
+	}
+	return n
+}
+
+// PollLane reports on the connection long polls last used: whether there
+// is one, and whether it is still open (a retired one closes once its
+// polls are answered).
+func PollLane(c *Client) (dialled, open bool) {
+	c.mu.Lock()
+	cn := c.poll
+	c.mu.Unlock()
+	if cn == nil {
+		return false, false
+	}
+	return true, cn.failure() == nil
+}

@@ -390,7 +390,7 @@ func TestRetriesRetriableReasons(t *testing.T) {
 				fc.ok(corr, nil)
 			})
 			c := dialFake(t, f, WithRetry(tc.attempts, 1))
-			err := c.Commit(t.Context(), "t", "g", "cursor")
+			err := c.Commit(t.Context(), "t", CommitOptions{Group: "g", Cursor: "cursor"})
 			if !errors.Is(err, tc.want) && !(tc.want == nil && err == nil) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}

@@ -11,10 +11,13 @@ import (
 
 // Fetch reads the next page of topic from the position opt describes.
 // With opt.Wait, Fetch blocks until a record arrives, the wait ends (an
-// empty page with a cursor to continue from) or ctx is done.
+// empty page with a cursor to continue from) or ctx is done. Such a long
+// poll goes on a connection of its own (see Client), and asks the node to
+// wait no longer than ctx's deadline allows.
 //
-// A topic that does not exist fails a wire v2 fetch with ErrNoSuchTopic;
-// wire v1 answers it with an empty page and an empty Cursor.
+// A topic that does not exist fails the fetch with ErrNoSuchTopic, at
+// once (wire v1 nodes answer it with an empty page without a cursor,
+// which the client reports so).
 //
 // Fetch decodes every record of the page into Page.Records. FetchBatches
 // reads the same page without doing so, for readers that walk the
@@ -63,7 +66,7 @@ func (k *keepPayload) Decode(payload []byte) error {
 // undecoded: a reader that walks the records once (Each) skips building a
 // Record for each, and with it most of a page's allocations.
 func (c *Client) FetchBatches(ctx context.Context, topic string, opt FetchOptions) (*BatchPage, error) {
-	wait := max(opt.Wait, 0)
+	wait := pollWait(ctx, opt.Wait)
 	waitMs := uint32(min((wait+time.Millisecond-1)/time.Millisecond, 1<<31))
 	var (
 		v1 wire.FetchResponse
@@ -71,7 +74,7 @@ func (c *Client) FetchBatches(ctx context.Context, topic string, opt FetchOption
 	)
 	kept := &keepPayload{resp: &v2}
 	sent := time.Now()
-	r, err := c.doPick(ctx, func(cn *conn) (request, error) {
+	r, err := c.doOn(ctx, wait > 0, func(cn *conn) (request, error) {
 		if cn.v2 {
 			req := wire.FetchBatchesRequest{
 				Topic:      str(topic),
@@ -105,8 +108,26 @@ func (c *Client) FetchBatches(ctx context.Context, topic string, opt FetchOption
 		}
 		return p, err
 	}
+	if v1.NextCursor == nil {
+		// Wire v1's answer to a fetch of a missing topic.
+		return nil, &Error{Op: "fetch", Topic: topic, Reason: wire.ReasonNoSuchTopic}
+	}
 	p := toPage(&v1)
 	return &BatchPage{Cursor: p.Cursor, recs: p.Records, n: len(p.Records), rtt: rtt}, nil
+}
+
+// pollWait is how long a long poll asks the node to wait: wait, but no
+// longer than ctx's deadline allows, less a margin for the answer to
+// arrive. A poll the caller gives up on keeps its slot on the node until
+// the node answers it (the wire has no cancel), so a poll is better not
+// asked to outlive its caller.
+func pollWait(ctx context.Context, wait time.Duration) time.Duration {
+	wait = max(wait, 0)
+	if dl, ok := ctx.Deadline(); ok && wait > 0 {
+		left := time.Until(dl)
+		wait = max(min(wait, left-left/10-10*time.Millisecond), time.Millisecond)
+	}
+	return wait
 }
 
 // newBatchPage checks the framing of the batches of a fetch_batches

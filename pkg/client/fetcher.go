@@ -35,15 +35,15 @@ const FetcherDepth = 2
 type Fetcher struct {
 	c      *Client
 	topic  string
-	pages  chan fetchResult
+	pages  chan fetcherResult
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // what ended it, once Next has returned it
 }
 
-// fetchResult is a page read ahead, or why none could be.
-type fetchResult struct {
+// fetcherResult is a page read ahead, or why none could be.
+type fetcherResult struct {
 	page *BatchPage
 	err  error
 }
@@ -55,7 +55,7 @@ func (c *Client) NewFetcher(topic string, opt FetchOptions) *Fetcher {
 	f := &Fetcher{
 		c: c, topic: topic,
 		// One page waits here, and the next in run's hand.
-		pages: make(chan fetchResult, FetcherDepth-1),
+		pages: make(chan fetcherResult, FetcherDepth-1),
 		ctx:   ctx, cancel: cancel,
 		done: make(chan struct{}),
 	}
@@ -237,7 +237,7 @@ func continueFrom(opt FetchOptions, cur string) *FetchOptions {
 // send sends one fetch_batches for o; errNoV2 if the connection does not
 // speak wire v2.
 func (f *Fetcher) send(o FetchOptions) (*fetchCall, error) {
-	cn, err := f.c.conn(f.ctx)
+	cn, err := f.c.laneConn(f.ctx, o.Wait > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +302,7 @@ func (f *Fetcher) fetchOnce(o, start FetchOptions) (*FetchOptions, error) {
 // hand passes a page to Next; false once the Fetcher is stopped.
 func (f *Fetcher) hand(page *BatchPage) bool {
 	select {
-	case f.pages <- fetchResult{page: page}:
+	case f.pages <- fetcherResult{page: page}:
 		return true
 	case <-f.ctx.Done():
 		return false
@@ -312,7 +312,7 @@ func (f *Fetcher) hand(page *BatchPage) bool {
 // finish passes the error that ends the Fetcher to Next.
 func (f *Fetcher) finish(err error) {
 	select {
-	case f.pages <- fetchResult{err: err}:
+	case f.pages <- fetcherResult{err: err}:
 	case <-f.ctx.Done():
 	}
 }

@@ -33,7 +33,7 @@ func TestGroupLagAfterSplitCountsParentOnce(t *testing.T) {
 		t.Fatalf("fetch 1: %d records, %v", len(page.Records), err)
 	}
 	cur := page.Cursor
-	if err := c.Commit(t.Context(), "lag", "g", cur); err != nil {
+	if err := c.Commit(t.Context(), "lag", client.CommitOptions{Group: "g", Cursor: cur}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.SplitRange(t.Context(), "lag", 0); err != nil {
@@ -60,7 +60,7 @@ func TestGroupLagAfterSplitCountsParentOnce(t *testing.T) {
 	}
 	// Reading everything brings the lag to zero.
 	_, end := fetchN(t, c, "lag", cur, 7)
-	if err := c.Commit(t.Context(), "lag", "g", end); err != nil {
+	if err := c.Commit(t.Context(), "lag", client.CommitOptions{Group: "g", Cursor: end}); err != nil {
 		t.Fatal(err)
 	}
 	if g, err = c.DescribeGroup(t.Context(), "lag", "g"); err != nil || g.Lag != 0 {
@@ -88,7 +88,7 @@ func TestGroupSeekDeleteAndMembers(t *testing.T) {
 	createTopic(t, c, "other")
 	produce(t, c, "gs", keyed(6)...)
 	_, end := fetchN(t, c, "gs", "", 6)
-	if err := c.Commit(t.Context(), "gs", "g", end); err != nil {
+	if err := c.Commit(t.Context(), "gs", client.CommitOptions{Group: "g", Cursor: end}); err != nil {
 		t.Fatal(err)
 	}
 	lag := func(want uint64) {

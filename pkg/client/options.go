@@ -3,6 +3,9 @@ package client
 import (
 	"context"
 	"crypto/tls"
+	"io"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/wire"
@@ -46,6 +49,17 @@ type config struct {
 	sess *session
 	// pause waits between paced redials (sleep; tests count instead).
 	pause func(ctx context.Context, d time.Duration) error
+	// seeds, when set, are the addresses dialled in turn (WithSeeds).
+	seeds   *seedList
+	logger  *slog.Logger
+	metrics Metrics
+}
+
+// seedList is the addresses a Client dials, the address given to Dial
+// first; next is the one that answered last, where the next dial starts.
+type seedList struct {
+	addrs []string
+	next  atomic.Int32
 }
 
 func defaultConfig() config {
@@ -57,6 +71,7 @@ func defaultConfig() config {
 		retryBase:      DefaultRetryBase,
 		wireVersion:    DefaultWireVersion,
 		pause:          sleep,
+		logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 
@@ -135,6 +150,9 @@ func WithWireVersion(v int) Option {
 	return func(c *config) { c.wireVersion = v }
 }
 
+// WithTLSConfig is WithTLS, under the name other Go clients use.
+func WithTLSConfig(cfg *tls.Config) Option { return WithTLS(cfg) }
+
 // WithDialRetry makes Dial keep dialling while the node turns the login
 // away for load (rate_limit_exceeded, connection_limit_exceeded,
 // global_limit_exceeded), pacing the attempts as redials are paced (the
@@ -144,4 +162,66 @@ func WithWireVersion(v int) Option {
 // once; RetryAfter reports the node's hint, if it gave one.
 func WithDialRetry() Option {
 	return func(c *config) { c.dialRetry = true }
+}
+
+// WithSeeds gives addresses to dial besides the one passed to Dial, for
+// when that node is down: Dial and every later dial (redials, the poll
+// connection, subscriptions) try the addresses in turn, starting with the
+// last one that answered, until one connects. Every node serves every
+// topic, so any of them will do.
+func WithSeeds(addrs ...string) Option {
+	return func(c *config) {
+		if c.seeds == nil {
+			c.seeds = &seedList{}
+		}
+		c.seeds.addrs = append(c.seeds.addrs, addrs...)
+	}
+}
+
+// WithLogger sends the client's log to l: redials, addresses that failed,
+// producer retries, at debug level; connections lost, at info. By default
+// the client logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithMetrics makes the client report every request and every dial to m,
+// for counters and histograms of the caller's choice; see Metrics.
+func WithMetrics(m Metrics) Option {
+	return func(c *config) { c.metrics = m }
+}
+
+// Metrics receives the client's measurements. Its methods are called on
+// the client's own goroutines, often while a caller waits: they must be
+// quick and must not block (count, observe, return).
+type Metrics interface {
+	// OnRequest is called once for every request attempt that was sent,
+	// when it is answered or fails (a retried call reports each attempt).
+	OnRequest(RequestEvent)
+	// OnConnect is called for every connection the client dials, the
+	// first and each later one (a reconnect), whether it succeeded or not.
+	OnConnect(ConnectEvent)
+}
+
+// RequestEvent is one request attempt.
+type RequestEvent struct {
+	// Op names the request ("produce", "fetch", "commit", ...), as in
+	// Error.Op; Topic is the topic it named, "" if none.
+	Op, Topic string
+	// Duration runs from sending to the answer or the failure; for a long
+	// poll it includes the wait.
+	Duration time.Duration
+	// Err is nil for an ok answer.
+	Err error
+}
+
+// ConnectEvent is one dial: TCP, TLS, negotiation and login.
+type ConnectEvent struct {
+	Addr     string
+	Duration time.Duration
+	Err      error
 }

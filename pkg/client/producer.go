@@ -1,9 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	batchfmt "github.com/malachi-log/malachi/internal/batch"
@@ -17,6 +21,7 @@ const (
 	DefaultMaxBatchBytes      = 1 << 20
 	DefaultMaxInFlight        = 32
 	DefaultMaxBufferedRecords = 100000
+	DefaultMaxBufferedBytes   = 64 << 20
 )
 
 // ProducerOptions tune a Producer. Zero values take the defaults.
@@ -56,6 +61,12 @@ type ProducerOptions struct {
 	// MaxBufferedRecords bounds the records produced whose promise has not
 	// run yet; Produce blocks beyond it (default 100000).
 	MaxBufferedRecords int
+	// MaxBufferedBytes bounds the same records by size (key, value and
+	// headers; default 64 MiB): Produce blocks while a record would take
+	// the buffer past it. A record larger than the bound is taken alone,
+	// once the buffer is empty. A Produce whose context ends while it
+	// waits fails its record with ErrBufferFull.
+	MaxBufferedBytes int
 	// OnBatch, when set, is called once for every produce request the
 	// producer resolves, on the goroutine that runs promises, right after
 	// the promises of its records and in the same order. It tells what a
@@ -100,6 +111,9 @@ func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
 	if o.MaxBufferedRecords <= 0 {
 		o.MaxBufferedRecords = DefaultMaxBufferedRecords
 	}
+	if o.MaxBufferedBytes <= 0 {
+		o.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
 	if !o.Compression.valid() {
 		o.Compression = CompressionNone
 	}
@@ -121,7 +135,8 @@ func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
 // Produce copies the record's Key, Value and Headers (into the batch being
 // built or, with wire v1, into the producer's buffers): the caller may
 // reuse that memory as soon as Produce returns. The Record a promise
-// receives is the one passed to Produce, so its slices are the caller's.
+// receives holds copies too, so it shows the record as it was produced
+// even when the caller has since overwritten its buffers.
 //
 // Ordering: a topic's batches are sealed in Produce order and written to
 // the connection in that order by one sender goroutine, and the broker
@@ -130,11 +145,22 @@ func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
 // a time, in Produce order per topic.
 //
 // Failures: a batch that could not be sent at all (no connection) is
-// retried in place, which keeps the order. A batch the broker refused, or
-// whose connection broke after it was sent, is not retried, because later
-// batches of its topic may already be stored: retrying it would reorder
-// keys. Its promises get the error; IsRetriable tells whether producing
-// the records again is worthwhile. Delivery is at-least-once.
+// retried in place, which keeps the order. A batch the broker refused
+// with a retriable reason, or whose answer was lost (the connection broke
+// or the request timed out), is retried in order: the producer stops
+// sending the topic's batches, waits for those in flight, and sends the
+// failed ones again, oldest first, before anything newer, after a
+// back-off (WithRetry bounds the attempts). If a newer batch of the topic
+// was stored meanwhile, retrying would put older records after newer ones,
+// so the failed batches are not retried and their promises get the error
+// instead; IsRetriable tells whether producing them again is worthwhile.
+// Delivery is at-least-once: a batch whose answer was lost may be stored
+// twice.
+//
+// Promises and OnBatch run on the producer's own goroutine. They may call
+// Produce, but a Produce that would have to wait for buffer space fails
+// its record with ErrInPromise, and Flush and Close return ErrInPromise:
+// each would wait for the promise that called it.
 type Producer struct {
 	c   *Client
 	opt ProducerOptions
@@ -155,11 +181,15 @@ type Producer struct {
 	last   *topicState
 	sendq  []*batch // sealed batches not yet sent, in seal order
 	readyq []*batch // resolved batches whose promises are due, in order
-	// buffered counts records produced whose promise has not run.
-	buffered int
+	// buffered counts records produced whose promise has not run, and
+	// bufferedBytes their sizes (recordSize).
+	buffered, bufferedBytes int
 	// changed is closed and replaced whenever buffered falls.
 	changed chan struct{}
 	closed  bool
+
+	// promiser is the id of the goroutine that runs promises (goid).
+	promiser atomic.Uint64
 }
 
 // topicState is one topic's batches.
@@ -170,6 +200,20 @@ type topicState struct {
 	// queue holds sealed batches until their promises are due, oldest
 	// first; promises run only from its head, which keeps them in order.
 	queue []*batch
+
+	// sealed numbers the topic's batches in seal order (batch.seq).
+	sealed uint64
+	// inflight counts the topic's batches handed to send and not yet
+	// answered or failed.
+	inflight int
+	// stored is the seq of the newest batch the broker stored.
+	stored uint64
+	// held stops the sender from sending the topic's batches while
+	// failed ones wait to be retried: parked takes them instead, in
+	// order, and retry holds the failed ones, ordered by seq.
+	held   bool
+	parked []*batch
+	retry  []*batch
 }
 
 // batch is one produce request of a topic: wire v1 records, or with wire
@@ -182,6 +226,7 @@ type batch struct {
 	n, values int
 	recs      []Record // as produced, for the promises
 	promises  []func(Record, error)
+	parena    []byte // holds the bytes of recs
 	// opened is when the first record was produced, read once per batch:
 	// the time records without one get is opened plus the monotonic time
 	// since, which costs half a wall clock read.
@@ -192,6 +237,12 @@ type batch struct {
 	bytes    int
 	resolved bool
 	err      error
+	// seq is the batch's place in its topic's seal order; attempts counts
+	// the times it was answered with a retriable failure; held is the
+	// buffered bytes of its records.
+	seq      uint64
+	attempts int
+	held     int
 
 	// Wire v1: the records, their bytes copied into arena.
 	wrecs []wire.Record
@@ -213,9 +264,8 @@ type batch struct {
 	out       []wire.RangeBatch
 	finishErr error
 	finished  chan struct{}
-	// v2 says what went out: produce_batches, with sent, its batches.
-	v2   bool
-	sent []wire.RangeBatch
+	// v2 says what went out last: produce_batches.
+	v2 bool
 }
 
 // part is one stored batch of a wire v2 request: a range and its builder.
@@ -252,8 +302,10 @@ func NewProducer(c *Client, opt ProducerOptions) *Producer {
 // goroutine instead). promise may be nil. Produce copies rec's bytes, so
 // the caller may reuse them once it returns.
 //
-// When MaxBufferedRecords records are buffered, Produce waits for space
-// or for ctx to be done; in the latter case promise gets ctx's error.
+// When MaxBufferedRecords records or MaxBufferedBytes bytes are buffered,
+// Produce waits for space or for ctx to be done; in the latter case
+// promise gets ErrBufferFull (wrapping ctx's error). Called from a promise,
+// Produce does not wait: promise gets ErrInPromise when there is no room.
 // With wire v2, the first record of a topic also waits for the topic's
 // routes; if they cannot be had (ErrNoSuchTopic, ErrPermissionDenied, ctx
 // done ...), promise gets that error, in its place in the order.
@@ -269,25 +321,20 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 		table, routeErr = p.c.routes(ctx, topic)
 		if errors.Is(routeErr, errNoV2) {
 			table, routeErr = nil, nil // the connection changed: wire v1
+		} else if routeErr != nil {
+			routeErr = opError("produce", topic, routeErr)
 		}
 	}
 	p.mu.Lock()
-	for !p.closed && routeErr == nil && p.buffered >= p.opt.MaxBufferedRecords {
-		ch := p.changed
-		p.mu.Unlock()
-		select {
-		case <-ch:
-			p.mu.Lock()
-		case <-ctx.Done():
-			p.mu.Lock()
-			routeErr = context.Cause(ctx)
-		}
+	if routeErr == nil {
+		routeErr = p.waitRoomLocked(ctx, topic, size)
 	}
 	if p.closed || routeErr != nil {
 		p.refuseLocked(topic, rec, promise, routeErr)
 		return
 	}
 	p.buffered++
+	p.bufferedBytes += size
 	t := p.topicLocked(topic)
 	if table != nil {
 		p.addV2Locked(t, &rec, promise, size, table, info)
@@ -295,6 +342,36 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 		p.addV1Locked(t, rec, promise)
 	}
 	p.mu.Unlock()
+}
+
+// waitRoomLocked waits until a record of size bytes fits in the buffer,
+// the producer is closed, or ctx ends.
+//
+// REQUIRES: p.mu held; it is held again on return.
+func (p *Producer) waitRoomLocked(ctx context.Context, topic string, size int) error {
+	for !p.closed && p.fullLocked(size) {
+		if goid() == p.promiser.Load() {
+			return fmt.Errorf("produce to %q: buffer full: %w", topic, ErrInPromise)
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+			p.mu.Lock()
+		case <-ctx.Done():
+			p.mu.Lock()
+			return fmt.Errorf("produce to %q: %w: %w", topic, ErrBufferFull, context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+// fullLocked reports whether a record of size bytes must wait for room.
+func (p *Producer) fullLocked(size int) bool {
+	if p.buffered >= p.opt.MaxBufferedRecords {
+		return true
+	}
+	return p.buffered > 0 && p.bufferedBytes+size > p.opt.MaxBufferedBytes
 }
 
 // refuseLocked fails a record Produce does not buffer: ErrClosed after
@@ -330,21 +407,54 @@ func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, e
 	b := t.fill
 	w, b.arena = copyWire(w, b.arena)
 	b.wrecs = append(b.wrecs, w)
-	b.keep(rec, promise)
+	b.keep(rec, promise, recordSize(&rec))
 	b.bytes += size
 	if p.opt.Linger < 0 || b.n >= p.opt.MaxBatchRecords || b.bytes >= p.opt.MaxBatchBytes {
 		p.sealLocked(t)
 	}
 }
 
-// keep counts rec into b, and keeps it for its promise if it has one.
-func (b *batch) keep(rec Record, promise func(Record, error)) {
+// keep counts rec, of size bytes buffered, into b, and keeps a copy of it
+// for its promise if it has one: the caller may have overwritten its
+// buffers by the time the promise runs.
+func (b *batch) keep(rec Record, promise func(Record, error), size int) {
 	b.n++
 	b.values += len(rec.Value)
+	b.held += size
 	if promise != nil {
+		rec, b.parena = copyRecord(rec, b.parena)
 		b.recs = append(b.recs, rec)
 		b.promises = append(b.promises, promise)
 	}
+}
+
+// copyRecord copies r's byte slices (and its Headers slice) into arena, a
+// chunk shared by the promised records of a batch.
+func copyRecord(r Record, arena []byte) (Record, []byte) {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Value)
+	}
+	if cap(arena)-len(arena) < n {
+		arena = make([]byte, 0, max(n, 4<<10))
+	}
+	cp := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(arena)
+		arena = append(arena, b...)
+		return arena[start:len(arena):len(arena)]
+	}
+	r.Key, r.Value = cp(r.Key), cp(r.Value)
+	if r.Headers != nil {
+		hs := make([]Header, len(r.Headers))
+		for i, h := range r.Headers {
+			hs[i] = Header{Key: h.Key, Value: cp(h.Value)}
+		}
+		r.Headers = hs
+	}
+	return r, arena
 }
 
 // batchOverhead is what a batch adds to a produce_batches request besides
@@ -425,7 +535,7 @@ func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, 
 	before := rb.RawLen()
 	addRecord(rb, rec, ms)
 	b.bytes += rb.RawLen() - before
-	b.keep(*rec, promise)
+	b.keep(*rec, promise, size)
 	c := &b.caps
 	if rb.Len() >= c.partRecords || rb.RawLen() >= c.partBytes {
 		b.open[i] = nil // full: the range's next record starts a new part
@@ -482,8 +592,12 @@ func copyWire(w wire.Record, arena []byte) (wire.Record, []byte) {
 
 // Flush sends every buffered batch at once and waits until every record
 // produced so far (and any produced meanwhile) has had its promise
-// called, or until ctx is done.
+// called, or until ctx is done. Called from a promise, it returns
+// ErrInPromise at once.
 func (p *Producer) Flush(ctx context.Context) error {
+	if goid() == p.promiser.Load() {
+		return fmt.Errorf("flush: %w", ErrInPromise)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, t := range p.topics {
@@ -509,8 +623,12 @@ func (p *Producer) Flush(ctx context.Context) error {
 // Close stops accepting records and flushes. If ctx ends first, batches
 // not yet sent fail with ErrClosed and Close returns ctx's error; batches
 // already sent still get their promises when their answers arrive.
-// Close does not close the Client.
+// Close does not close the Client. Called from a promise, it returns
+// ErrInPromise at once and closes nothing.
 func (p *Producer) Close(ctx context.Context) error {
+	if goid() == p.promiser.Load() {
+		return fmt.Errorf("close: %w", ErrInPromise)
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -570,6 +688,8 @@ func (p *Producer) sealLocked(t *topicState) {
 		t.timer.Stop()
 		t.timer = nil
 	}
+	t.sealed++
+	b.seq = t.sealed
 	t.queue = append(t.queue, b)
 	p.sendq = append(p.sendq, b)
 	p.signalLocked(p.wake)
@@ -606,15 +726,17 @@ func (p *Producer) failLocked(t *topicState, rec Record, promise func(Record, er
 	p.sealLocked(t)
 	p.buffered++
 	b := &batch{topic: t, opened: rec.Timestamp, resolved: true, err: err}
-	b.keep(rec, promise)
+	b.keep(rec, promise, 0)
 	t.queue = append(t.queue, b)
 	p.popLocked(t)
 }
 
-// resolve records a batch's outcome and releases any promises now due.
-func (p *Producer) resolve(b *batch, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// resolveLocked records a batch's outcome, frees its encoded records and
+// releases any promises now due.
+//
+// REQUIRES: p.mu held.
+func (p *Producer) resolveLocked(b *batch, err error) {
+	b.release()
 	b.resolved, b.err = true, err
 	p.popLocked(b.topic)
 }
@@ -647,177 +769,12 @@ func (p *Producer) signalLocked(ch chan struct{}) {
 	}
 }
 
-// sendLoop writes sealed batches to the connection, one at a time and in
-// seal order, while at most MaxInFlight await their answers.
-func (p *Producer) sendLoop() {
-	defer p.sender.Done()
-	for {
-		b := p.nextToSend()
-		if b == nil {
-			return
-		}
-		if p.stop.Err() != nil {
-			p.resolve(b, ErrClosed)
-			continue
-		}
-		select {
-		case p.slots <- struct{}{}:
-			p.send(b)
-		case <-p.stop.Done():
-			p.resolve(b, ErrClosed)
-		}
-	}
-}
-
-// nextToSend waits for a sealed batch; nil once the producer stops and
-// nothing is left to send.
-func (p *Producer) nextToSend() *batch {
-	for {
-		p.mu.Lock()
-		if len(p.sendq) > 0 {
-			b := p.sendq[0]
-			p.sendq[0] = nil
-			p.sendq = p.sendq[1:]
-			p.mu.Unlock()
-			return b
-		}
-		p.mu.Unlock()
-		select {
-		case <-p.wake:
-		case <-p.stop.Done():
-			p.mu.Lock()
-			empty := len(p.sendq) == 0
-			p.mu.Unlock()
-			if empty {
-				return nil
-			}
-		}
-	}
-}
-
-// send writes one batch, holding an in-flight slot, and leaves a goroutine
-// waiting for its answer. A batch that could not be written because no
-// connection could be had is retried here, before anything later is sent,
-// so the retry keeps the order.
-func (p *Producer) send(b *batch) {
-	for attempt := 1; ; attempt++ {
-		cn, err := p.c.conn(p.stop)
-		if err == nil {
-			req, err := p.request(b, cn)
-			if err != nil {
-				p.fail(b, err)
-				return
-			}
-			cl := newCall()
-			corr, err := cn.send(req, cl)
-			b.release() // the frame holds a copy of the batches now
-			if err != nil {
-				// A write that failed part way may have reached the
-				// broker: not retried.
-				p.fail(b, err)
-				return
-			}
-			go p.await(cn, corr, cl, b)
-			return
-		}
-		if attempt >= p.c.cfg.retryAttempts || !shouldRetry(err, false, false) || sleep(p.stop, p.c.backoff(attempt)) != nil {
-			p.fail(b, err)
-			return
-		}
-	}
-}
-
-// request is the produce request of b on cn: produce_batches for a batch
-// built for wire v2 when cn speaks it as negotiated when the batch was
-// built, else a wire v1 produce (a v2 batch is decoded back to records
-// for it, which keeps each key's records in order). Batches are finished
-// (header, CRC) here when uncompressed; compressed ones were started at
-// seal time.
-func (p *Producer) request(b *batch, cn *conn) (wire.Request, error) {
-	if b.table == nil {
-		return wire.ProduceRequest{Topic: str(b.topic.name), Records: b.wrecs}, nil
-	}
-	if b.finished != nil {
-		<-b.finished
-	} else {
-		b.finish(CompressionNone)
-	}
-	if b.finishErr != nil {
-		return nil, b.finishErr
-	}
-	out := b.out
-	b.out = nil
-	if cn.v2 && cn.wire == b.lim {
-		b.v2, b.sent = true, out
-		return wire.ProduceBatchesRequest{Topic: str(b.topic.name), Batches: out}, nil
-	}
-	recs := make([]Record, 0, b.n)
-	for _, rb := range out {
-		var err error
-		if recs, err = decodeBatch(rb.Batch, 0, recs); err != nil {
-			return nil, err // our own encoding: cannot happen
-		}
-	}
-	wrecs := make([]wire.Record, len(recs))
-	for i := range recs {
-		wrecs[i] = toWire(&recs[i], time.Time{})
-	}
-	// recs alias the batches, which must outlive the send.
-	return wire.ProduceRequest{Topic: str(b.topic.name), Records: wrecs}, nil
-}
-
-// release frees what b needed only until it was written.
-func (b *batch) release() {
-	releaseBatches(b.sent)
-	b.sent, b.wrecs, b.arena = nil, nil, nil
-}
-
-// fail resolves a batch that holds an in-flight slot but was not sent.
-func (p *Producer) fail(b *batch, err error) {
-	<-p.slots
-	b.release()
-	p.resolve(b, err)
-}
-
-// await waits for one batch's answer and resolves it.
-func (p *Producer) await(cn *conn, corr uint32, cl *call, b *batch) {
-	defer func() { <-p.slots }()
-	t := time.NewTimer(p.c.cfg.requestTimeout)
-	defer t.Stop()
-	var err error
-	select {
-	case r := <-cl.ch:
-		var payload []byte
-		if payload, err = r.result(); err == nil {
-			if b.v2 {
-				var resp wire.ProduceBatchesResponse
-				if derr := resp.Decode(payload); derr != nil {
-					err = ErrProtocol
-				} else if resp.Rerouted > 0 {
-					p.c.refreshRoutes(b.topic.name)
-				}
-			} else {
-				var resp wire.CountResponse
-				if derr := resp.Decode(payload); derr != nil {
-					err = ErrProtocol
-				}
-			}
-		}
-	case <-t.C:
-		cn.forget(corr)
-		err = ErrRequestTimeout
-	}
-	if b.v2 && IsRetriable(err) {
-		p.c.refreshRoutes(b.topic.name)
-	}
-	p.resolve(b, err)
-}
-
 // promiseLoop runs promises in the order batches became due, one at a
 // time, and frees their buffer space afterwards. It exits once the
 // producer is closed and every record's promise has run.
 func (p *Producer) promiseLoop() {
 	defer close(p.done)
+	p.promiser.Store(goid())
 	for {
 		p.mu.Lock()
 		ready := p.readyq
@@ -831,20 +788,41 @@ func (p *Producer) promiseLoop() {
 			<-p.deliver
 			continue
 		}
-		n := 0
+		n, held := 0, 0
 		for _, b := range ready {
 			for i := range b.recs {
 				b.promises[i](b.recs[i], b.err)
 			}
 			n += b.n
+			held += b.held
 			if p.opt.OnBatch != nil {
 				p.opt.OnBatch(BatchResult{Topic: b.topic.name, Records: b.n, ValueBytes: b.values, Opened: b.opened, Err: b.err})
 			}
 		}
 		p.mu.Lock()
 		p.buffered -= n
+		p.bufferedBytes -= held
 		close(p.changed)
 		p.changed = make(chan struct{})
 		p.mu.Unlock()
 	}
+}
+
+// goid returns the id of the calling goroutine, from the first line of
+// its stack trace ("goroutine 42 [running]:"). The producer uses it only
+// where a call would otherwise wait for the goroutine making it (see
+// ErrInPromise), so its cost, a microsecond or so, is paid off the
+// producing path.
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	var id uint64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			break
+		}
+		id = id*10 + uint64(ch-'0')
+	}
+	return id
 }

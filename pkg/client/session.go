@@ -28,6 +28,16 @@ import (
 // refuses connections past its limits. A redial waits the hint plus up to
 // half as much again, at random; without a hint, exponential back-off
 // with full jitter. See dialPaced.
+//
+// The hint comes only with session_auth, so a password client that waits
+// out load refusals (WithDialRetry) logs in with session_auth (user and
+// password, no token yet) on its first Dial too, before any api_versions
+// answer has said the node serves it: a fleet started at once then paces
+// itself by the node's hint from its first refusal. A node without key 84
+// refuses that frame (auth_required or unknown_api_key) and the client
+// dials again at once with auth (key 0), as it does when a node is
+// downgraded. A plain Dial keeps the configured login's own frame until
+// the node has listed session_auth, so its refusals carry no hint.
 
 // session is what a Client keeps between connections. Subscriptions share
 // it with the Client that made them.
@@ -35,8 +45,9 @@ type session struct {
 	mu        sync.Mutex
 	token     string
 	expiresMs uint64 // when the token expires (Unix ms); 0 if not told
-	// served: the last api_versions answer listed session_auth.
-	served bool
+	// known: an api_versions answer, or a refusal of session_auth, has
+	// told whether the node serves session_auth; served is what it told.
+	known, served bool
 }
 
 // authPlan is how one dial logs in: session_auth (with the token, if
@@ -53,7 +64,10 @@ func (s *session) plan(cfg *config) authPlan {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.served {
+	// Before the node has told, only a password client that waits out
+	// load refusals asks with session_auth: for the retry-after hint.
+	optimistic := !s.known && cfg.dialRetry && cfg.auth == authPassword
+	if !s.served && !optimistic {
 		return authPlan{}
 	}
 	tok := s.token
@@ -71,7 +85,7 @@ func (s *session) setServed(v bool) {
 		return
 	}
 	s.mu.Lock()
-	s.served = v
+	s.known, s.served = true, v
 	s.mu.Unlock()
 }
 
@@ -120,7 +134,8 @@ func (s *session) answered(req wire.Request, payload []byte) (resumed bool) {
 func (s *session) refused(p authPlan, cfg *config, err error) bool {
 	switch {
 	case errors.Is(err, ErrInvalidSession), errors.Is(err, ErrSessionExpired),
-		errors.Is(err, ErrSessionRevoked), errors.Is(err, ErrTLSRequired):
+		errors.Is(err, ErrSessionRevoked), errors.Is(err, ErrTLSRequired),
+		errors.Is(err, ErrNotEnabled): // a node with resumption turned off
 		s.drop(p.token)
 		// With a password the node has tried it already.
 		return cfg.auth != authPassword

@@ -99,23 +99,146 @@ func TestStormRefusalWaitsTheHint(t *testing.T) {
 }
 
 // TestTokenOnlyResumeFallsBack: a certificate or JWT client resumes with
-// the token alone; refused (here session_expired), it dials again at once
-// with its own login.
+// the token alone; refused (its session expired, or a node with
+// resumption turned off), it dials again at once with its own login.
 func TestTokenOnlyResumeFallsBack(t *testing.T) {
+	for _, reason := range []string{wire.ReasonSessionExpired, wire.ReasonNotEnabled} {
+		t.Run(reason, func(t *testing.T) {
+			f := startFakeWith(t, servesSessionAuth, func(fc *fakeConn, corr uint32, req wire.Request) {
+				switch r := req.(type) {
+				case *wire.SessionAuthRequest:
+					if r.User != nil || r.Password != nil || deref(r.Token) != "t" {
+						fc.refuse(corr, wire.ReasonMalformedRequest)
+						return
+					}
+					fc.reply(wire.AppendHintErrorFrame(nil, corr, reason, 0))
+					fc.nc.Close()
+				default:
+					fc.ok(corr, wire.StatusResponse{NodeID: "n"})
+				}
+			})
+			c := dialFake(t, f, WithToken("jwt"))
+			if _, err := c.Status(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			f.dropAll()
+			if _, err := c.Status(t.Context()); err != nil {
+				t.Fatalf("call after the connection dropped: %v", err)
+			}
+			want := []uint16{wire.KeyTokenAuth, wire.KeySessionAuth, wire.KeyTokenAuth}
+			if keys := firstKeys(f); !slices.Equal(keys, want) {
+				t.Fatalf("first frames %v, want %v", keys, want)
+			}
+		})
+	}
+}
+
+func firstKeys(f *fakeBroker) []uint16 {
+	var keys []uint16
+	for _, ff := range f.firstFrames() {
+		keys = append(keys, ff.key)
+	}
+	return keys
+}
+
+// TestFirstDialWaitsTheHint: with WithDialRetry, the first Dial of a
+// password client logs in with session_auth (user and password, no token
+// yet), so the node's refusal for load carries its retry-after hint; the
+// dial waits at least the hint, at most half as much again, dials again
+// and keeps the answer's token.
+func TestFirstDialWaitsTheHint(t *testing.T) {
+	const hint = 800 * time.Millisecond
+	var (
+		mu     sync.Mutex
+		pauses []time.Duration
+		events []string
+	)
 	f := startFakeWith(t, servesSessionAuth, func(fc *fakeConn, corr uint32, req wire.Request) {
 		switch r := req.(type) {
 		case *wire.SessionAuthRequest:
-			if r.User != nil || r.Password != nil || deref(r.Token) != "t" {
-				fc.refuse(corr, wire.ReasonMalformedRequest)
+			mu.Lock()
+			events = append(events, "session_auth")
+			first := len(events) == 1
+			mu.Unlock()
+			if r.Token != nil || deref(r.User) != "u" || deref(r.Password) != "p" {
+				fc.refuse(corr, wire.ReasonInvalidCredentials)
 				return
 			}
-			fc.reply(wire.AppendHintErrorFrame(nil, corr, wire.ReasonSessionExpired, 0))
-			fc.nc.Close()
+			if first {
+				fc.reply(wire.AppendHintErrorFrame(nil, corr, wire.ReasonRateLimitExceeded, uint32(hint.Milliseconds())))
+				fc.nc.Close()
+				return
+			}
+			fc.ok(corr, wire.SessionAuthResponse{Token: "s1", ExpiresMs: uint64(time.Now().Add(time.Hour).UnixMilli())})
 		default:
 			fc.ok(corr, wire.StatusResponse{NodeID: "n"})
 		}
 	})
-	c := dialFake(t, f, WithToken("jwt"))
+	c := dialFake(t, f, WithDialRetry(), recordPauses(&mu, &pauses, &events))
+	if _, err := c.Status(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"session_auth", "pause", "session_auth"}; !slices.Equal(events, want) {
+		t.Fatalf("events %v, want %v", events, want)
+	}
+	if len(pauses) != 1 || pauses[0] < hint || pauses[0] > hint+hint/2 {
+		t.Fatalf("paused %v, want one pause in [%v, %v]", pauses, hint, hint+hint/2)
+	}
+	if f.authCount() != 0 {
+		t.Fatalf("%d auth (key 0) logins, want none", f.authCount())
+	}
+	c.cfg.sess.mu.Lock()
+	defer c.cfg.sess.mu.Unlock()
+	if c.cfg.sess.token != "s1" {
+		t.Fatal("the session_auth answer's token was not kept")
+	}
+}
+
+// TestFirstDialRefusalReportsTheHint: a first Dial with WithDialRetry
+// whose context ends while it waits returns the cancellation and the
+// node's refusal, with its hint.
+func TestFirstDialRefusalReportsTheHint(t *testing.T) {
+	const hint = 250 * time.Millisecond
+	f := startFakeWith(t, servesSessionAuth, func(fc *fakeConn, corr uint32, req wire.Request) {
+		fc.reply(wire.AppendHintErrorFrame(nil, corr, wire.ReasonRateLimitExceeded, uint32(hint.Milliseconds())))
+		fc.nc.Close()
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stop := func(c *config) {
+		c.pause = func(context.Context, time.Duration) error {
+			cancel()
+			return context.Cause(ctx)
+		}
+	}
+	_, err := Dial(ctx, f.ln.Addr().String(), WithCredentials("u", "p"), WithDialRetry(), stop)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrRateLimitExceeded) || RetryAfter(err) != hint {
+		t.Fatalf("dial: %v (retry after %v), want the cancellation and rate_limit_exceeded with a %v hint", err, RetryAfter(err), hint)
+	}
+}
+
+// TestFirstDialWithoutSessionAuth: a node that does not know session_auth
+// refuses it as a first frame (auth_required, and hangs up); the first
+// Dial then logs in with auth (key 0) at once, without a pause, and
+// later dials to that node go straight to auth.
+func TestFirstDialWithoutSessionAuth(t *testing.T) {
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		if _, ok := req.(*wire.SessionAuthRequest); ok {
+			fc.refuse(corr, wire.ReasonAuthRequired)
+			fc.nc.Close()
+			return
+		}
+		fc.ok(corr, wire.StatusResponse{NodeID: "n"})
+	})
+	var (
+		mu     sync.Mutex
+		pauses []time.Duration
+		events []string
+	)
+	c := dialFake(t, f, WithDialRetry(), recordPauses(&mu, &pauses, &events))
 	if _, err := c.Status(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -123,13 +246,27 @@ func TestTokenOnlyResumeFallsBack(t *testing.T) {
 	if _, err := c.Status(t.Context()); err != nil {
 		t.Fatalf("call after the connection dropped: %v", err)
 	}
-	var keys []uint16
-	for _, ff := range f.firstFrames() {
-		keys = append(keys, ff.key)
-	}
-	want := []uint16{wire.KeyTokenAuth, wire.KeySessionAuth, wire.KeyTokenAuth}
-	if !slices.Equal(keys, want) {
+	want := []uint16{wire.KeySessionAuth, wire.KeyAuth, wire.KeyAuth}
+	if keys := firstKeys(f); !slices.Equal(keys, want) {
 		t.Fatalf("first frames %v, want %v", keys, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(pauses) != 0 {
+		t.Fatalf("paused %v, want no pause", pauses)
+	}
+}
+
+// TestPlainDialKeepsItsLogin: without WithDialRetry, the first Dial sends
+// the configured login's own frame until the node has listed
+// session_auth.
+func TestPlainDialKeepsItsLogin(t *testing.T) {
+	f := startFakeWith(t, servesSessionAuth, func(fc *fakeConn, corr uint32, req wire.Request) {
+		fc.ok(corr, wire.StatusResponse{NodeID: "n"})
+	})
+	dialFake(t, f)
+	if keys := firstKeys(f); !slices.Equal(keys, []uint16{wire.KeyAuth}) {
+		t.Fatalf("first frames %v, want auth alone", keys)
 	}
 }
 

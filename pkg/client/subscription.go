@@ -23,26 +23,44 @@ type Subscription struct {
 	cn                   *conn
 	st                   *stream
 	closeOnce            sync.Once
+
+	mu sync.Mutex // guards acked
+	// acked is the cursor of the last Ack with a group: the node applies
+	// acks after answering nothing, so Close commits it once more,
+	// confirmed.
+	acked string
 }
 
-// Subscribe opens a subscription to topic. With a group, it starts at the
-// group's committed position and each Ack commits; with a member too, it
-// reads only the ranges the group assigns the member. Without a group it
-// starts at the beginning of the topic and Ack commits nothing. Empty
-// strings mean absent. window bounds the unacknowledged records and pageMax
-// the records of one page (0 = broker defaults, 100 and 100; the broker
-// caps them at 10000 and 1000).
+// SubscribeOptions say what a Subscription reads. Empty strings mean
+// absent.
+type SubscribeOptions struct {
+	// Group makes the subscription start at the group's committed
+	// position, and each Ack commit. Without it, the subscription starts
+	// at the beginning of the topic and Ack commits nothing.
+	Group string
+	// Member, with Group, reads only the ranges the group assigns the
+	// member. For a group member that takes its time over records, a
+	// Consumer is the better fit: it commits before the ranges move.
+	Member string
+	// Window bounds the unacknowledged records (0 = the broker's default,
+	// 100; the broker caps it at 10000).
+	Window int
+	// PageMax bounds the records of one page (0 = 100; capped at 1000).
+	PageMax int
+}
+
+// Subscribe opens a subscription to topic, as opt says.
 //
 // Subscribe returns once the broker has accepted the subscription, so a
 // missing topic or a missing permission fails here (ErrNoSuchTopic,
 // ErrPermissionDenied) rather than on the first Next.
-func (c *Client) Subscribe(ctx context.Context, topic, group, member string, window, pageMax int) (*Subscription, error) {
+func (c *Client) Subscribe(ctx context.Context, topic string, opt SubscribeOptions) (*Subscription, error) {
 	var (
 		s   *Subscription
 		err error
 	)
 	for attempt := 1; ; attempt++ {
-		s, err = c.subscribeOnce(ctx, topic, group, member, window, pageMax)
+		s, err = c.subscribeOnce(ctx, topic, opt)
 		if err == nil || attempt >= c.cfg.retryAttempts || !shouldRetry(err, true, true) {
 			break
 		}
@@ -69,7 +87,7 @@ func (c *Client) Subscribe(ctx context.Context, topic, group, member string, win
 // connection is in stream mode and the probe is answered unexpected_frame;
 // if it failed, the subscribe's error is answered first and the probe
 // gets an ordinary answer.
-func (c *Client) subscribeOnce(ctx context.Context, topic, group, member string, window, pageMax int) (*Subscription, error) {
+func (c *Client) subscribeOnce(ctx context.Context, topic string, opt SubscribeOptions) (*Subscription, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -78,10 +96,10 @@ func (c *Client) subscribeOnce(ctx context.Context, topic, group, member string,
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscription{c: c, topic: topic, group: group, member: member, cn: cn, st: newStream()}
+	s := &Subscription{c: c, topic: topic, group: opt.Group, member: opt.Member, cn: cn, st: newStream()}
 	req := wire.SubscribeRequest{
-		Topic: str(topic), Group: optStr(group), Member: optStr(member),
-		Window: clampU32(window), Max: clampU32(pageMax),
+		Topic: str(topic), Group: optStr(opt.Group), Member: optStr(opt.Member),
+		Window: clampU32(opt.Window), Max: clampU32(opt.PageMax),
 	}
 	if _, err := cn.send(req, s.st); err != nil {
 		cn.close(ErrClosed)
@@ -139,6 +157,7 @@ func (s *Subscription) Next(ctx context.Context) (Page, error) {
 // cursor as the group's position (pass the Cursor of the last page
 // processed; "" commits nothing). Ack is fire and forget: the broker sends
 // no answer, so an error means only that the ack could not be written.
+// Close confirms the position of the last Ack.
 func (s *Subscription) Ack(ctx context.Context, cursor string, count int) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -148,6 +167,11 @@ func (s *Subscription) Ack(ctx context.Context, cursor string, count int) error 
 		Cursor: optStr(cursor), Count: clampU32(count),
 	}
 	_, err := s.cn.send(req, nil)
+	if err == nil && s.group != "" && cursor != "" {
+		s.mu.Lock()
+		s.acked = cursor
+		s.mu.Unlock()
+	}
 	return err
 }
 
@@ -155,13 +179,30 @@ func (s *Subscription) Ack(ctx context.Context, cursor string, count int) error 
 func (s *Subscription) Heartbeat(ctx context.Context) error { return s.Ack(ctx, "", 0) }
 
 // Close ends the subscription and its connection; a member leaves its
-// group. A Next waiting returns ErrClosed.
+// group. A Next waiting returns ErrClosed. With a group, Close then
+// commits the position of the last Ack and waits for the node to confirm
+// it (at most the request timeout), since the node may not have applied
+// an ack before the connection closed. It returns the commit's error.
+//
+// The commit names no member: it carries the other members' ranges as the
+// subscription found them, which a commit never moves back.
 func (s *Subscription) Close() error {
+	var err error
 	s.closeOnce.Do(func() {
 		s.cn.close(ErrClosed)
 		s.c.untrack(s)
+		s.mu.Lock()
+		cursor := s.acked
+		s.mu.Unlock()
+		if cursor == "" {
+			return
+		}
+		ctx, cancel := context.WithTimeoutCause(context.Background(), s.c.cfg.requestTimeout, ErrRequestTimeout)
+		defer cancel()
+		req := wire.CommitRequest{Topic: str(s.topic), Group: str(s.group), Cursor: str(cursor)}
+		err = s.c.do(ctx, request{req: req, resend: true})
 	})
-	return nil
+	return err
 }
 
 // stream is the handler of a subscribe's correlation id: it queues every

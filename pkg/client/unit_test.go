@@ -243,7 +243,7 @@ func TestSubscribeHandshake(t *testing.T) {
 	fs := &fakeStreams{subs: map[*fakeConn]uint32{}, acks: make(chan *wire.StreamAckRequest, 1)}
 	f := startFake(t, fs.handle)
 	c := dialFake(t, f)
-	sub, err := c.Subscribe(t.Context(), "t", "g", "", 10, 5)
+	sub, err := c.Subscribe(t.Context(), "t", SubscribeOptions{Group: "g", Window: 10, PageMax: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestSubscribeRefused(t *testing.T) {
 	fs := &fakeStreams{subs: map[*fakeConn]uint32{}, refuse: wire.ReasonPermissionDenied}
 	f := startFake(t, fs.handle)
 	c := dialFake(t, f)
-	if _, err := c.Subscribe(t.Context(), "t", "", "", 0, 0); !errors.Is(err, ErrPermissionDenied) {
+	if _, err := c.Subscribe(t.Context(), "t", SubscribeOptions{}); !errors.Is(err, ErrPermissionDenied) {
 		t.Fatalf("got %v, want ErrPermissionDenied", err)
 	}
 }

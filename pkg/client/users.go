@@ -26,15 +26,21 @@ type ACL struct {
 	Resource  string
 }
 
-// CreateUser creates a user with a password and permissions (PermAdmin,
-// PermProduce, PermConsume). Admin only; ErrUserExists if the name is
-// taken.
-func (c *Client) CreateUser(ctx context.Context, user, password string, perms ...string) error {
-	ps := make([]*string, len(perms))
-	for i := range perms {
-		ps[i] = &perms[i]
+// UserOptions are a new user's password and permissions.
+type UserOptions struct {
+	Password string
+	// Perms are PermAdmin, PermProduce and PermConsume.
+	Perms []string
+}
+
+// CreateUser creates the user name with opt's password and permissions.
+// Admin only; ErrUserExists if the name is taken.
+func (c *Client) CreateUser(ctx context.Context, name string, opt UserOptions) error {
+	ps := make([]*string, len(opt.Perms))
+	for i := range opt.Perms {
+		ps[i] = &opt.Perms[i]
 	}
-	req := wire.CreateUserRequest{User: str(user), Password: str(password), Perms: ps}
+	req := wire.CreateUserRequest{User: str(name), Password: str(opt.Password), Perms: ps}
 	return c.do(ctx, request{req: req})
 }
 
@@ -62,17 +68,18 @@ func (c *Client) ListUsers(ctx context.Context) ([]User, error) {
 	return out, nil
 }
 
-// GrantACL lets user perform operation ("produce" or "consume") on topics
-// matching pattern (a literal name or "prefix.*"). Admin only.
-func (c *Client) GrantACL(ctx context.Context, user, operation, pattern string) error {
-	req := wire.GrantACLRequest{User: str(user), Operation: str(operation), Pattern: str(pattern)}
+// GrantACL lets user perform acl.Operation ("produce" or "consume") on
+// topics matching acl.Resource (a literal name or "prefix.*"). Admin
+// only.
+func (c *Client) GrantACL(ctx context.Context, user string, acl ACL) error {
+	req := wire.GrantACLRequest{User: str(user), Operation: str(acl.Operation), Pattern: str(acl.Resource)}
 	return c.do(ctx, request{req: req, resend: true})
 }
 
 // RevokeACL removes a grant; revoking one that does not exist succeeds.
 // Admin only.
-func (c *Client) RevokeACL(ctx context.Context, user, operation, pattern string) error {
-	req := wire.RevokeACLRequest{User: str(user), Operation: str(operation), Pattern: str(pattern)}
+func (c *Client) RevokeACL(ctx context.Context, user string, acl ACL) error {
+	req := wire.RevokeACLRequest{User: str(user), Operation: str(acl.Operation), Pattern: str(acl.Resource)}
 	return c.do(ctx, request{req: req, resend: true})
 }
 

@@ -447,7 +447,7 @@ func TestV2GroupResume(t *testing.T) {
 		t.Fatalf("first v2 page: %d records, %v", len(page.Records), err)
 	}
 	got = append(got, page.Records...)
-	if err := c.Commit(t.Context(), "resume", "g", page.Cursor); err != nil {
+	if err := c.Commit(t.Context(), "resume", client.CommitOptions{Group: "g", Cursor: page.Cursor}); err != nil {
 		t.Fatal(err)
 	}
 	// A v1 group read continues from it, and commits.
@@ -456,7 +456,7 @@ func TestV2GroupResume(t *testing.T) {
 		t.Fatalf("v1 page after the v2 commit: %d records, %v", len(page.Records), err)
 	}
 	got = append(got, page.Records...)
-	if err := v1.Commit(t.Context(), "resume", "g", page.Cursor); err != nil {
+	if err := v1.Commit(t.Context(), "resume", client.CommitOptions{Group: "g", Cursor: page.Cursor}); err != nil {
 		t.Fatal(err)
 	}
 	// And v2 reads the rest from the group's position.
@@ -469,7 +469,7 @@ func TestV2GroupResume(t *testing.T) {
 			break
 		}
 		got = append(got, page.Records...)
-		if err := c.Commit(t.Context(), "resume", "g", page.Cursor); err != nil {
+		if err := c.Commit(t.Context(), "resume", client.CommitOptions{Group: "g", Cursor: page.Cursor}); err != nil {
 			t.Fatal(err)
 		}
 	}

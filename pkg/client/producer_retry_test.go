@@ -1,0 +1,156 @@
+package client
+
+// The Producer's retries, against a scripted node (fakeBroker): failed
+// batches are sent again in order, or not at all when a newer batch of
+// their topic was stored meanwhile. The fake holds the first answers back
+// until several batches are in flight, so that the outcome does not
+// depend on timing.
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// produceScript is a fake node's produce handling: the first len(first)
+// produce requests are answered together once the last of them arrives,
+// each as first says ("" stores it, a reason refuses it, "drop" closes
+// the connection); later ones are stored at once.
+type produceScript struct {
+	first []string
+
+	mu     sync.Mutex
+	held   []heldProduce
+	seen   int
+	stored []string // values, in the order stored
+}
+
+type heldProduce struct {
+	fc   *fakeConn
+	corr uint32
+	req  *wire.ProduceRequest
+}
+
+func (s *produceScript) handle(fc *fakeConn, corr uint32, req wire.Request) {
+	pr, ok := req.(*wire.ProduceRequest)
+	if !ok {
+		fc.refuse(corr, wire.ReasonUnknownAPIKey)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen++
+	if s.seen > len(s.first) {
+		s.storeLocked(pr)
+		fc.ok(corr, wire.CountResponse{Count: uint32(len(pr.Records))})
+		return
+	}
+	s.held = append(s.held, heldProduce{fc, corr, pr})
+	if len(s.held) < len(s.first) {
+		return
+	}
+	for i, h := range s.held {
+		switch s.first[i] {
+		case "":
+			s.storeLocked(h.req)
+			h.fc.ok(h.corr, wire.CountResponse{Count: uint32(len(h.req.Records))})
+		case "drop":
+			h.fc.nc.Close()
+		default:
+			h.fc.refuse(h.corr, s.first[i])
+		}
+	}
+}
+
+func (s *produceScript) storeLocked(pr *wire.ProduceRequest) {
+	for _, r := range pr.Records {
+		s.stored = append(s.stored, string(r.Value))
+	}
+}
+
+func (s *produceScript) result() (stored []string, requests int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.stored), s.seen
+}
+
+// produceEach sends one record per value, each its own batch, and returns
+// the promises' errors once the producer is closed.
+func produceEach(t *testing.T, c *Client, values ...string) []error {
+	t.Helper()
+	p := NewProducer(c, ProducerOptions{Linger: -1})
+	errs := make([]error, len(values))
+	for i, v := range values {
+		p.Produce(t.Context(), "t", Record{Key: []byte("k"), Value: []byte(v)}, func(_ Record, err error) { errs[i] = err })
+	}
+	if err := p.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return errs
+}
+
+// TestProducerRetriesInOrder: batches refused with a retriable reason, or
+// whose answers were lost with the connection, while no newer batch was
+// stored, are sent again oldest first and all stored, in order.
+func TestProducerRetriesInOrder(t *testing.T) {
+	for name, first := range map[string][]string{
+		"refused":    {wire.ReasonNoQuorum, wire.ReasonNotOwner, wire.ReasonNoQuorum},
+		"connection": {"drop", "drop", "drop"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := &produceScript{first: first}
+			c := dialFake(t, startFake(t, s.handle), WithRetry(5, 1))
+			errs := produceEach(t, c, "a", "b", "c")
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("record %d: %v, want stored after a retry", i, err)
+				}
+			}
+			stored, requests := s.result()
+			if !slices.Equal(stored, []string{"a", "b", "c"}) || requests != 6 {
+				t.Fatalf("node stored %q from %d requests, want [a b c] from 6", stored, requests)
+			}
+		})
+	}
+}
+
+// TestProducerNoRetryAfterNewerStored: a batch refused while a newer batch
+// of its topic was stored is not sent again, which would store its
+// records after the newer ones: its promise gets the refusal.
+func TestProducerNoRetryAfterNewerStored(t *testing.T) {
+	s := &produceScript{first: []string{wire.ReasonNoQuorum, ""}}
+	c := dialFake(t, startFake(t, s.handle), WithRetry(5, 1))
+	errs := produceEach(t, c, "a", "b")
+	if !errors.Is(errs[0], ErrNoQuorum) || errs[1] != nil {
+		t.Fatalf("promises got %v, want [no_quorum <nil>]", errs)
+	}
+	stored, requests := s.result()
+	if !slices.Equal(stored, []string{"b"}) || requests != 2 {
+		t.Fatalf("node stored %q from %d requests, want [b] from 2", stored, requests)
+	}
+}
+
+// TestProducerRetriesRunOut: a batch refused on every attempt fails with
+// the refusal after WithRetry's attempts.
+func TestProducerRetriesRunOut(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		attempts int
+	)
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		mu.Lock()
+		attempts++
+		mu.Unlock()
+		fc.refuse(corr, wire.ReasonNoQuorum)
+	})
+	c := dialFake(t, f, WithRetry(3, 1))
+	errs := produceEach(t, c, "a")
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.Is(errs[0], ErrNoQuorum) || attempts != 3 {
+		t.Fatalf("promise got %v after %d attempts, want no_quorum after 3", errs[0], attempts)
+	}
+}

@@ -1,0 +1,273 @@
+package client
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/wire"
+)
+
+// The Producer's send path: one sender goroutine writes sealed batches in
+// seal order; a goroutine per batch in flight awaits its answer; failed
+// batches worth another attempt hold their topic until its batches in
+// flight are answered, then go out again in order (retryLocked).
+
+// sendLoop writes sealed batches to the connection, one at a time and in
+// seal order, while at most MaxInFlight await their answers. A batch of a
+// topic held for retries is parked with the topic instead.
+func (p *Producer) sendLoop() {
+	defer p.sender.Done()
+	for {
+		b := p.nextToSend()
+		if b == nil {
+			return
+		}
+		if p.stop.Err() != nil {
+			p.answered(b, ErrClosed)
+			continue
+		}
+		select {
+		case p.slots <- struct{}{}:
+			p.send(b)
+		case <-p.stop.Done():
+			p.answered(b, ErrClosed)
+		}
+	}
+}
+
+// nextToSend waits for a sealed batch of a topic that is not held; nil
+// once the producer stops and nothing is left to send.
+func (p *Producer) nextToSend() *batch {
+	for {
+		p.mu.Lock()
+		for len(p.sendq) > 0 {
+			b := p.sendq[0]
+			p.sendq[0] = nil
+			p.sendq = p.sendq[1:]
+			if t := b.topic; t.held && p.stop.Err() == nil {
+				t.parked = append(t.parked, b)
+				continue
+			}
+			b.topic.inflight++
+			p.mu.Unlock()
+			return b
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.wake:
+		case <-p.stop.Done():
+			p.mu.Lock()
+			empty := len(p.sendq) == 0
+			p.mu.Unlock()
+			if empty {
+				return nil
+			}
+		}
+	}
+}
+
+// send writes one batch, holding an in-flight slot, and leaves a goroutine
+// waiting for its answer. A batch that could not be written because no
+// connection could be had is retried here, before anything later is sent,
+// so the retry keeps the order.
+func (p *Producer) send(b *batch) {
+	for attempt := 1; ; attempt++ {
+		cn, err := p.c.conn(p.stop)
+		if err == nil {
+			req, err := p.request(b, cn)
+			if err != nil {
+				p.fail(b, err)
+				return
+			}
+			cl := newCall()
+			start := time.Now()
+			corr, err := cn.send(req, cl)
+			if err != nil {
+				// A write that failed part way may have reached the
+				// broker: retried in order, as a lost answer is.
+				p.fail(b, err)
+				return
+			}
+			go p.await(cn, corr, cl, b, start)
+			return
+		}
+		if attempt >= p.c.cfg.retryAttempts || !shouldRetry(err, false, false) || sleep(p.stop, p.c.backoff(attempt)) != nil {
+			p.fail(b, err)
+			return
+		}
+	}
+}
+
+// request is the produce request of b on cn: produce_batches for a batch
+// built for wire v2 when cn speaks it as negotiated when the batch was
+// built, else a wire v1 produce (a v2 batch is decoded back to records
+// for it, which keeps each key's records in order). Batches are finished
+// (header, CRC) here when uncompressed; compressed ones were started at
+// seal time.
+func (p *Producer) request(b *batch, cn *conn) (wire.Request, error) {
+	if b.table == nil {
+		return wire.ProduceRequest{Topic: str(b.topic.name), Records: b.wrecs}, nil
+	}
+	if b.finished != nil {
+		<-b.finished
+	} else if b.parts != nil {
+		b.finish(CompressionNone) // once: a retry sends the same batches
+	}
+	if b.finishErr != nil {
+		return nil, b.finishErr
+	}
+	out := b.out
+	b.v2 = cn.v2 && cn.wire == b.lim
+	if b.v2 {
+		return wire.ProduceBatchesRequest{Topic: str(b.topic.name), Batches: out}, nil
+	}
+	recs := make([]Record, 0, b.n)
+	for _, rb := range out {
+		var err error
+		if recs, err = decodeBatch(rb.Batch, 0, recs); err != nil {
+			return nil, err // our own encoding: cannot happen
+		}
+	}
+	wrecs := make([]wire.Record, len(recs))
+	for i := range recs {
+		wrecs[i] = toWire(&recs[i], time.Time{})
+	}
+	// recs alias the batches, which must outlive the send.
+	return wire.ProduceRequest{Topic: str(b.topic.name), Records: wrecs}, nil
+}
+
+// release frees what b needed only until it was answered: its encoded
+// records, kept until then for a retry.
+func (b *batch) release() {
+	releaseBatches(b.out)
+	b.out, b.wrecs, b.arena = nil, nil, nil
+}
+
+// fail ends the send of a batch that holds an in-flight slot.
+func (p *Producer) fail(b *batch, err error) {
+	<-p.slots
+	p.answered(b, err)
+}
+
+// await waits for one batch's answer and resolves it.
+func (p *Producer) await(cn *conn, corr uint32, cl *call, b *batch, start time.Time) {
+	defer func() { <-p.slots }()
+	t := time.NewTimer(p.c.cfg.requestTimeout)
+	defer t.Stop()
+	var err error
+	select {
+	case r := <-cl.ch:
+		var payload []byte
+		if payload, err = r.result(); err == nil {
+			if b.v2 {
+				var resp wire.ProduceBatchesResponse
+				if derr := resp.Decode(payload); derr != nil {
+					err = ErrProtocol
+				} else if resp.Rerouted > 0 {
+					p.c.refreshRoutes(b.topic.name)
+				}
+			} else {
+				var resp wire.CountResponse
+				if derr := resp.Decode(payload); derr != nil {
+					err = ErrProtocol
+				}
+			}
+		}
+	case <-t.C:
+		cn.forget(corr)
+		err = ErrRequestTimeout
+	}
+	if b.v2 && IsRetriable(err) {
+		p.c.refreshRoutes(b.topic.name)
+	}
+	p.c.requestDone("produce", b.topic.name, start, err)
+	if err != nil {
+		err = opError("produce", b.topic.name, err)
+	}
+	p.answered(b, err)
+}
+
+// answered takes the outcome of one send of b. A failure worth another
+// attempt holds b's topic, and once none of its batches is in flight any
+// more, retryLocked decides.
+func (p *Producer) answered(b *batch, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := b.topic
+	t.inflight--
+	switch {
+	case err == nil:
+		t.stored = max(t.stored, b.seq)
+		p.resolveLocked(b, nil)
+	case p.retriable(b, err):
+		b.err = err
+		b.attempts++
+		t.held = true
+		i := len(t.retry)
+		for i > 0 && t.retry[i-1].seq > b.seq {
+			i--
+		}
+		t.retry = slices.Insert(t.retry, i, b)
+	default:
+		p.resolveLocked(b, err)
+	}
+	if t.held && t.inflight == 0 {
+		p.retryLocked(t)
+	}
+}
+
+// retriable reports whether a failed send of b is worth another attempt:
+// a retriable refusal or a lost answer, attempts left, producer not
+// stopped.
+func (p *Producer) retriable(b *batch, err error) bool {
+	if p.stop.Err() != nil || b.attempts+1 >= p.c.cfg.retryAttempts {
+		return false
+	}
+	return IsRetriable(err) || errors.Is(err, ErrRequestTimeout)
+}
+
+// retryLocked decides what becomes of a held topic's failed batches once
+// none of its batches is in flight. If a batch sealed after the oldest of
+// them was stored, sending them again would store older records after
+// newer ones: they fail. Otherwise they go out again, oldest first and
+// ahead of the topic's newer batches, after a back-off.
+//
+// REQUIRES: p.mu held.
+func (p *Producer) retryLocked(t *topicState) {
+	retry := t.retry
+	t.retry = nil
+	if len(retry) == 0 || t.stored > retry[0].seq {
+		for _, b := range retry {
+			p.resolveLocked(b, b.err)
+		}
+		p.unholdLocked(t)
+		return
+	}
+	t.parked = append(retry, t.parked...)
+	p.c.cfg.logger.Debug("malachi: produce retried", "topic", t.name, "batches", len(retry), "attempt", retry[0].attempts, "err", retry[0].err)
+	time.AfterFunc(p.c.backoff(retry[0].attempts), func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.unholdLocked(t)
+	})
+}
+
+// unholdLocked lets the sender take t's parked batches again, ahead of
+// anything queued after them; once the producer has stopped they fail
+// with ErrClosed instead.
+//
+// REQUIRES: p.mu held.
+func (p *Producer) unholdLocked(t *topicState) {
+	t.held = false
+	parked := t.parked
+	t.parked = nil
+	if p.stop.Err() != nil {
+		for _, b := range parked {
+			p.resolveLocked(b, ErrClosed)
+		}
+		return
+	}
+	p.sendq = append(parked, p.sendq...)
+	p.signalLocked(p.wake)
+}
