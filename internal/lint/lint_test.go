@@ -195,3 +195,37 @@ func TestRaftHostImports(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerIsBelowTheNode keeps internal/peer a transport that the
+// broker, raft and the control plane drive: it may not depend, directly
+// or through another package, on any package of the module, so neither
+// the broker nor the server can reach it.
+func TestPeerIsBelowTheNode(t *testing.T) {
+	for _, p := range internalPackages(listPackages(t), "peer") {
+		for _, dep := range p.Deps {
+			if strings.HasPrefix(dep, module+"/") {
+				t.Errorf("internal/peer depends on %s; it may depend on no package of the module", dep)
+			}
+		}
+	}
+}
+
+// internal/control (the control plane: metadata groups on the raft host)
+// sits below the broker, which drives it: it may import the state
+// machines, placement, the host, its log, the transport and the small
+// leaf helpers, and nothing above them.
+var controlMayImport = []string{"internal/clock", "internal/metadata", "internal/peer", "internal/placement",
+	"internal/raft", "internal/raft/logstore", "internal/vfs"}
+
+func TestControlImports(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.ImportPath != module+"/internal/control" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") && !slices.Contains(controlMayImport, strings.TrimPrefix(imp, module+"/")) {
+				t.Errorf("internal/control imports %s; it may import only %s", imp, strings.Join(controlMayImport, ", "))
+			}
+		}
+	}
+}

@@ -77,7 +77,9 @@ type Command struct {
 	// MinID (open_segment) is the lowest id the new segment may take. A
 	// node passes one past the highest segment id its store has ever held,
 	// so an id that a command lost in a crash handed out is never handed
-	// out again while its file still exists.
+	// out again while its file still exists. In a sharded state (NewShard)
+	// the floor must lie in the state's own block: the node passes one
+	// past the highest id of that shard it has held.
 	MinID uint64 `json:"min_id,omitempty"`
 
 	Group   string       `json:"group,omitempty"`   // commit_offsets, set_offsets, delete_group

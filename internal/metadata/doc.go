@@ -88,6 +88,12 @@
 // # Ids, snapshots, reads
 //
 // Topic, range and segment ids are counters inside the state, never reused.
+// A state made by NewShard (one vnode of a cluster) allocates them in its
+// shard's block, shard<<ShardShift | counter, so ids are unique across the
+// cluster and ShardOf(id) names the vnode that holds the object; New is
+// shard 0, whose ids are the plain counters. The shard travels in the
+// snapshot (omitted for shard 0, whose bytes are unchanged). An
+// open_segment's MinID must lie in the state's own block (or be 0).
 // Snapshot encodes the state deterministically; Restore rebuilds the
 // indexes (topic by name, active ranges by Start, segments by range) and
 // refuses a state that breaks an invariant (CheckInvariants). Accessors

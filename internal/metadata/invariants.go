@@ -16,7 +16,8 @@ import (
 //   - a range has at most one active segment, none if sealed, and it is the
 //     last; segments are ordered and never overlap; NextOffset bounds them;
 //   - group entries are sorted, capped, and name ranges of their topic;
-//   - ids never exceed their counters; ACLs belong to existing users;
+//   - ids never exceed their counters, and a sharded state's counters and
+//     ids lie in its shard's block; ACLs belong to existing users;
 //   - the owner index counts exactly each owner's topics and their ranges.
 func (s *State) CheckInvariants() error {
 	if len(s.byName) != len(s.topics) {
@@ -41,6 +42,9 @@ func (s *State) CheckInvariants() error {
 	}
 	if !maps.Equal(s.owners, s.rebuildOwners()) {
 		return fmt.Errorf("owner index disagrees with the topics")
+	}
+	if err := s.checkShard(); err != nil {
+		return err
 	}
 	return s.checkAccess()
 }

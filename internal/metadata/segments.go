@@ -23,7 +23,7 @@ func (s *State) openSegment(c *Command) Result {
 		return failed(ErrActiveSegmentExists)
 	case c.Base < rr.r.NextOffset:
 		return failed(ErrSegmentOverlap)
-	case c.MinID > MaxSegmentID:
+	case !s.validMinID(c.MinID):
 		return failed(ErrInvalidCommand)
 	}
 	if c.MinID > s.lastSegment+1 {

@@ -25,6 +25,7 @@ type image struct {
 	LastTopic     uint64        `json:"last_topic"`
 	LastRange     uint64        `json:"last_range"`
 	LastSegment   uint64        `json:"last_segment"`
+	Shard         uint16        `json:"shard,omitempty"`
 	ClusterID     string        `json:"cluster_id,omitempty"`
 	ClusterSecret []byte        `json:"cluster_secret,omitempty"`
 	Topics        []Topic       `json:"topics"`
@@ -85,7 +86,7 @@ func (s *State) Clone() *State {
 func (s *State) export() *image {
 	img := &image{
 		Format: snapshotFormat, LastTopic: s.lastTopic, LastRange: s.lastRange,
-		LastSegment: s.lastSegment, ClusterID: s.clusterID, ClusterSecret: slices.Clone(s.clusterSecret),
+		LastSegment: s.lastSegment, Shard: s.shard, ClusterID: s.clusterID, ClusterSecret: slices.Clone(s.clusterSecret),
 		Topics: []Topic{}, Ranges: []Range{}, Segments: []Segment{}, Groups: []groupRecord{},
 		Users: s.Users(), ACLs: []ACL{},
 	}
@@ -119,6 +120,7 @@ func (s *State) export() *image {
 func load(img *image) (*State, error) {
 	s := New()
 	s.lastTopic, s.lastRange, s.lastSegment = img.LastTopic, img.LastRange, img.LastSegment
+	s.shard = img.Shard
 	s.clusterID, s.clusterSecret = img.ClusterID, img.ClusterSecret
 	steps := []func(*image) error{s.loadTopics, s.loadRanges, s.loadSegments, s.loadGroups, s.loadAccess}
 	for _, step := range steps {

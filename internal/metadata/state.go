@@ -8,6 +8,7 @@ package metadata
 // guards readers (metastore does both).
 type State struct {
 	lastTopic, lastRange, lastSegment uint64 // id counters; ids are never reused
+	shard                             uint16 // the id block of NewShard; 0 for New
 
 	topics   map[uint64]*topicRec
 	byName   map[string]*topicRec

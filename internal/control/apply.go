@@ -1,0 +1,236 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/peer"
+	"github.com/malachi-log/malachi/internal/raft"
+)
+
+// Apply runs a metadata command in the cluster and returns its result
+// once its group's leader has applied it. It picks the group from the
+// command (route), proposes it here when this node leads the group and
+// otherwise forwards it over peer.ChannelForward to the leader, following
+// leadership changes until ctx ends. A command the metadata refuses comes
+// back as a Result with Err set and a nil error; the error is for the
+// outcome being unknown: ErrUnavailable when no leader with a quorum
+// answered within ctx, ErrNotJoined, ErrClosed, or the host's failure.
+//
+// A retry after an ambiguous failure (a lost connection, a leader change,
+// a timeout) sends the same entry again, with the request id drawn here
+// once, and the group's state machine answers a second copy with the
+// first copy's result: a command applies once per Apply call even when it
+// is proposed twice (within the last maxDedup entries of its group).
+func (n *Node) Apply(ctx context.Context, cmd metadata.Command) (metadata.Result, error) {
+	ring, err := n.ring()
+	if err != nil {
+		return metadata.Result{}, err
+	}
+	rt := route(&cmd, ring)
+	if rt.refused != nil {
+		return metadata.Result{Err: rt.refused}, nil
+	}
+	if err := n.spreadQuota(rt.group, &cmd); err != nil {
+		return metadata.Result{Err: err}, nil
+	}
+	out, err := n.proposeEntry(ctx, rt.group, entry{Meta: &cmd})
+	if err != nil {
+		return metadata.Result{}, err
+	}
+	return out.result(), nil
+}
+
+// proposeEntry stamps e with this node and a fresh request id, proposes
+// it in group and decodes the state machine's answer.
+func (n *Node) proposeEntry(ctx context.Context, group uint64, e entry) (outcome, error) {
+	e.Origin, e.Req = n.cfg.NodeID, rand.Uint64()|1
+	data, err := encodeEntry(e)
+	if err != nil {
+		return outcome{}, err
+	}
+	res, err := n.propose(ctx, group, data)
+	if err != nil {
+		return outcome{}, err
+	}
+	return decodeOutcome(res)
+}
+
+// propose gets data applied by group's leader, here or at the leader it
+// is forwarded to, retrying while ctx lasts. Each failed attempt names
+// the next node to try (the leader a refusal names, or the one this
+// node's replica knows) and, when it names none, waits a tick for an
+// election.
+func (n *Node) propose(ctx context.Context, group uint64, data []byte) ([]byte, error) {
+	target := n.cfg.NodeID
+	var last error
+	hops := 0
+	for {
+		if err := n.usable(); err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, unavailable(ctx, last)
+		}
+		var res []byte
+		var err error
+		if target == n.cfg.NodeID {
+			res, err = n.host.Propose(ctx, group, data)
+		} else {
+			res, err = n.forwardPropose(ctx, target, group, data)
+		}
+		if err == nil {
+			return res, nil
+		}
+		if !retriable(err) {
+			return nil, err
+		}
+		last = err
+		next := n.nextTarget(group, err)
+		hops++
+		// A refusal naming a leader is followed at once; anything else
+		// (no leader known, an unknown outcome, an unreachable node, or
+		// replicas pointing at each other during an election) waits a
+		// tick first.
+		if next == 0 || hops > 2 || !isNotLeader(err) {
+			if ctx.Err() != nil || !n.waitTick(ctx) {
+				return nil, unavailable(ctx, last)
+			}
+			hops = 0
+		}
+		if next == 0 {
+			next = n.cfg.NodeID
+		}
+		target = next
+	}
+}
+
+// nextTarget is the node to try after err: the leader a NotLeaderError
+// names, else the leader this node's replica knows, else 0.
+func (n *Node) nextTarget(group uint64, err error) uint64 {
+	var nl *raft.NotLeaderError
+	if errors.As(err, &nl) && nl.Leader != 0 {
+		return nl.Leader
+	}
+	if l, lerr := n.host.Leader(group); lerr == nil {
+		return l
+	}
+	return 0
+}
+
+func isNotLeader(err error) bool {
+	var nl *raft.NotLeaderError
+	return errors.As(err, &nl) && nl.Leader != 0
+}
+
+// retriable reports whether another attempt, here or elsewhere, may
+// succeed: raft's refusals and unknown outcomes, and a peer that could
+// not be reached or lost the connection.
+func retriable(err error) bool {
+	return raft.Retriable(err) || errors.Is(err, peer.ErrUnreachable) || errors.Is(err, peer.ErrConnectionLost) ||
+		errors.Is(err, peer.ErrBusy) || errors.Is(err, peer.ErrTooManyCalls) || errors.Is(err, peer.ErrBackpressure) ||
+		errors.Is(err, peer.ErrUnknownNode) || errors.Is(err, errRemoteUnavailable) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// unavailable is the error of a request whose ctx ended before a leader
+// answered: ErrUnavailable, with the last failure for the logs.
+func unavailable(ctx context.Context, last error) error {
+	return fmt.Errorf("%w (%v; last attempt: %v)", ErrUnavailable, ctx.Err(), last)
+}
+
+// waitTick waits one raft tick, or until ctx ends or the node closes.
+func (n *Node) waitTick(ctx context.Context) bool {
+	t := n.cfg.Clock.NewTimer(n.cfg.TickInterval)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	case <-n.closed:
+		return false
+	}
+}
+
+func (n *Node) usable() error {
+	select {
+	case <-n.closed:
+		return ErrClosed
+	default:
+	}
+	return n.Err()
+}
+
+// Barrier returns once this node's replica of group has applied
+// everything committed in the group before the call (raft ReadIndex,
+// confirmed by a quorum), so a View that follows is linearizable (C2).
+// Without a quorum it returns ErrUnavailable when ctx ends.
+func (n *Node) Barrier(ctx context.Context, group uint64) error {
+	if n.sm(group) == nil {
+		return ErrUnknownGroup
+	}
+	var last error
+	for {
+		if err := n.usable(); err != nil {
+			return err
+		}
+		err := n.host.ReadBarrier(ctx, group)
+		if err == nil {
+			return nil
+		}
+		if !retriable(err) {
+			return err
+		}
+		last = err
+		if ctx.Err() != nil || !n.waitTick(ctx) {
+			return unavailable(ctx, last)
+		}
+	}
+}
+
+// spreadQuota turns a command's cluster-wide limits into limits for its
+// vnode. Apply checks a Quota exactly against one State, and a vnode's
+// State holds only its own topics, so this node subtracts what the other
+// vnodes hold in its local view: a create that fits the rest of the
+// cluster is checked exactly against its vnode. The local view of the
+// other vnodes may be behind, so concurrent creates through different
+// vnodes may overshoot a limit by what those vnodes applied and this
+// replica has not seen yet (bounded by the replication lag).
+func (n *Node) spreadQuota(group uint64, cmd *metadata.Command) error {
+	q := cmd.Quota
+	if q == nil || group == RootGroup || q.Topics == 0 && q.Ranges == 0 && q.OwnerTopics == 0 && q.OwnerRanges == 0 {
+		return nil
+	}
+	var topics, ranges, ownTopics, ownRanges int
+	_ = n.ViewEach(func(g uint64, st *metadata.State) {
+		if g == group {
+			return
+		}
+		topics += st.TopicCount()
+		ranges += st.RangeCount()
+		if cmd.Owner != "" {
+			t, r := st.OwnerUsage(cmd.Owner)
+			ownTopics += t
+			ownRanges += r
+		}
+	})
+	local := *q
+	for _, f := range []struct {
+		limit *int
+		used  int
+	}{{&local.Topics, topics}, {&local.Ranges, ranges}, {&local.OwnerTopics, ownTopics}, {&local.OwnerRanges, ownRanges}} {
+		if *f.limit == 0 {
+			continue
+		}
+		if *f.limit <= f.used {
+			return metadata.ErrQuotaExceeded
+		}
+		*f.limit -= f.used
+	}
+	cmd.Quota = &local
+	return nil
+}

@@ -1,0 +1,193 @@
+package control
+
+import (
+	"cmp"
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/malachi-log/malachi/internal/placement"
+)
+
+// Registry is the cluster's membership as the root group agreed it: the
+// nodes with their addresses and attributes, the ring, and the replica set
+// (voters) placement picks for each group. It changes only through root
+// group commands, so every node reads the same registry at the same index.
+// Gossip (internal/membership) says who is alive; the registry says who is
+// a member, which is what replica sets are built from.
+type Registry struct {
+	Vnodes     int          `json:"vnodes"`      // ring size
+	Factor     int          `json:"factor"`      // voters per vnode (clamped to the nodes)
+	RootVoters int          `json:"root_voters"` // voters of the root group (clamped)
+	Nodes      []NodeRecord `json:"nodes"`       // sorted by id
+	// Voters is the voter set placement picks for each group over Nodes,
+	// by group id; every other node is a learner there.
+	Voters map[uint64][]uint64 `json:"voters"`
+}
+
+// NodeRecord is one registered node.
+type NodeRecord struct {
+	ID    uint64            `json:"id"`
+	Addr  string            `json:"addr"` // peer address
+	Attrs map[string]string `json:"attrs,omitempty"`
+}
+
+// Bounds of the registry, checked by its commands.
+const (
+	MaxNodes       = 1024
+	maxAddrLen     = 255
+	maxAttrs       = 32
+	maxAttrLen     = 255
+	defaultRootMax = 5
+)
+
+// Registry command kinds.
+const (
+	regRegister = "register_node"
+	regRemove   = "remove_node"
+)
+
+// regCommand changes the registry; it travels in a root group entry.
+type regCommand struct {
+	Kind string     `json:"k"`
+	Node NodeRecord `json:"node"`
+}
+
+// Registry refusals (the text travels back to the proposer).
+var (
+	errBadNode      = errors.New("control: bad node record (id 0, or address or attributes out of bounds)")
+	errTooManyNodes = errors.New("control: cluster has MaxNodes nodes")
+	errUnknownNode  = errors.New("control: node is not registered")
+	errLastNode     = errors.New("control: cannot remove the last node")
+	errUnknownReg   = errors.New("control: unknown registry command")
+)
+
+func newRegistry(vnodes, factor int, self NodeRecord) *Registry {
+	r := &Registry{Vnodes: vnodes, Factor: factor, RootVoters: defaultRootMax, Nodes: []NodeRecord{self}}
+	r.place()
+	return r
+}
+
+// apply runs one registry command. Deterministic: it reads nothing but
+// the registry and the command; a refusal changes nothing.
+func (r *Registry) apply(c *regCommand) error {
+	switch c.Kind {
+	case regRegister:
+		if !validNode(c.Node) {
+			return errBadNode
+		}
+		i, found := r.find(c.Node.ID)
+		if found {
+			r.Nodes[i] = c.Node.clone()
+		} else {
+			if len(r.Nodes) >= MaxNodes {
+				return errTooManyNodes
+			}
+			r.Nodes = slices.Insert(r.Nodes, i, c.Node.clone())
+		}
+	case regRemove:
+		i, found := r.find(c.Node.ID)
+		switch {
+		case !found:
+			return errUnknownNode
+		case len(r.Nodes) == 1:
+			return errLastNode
+		}
+		r.Nodes = slices.Delete(r.Nodes, i, i+1)
+	default:
+		return errUnknownReg
+	}
+	r.place()
+	return nil
+}
+
+func (r *Registry) find(id uint64) (int, bool) {
+	return slices.BinarySearchFunc(r.Nodes, id, func(n NodeRecord, id uint64) int { return cmp.Compare(n.ID, id) })
+}
+
+// place recomputes every group's voters from the nodes (HRW: a node
+// joining takes a vnode's slot only where it outranks a member).
+func (r *Registry) place() {
+	nodes := make([]placement.Node, len(r.Nodes))
+	for i, n := range r.Nodes {
+		nodes[i] = placement.Node{ID: n.ID, Attributes: n.Attrs}
+	}
+	r.Voters = make(map[uint64][]uint64, r.Vnodes+1)
+	r.Voters[RootGroup] = sorted(placement.VnodeReplicas(rootKey, nodes, r.RootVoters))
+	for v := range r.Vnodes {
+		r.Voters[VnodeGroup(uint32(v))] = sorted(placement.VnodeReplicas(uint32(v), nodes, r.Factor))
+	}
+}
+
+func sorted(ids []uint64) []uint64 {
+	slices.Sort(ids)
+	return ids
+}
+
+// Has reports whether node is registered.
+func (r *Registry) Has(node uint64) bool {
+	_, ok := r.find(node)
+	return ok
+}
+
+// Node returns a registered node.
+func (r *Registry) Node(id uint64) (NodeRecord, bool) {
+	i, ok := r.find(id)
+	if !ok {
+		return NodeRecord{}, false
+	}
+	return r.Nodes[i].clone(), true
+}
+
+// NodeIDs lists the registered nodes, ascending.
+func (r *Registry) NodeIDs() []uint64 {
+	ids := make([]uint64, len(r.Nodes))
+	for i, n := range r.Nodes {
+		ids[i] = n.ID
+	}
+	return ids
+}
+
+// Clone returns a deep copy.
+func (r *Registry) Clone() *Registry {
+	c := *r
+	c.Nodes = make([]NodeRecord, len(r.Nodes))
+	for i, n := range r.Nodes {
+		c.Nodes[i] = n.clone()
+	}
+	c.Voters = make(map[uint64][]uint64, len(r.Voters))
+	for g, vs := range r.Voters {
+		c.Voters[g] = slices.Clone(vs)
+	}
+	return &c
+}
+
+func (n NodeRecord) clone() NodeRecord {
+	n.Attrs = maps.Clone(n.Attrs)
+	return n
+}
+
+func validNode(n NodeRecord) bool {
+	if n.ID == 0 || n.Addr == "" || len(n.Addr) > maxAddrLen || len(n.Attrs) > maxAttrs {
+		return false
+	}
+	for k, v := range n.Attrs {
+		if k == "" || len(k) > maxAttrLen || len(v) > maxAttrLen {
+			return false
+		}
+	}
+	return true
+}
+
+// validate checks a registry read from a snapshot.
+func (r *Registry) validate() error {
+	if r.Vnodes < 1 || r.Vnodes > MaxVnodes || r.Factor < 1 || r.RootVoters < 1 || len(r.Nodes) == 0 {
+		return errors.New("control: registry: bad ring, factor or empty node list")
+	}
+	for i, n := range r.Nodes {
+		if !validNode(n) || i > 0 && r.Nodes[i-1].ID >= n.ID {
+			return errors.New("control: registry: bad or unsorted node record")
+		}
+	}
+	return nil
+}

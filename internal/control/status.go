@@ -1,0 +1,49 @@
+package control
+
+// Status is what `malachi cluster status` shows of the control plane, as
+// this node sees it.
+type Status struct {
+	Node   uint64        `json:"node"`
+	Vnodes int           `json:"vnodes"`
+	Nodes  []NodeRecord  `json:"nodes"` // the registry's
+	Groups []GroupStatus `json:"groups"`
+}
+
+// GroupStatus is one group's raft state on this node.
+type GroupStatus struct {
+	Group    uint64   `json:"group"`
+	Name     string   `json:"name"`  // "root", "vnode-3"
+	State    string   `json:"state"` // this replica's raft role
+	Leader   uint64   `json:"leader"`
+	Term     uint64   `json:"term"`
+	Commit   uint64   `json:"commit"`
+	Applied  uint64   `json:"applied"`
+	Voters   []uint64 `json:"voters"`
+	Learners []uint64 `json:"learners,omitempty"`
+	// Placed is the voter set placement picks; Voters converge to it.
+	Placed []uint64 `json:"placed,omitempty"`
+}
+
+// Status reports the registry and every hosted group.
+func (n *Node) Status() Status {
+	s := Status{Node: n.cfg.NodeID, Vnodes: n.Vnodes()}
+	reg, _ := n.Registry()
+	if reg != nil {
+		s.Nodes = reg.Nodes
+	}
+	for _, g := range n.groups() {
+		st, err := n.host.Status(g)
+		if err != nil {
+			continue
+		}
+		gs := GroupStatus{
+			Group: g, Name: groupName(g), State: st.State, Leader: st.Leader, Term: st.Term,
+			Commit: st.Commit, Applied: st.Applied, Voters: sortedIDs(st.Voters), Learners: sortedIDs(st.Learners),
+		}
+		if reg != nil {
+			gs.Placed = reg.Voters[g]
+		}
+		s.Groups = append(s.Groups, gs)
+	}
+	return s
+}

@@ -1,0 +1,199 @@
+package peer
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// kind says what a frame is; part of the frame format.
+type kind uint8
+
+const (
+	kindHello    kind = 1 // dialler's handshake
+	kindHelloAck kind = 2 // acceptor's answer to it
+	kindMessage  kind = 3 // one-way payload
+	kindRequest  kind = 4 // a call's request, answered by id
+	kindResponse kind = 5 // a call's answer
+	kindError    kind = 6 // a call's failure: code, then text
+)
+
+const (
+	lengthSize = 4
+	// headerSize is everything before the payload: length, CRC32C, kind,
+	// channel, flags (2, zero) and request id.
+	headerSize = lengthSize + 4 + 1 + 1 + 2 + 8
+	// crcStart is where the checksummed bytes begin.
+	crcStart = lengthSize + 4
+
+	protocolVersion uint16 = 1
+	helloMagic             = "MLPR"
+	// maxHelloBytes bounds a handshake frame before the size bound of
+	// the configuration applies.
+	maxHelloBytes = 1 << 10
+	// maxErrorText bounds the text of an error response.
+	maxErrorText = 1 << 10
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// frame is a decoded frame; payload aliases the buffer it was read into.
+type frame struct {
+	kind    kind
+	ch      Channel
+	id      uint64
+	payload []byte
+}
+
+// frameBytes is the size of a frame carrying n payload bytes, as
+// MaxFrameBytes measures it (after the length prefix).
+func frameBytes(n int) int { return headerSize - lengthSize + n }
+
+// encodeFrame returns a new buffer holding the whole frame, with its
+// own copy of payload.
+func encodeFrame(k kind, ch Channel, id uint64, payload []byte) []byte {
+	buf := make([]byte, headerSize+len(payload))
+	binary.BigEndian.PutUint32(buf[0:], uint32(frameBytes(len(payload))))
+	buf[8] = byte(k)
+	buf[9] = byte(ch)
+	binary.BigEndian.PutUint64(buf[12:], id)
+	copy(buf[headerSize:], payload)
+	binary.BigEndian.PutUint32(buf[4:], crc32.Checksum(buf[crcStart:], castagnoli))
+	return buf
+}
+
+// errOversize marks a length prefix beyond the bound; it wraps
+// ErrFrameTooLarge.
+var errOversize = fmt.Errorf("%w (received)", ErrFrameTooLarge)
+
+// errMalformed marks a frame that checksums but makes no sense.
+var errMalformed = errors.New("peer: malformed frame")
+
+// readFrame reads one frame of at most maxBytes (after the length
+// prefix) into a new buffer, and checks it. It returns the bytes it
+// consumed for the counters.
+func readFrame(r *bufio.Reader, maxBytes int) (frame, int, error) {
+	var prefix [lengthSize]byte
+	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+		return frame{}, 0, err
+	}
+	n := binary.BigEndian.Uint32(prefix[:])
+	if uint64(n) > uint64(maxBytes) {
+		return frame{}, lengthSize, errOversize
+	}
+	if n < headerSize-lengthSize {
+		return frame{}, lengthSize, fmt.Errorf("%w: %d bytes is shorter than its header", errMalformed, n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return frame{}, lengthSize, err
+	}
+	f, err := decodeBody(body)
+	return f, lengthSize + int(n), err
+}
+
+// decodeBody checks and splits a frame's bytes after its length prefix.
+func decodeBody(body []byte) (frame, error) {
+	const h = headerSize - lengthSize
+	if len(body) < h {
+		return frame{}, fmt.Errorf("%w: shorter than its header", errMalformed)
+	}
+	if binary.BigEndian.Uint32(body[0:]) != crc32.Checksum(body[4:], castagnoli) {
+		return frame{}, ErrCorruptFrame
+	}
+	f := frame{kind: kind(body[4]), ch: Channel(body[5]), id: binary.BigEndian.Uint64(body[8:]), payload: body[h:]}
+	if body[6] != 0 || body[7] != 0 {
+		return frame{}, fmt.Errorf("%w: flags %#x are not known", errMalformed, body[6:8])
+	}
+	if f.kind < kindHello || f.kind > kindError {
+		return frame{}, fmt.Errorf("%w: kind %d is not known", errMalformed, f.kind)
+	}
+	return f, nil
+}
+
+// hello is the dialler's handshake: who it is, who it means to reach.
+type hello struct {
+	version uint16
+	from    uint64
+	to      uint64
+	cluster string
+}
+
+func (h hello) encode() []byte {
+	b := make([]byte, 0, 4+2+8+8+1+len(h.cluster))
+	b = append(b, helloMagic...)
+	b = binary.BigEndian.AppendUint16(b, h.version)
+	b = binary.BigEndian.AppendUint64(b, h.from)
+	b = binary.BigEndian.AppendUint64(b, h.to)
+	b = append(b, byte(len(h.cluster)))
+	return append(b, h.cluster...)
+}
+
+func decodeHello(b []byte) (hello, error) {
+	const fixed = 4 + 2 + 8 + 8 + 1
+	if len(b) < fixed || string(b[:4]) != helloMagic {
+		return hello{}, errors.New("not a peer handshake")
+	}
+	h := hello{
+		version: binary.BigEndian.Uint16(b[4:]),
+		from:    binary.BigEndian.Uint64(b[6:]),
+		to:      binary.BigEndian.Uint64(b[14:]),
+	}
+	if n := int(b[22]); len(b) != fixed+n {
+		return hello{}, errors.New("handshake cluster id length mismatch")
+	}
+	h.cluster = string(b[fixed:])
+	return h, nil
+}
+
+// helloAck is the acceptor's answer: its version and id, and whether it
+// took the connection (reason says why not).
+type helloAck struct {
+	version uint16
+	node    uint64
+	ok      bool
+	reason  string
+}
+
+func (a helloAck) encode() []byte {
+	b := binary.BigEndian.AppendUint16(nil, a.version)
+	b = binary.BigEndian.AppendUint64(b, a.node)
+	if a.ok {
+		return append(b, 1)
+	}
+	return append(append(b, 0), truncate(a.reason, maxErrorText)...)
+}
+
+func decodeHelloAck(b []byte) (helloAck, error) {
+	if len(b) < 11 || b[10] > 1 {
+		return helloAck{}, errors.New("malformed handshake answer")
+	}
+	return helloAck{
+		version: binary.BigEndian.Uint16(b),
+		node:    binary.BigEndian.Uint64(b[2:]),
+		ok:      b[10] == 1,
+		reason:  string(b[11:]),
+	}, nil
+}
+
+// errorPayload encodes a call's failure.
+func errorPayload(code ErrorCode, text string) []byte {
+	return append([]byte{byte(code)}, truncate(text, maxErrorText)...)
+}
+
+func decodeError(node uint64, b []byte) *RemoteError {
+	if len(b) == 0 {
+		return &RemoteError{Node: node, Code: CodeHandler, Message: "empty error response"}
+	}
+	return &RemoteError{Node: node, Code: ErrorCode(b[0]), Message: string(b[1:])}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

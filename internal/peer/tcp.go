@@ -1,0 +1,245 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+)
+
+// TCPTransport is the Transport over TCP (and mutual TLS when
+// configured). See the package documentation for the frame format and
+// its goroutines.
+type TCPTransport struct {
+	cfg          Config
+	handlers     [NumChannels]Handler
+	callHandlers [NumChannels]CallHandler
+	pool         *handlerPool
+	counters     counters
+	wg           sync.WaitGroup // every goroutine of the transport
+	quit         chan struct{}  // closed by Close
+
+	mu struct {
+		sync.Mutex
+		started, closed bool
+		ln              net.Listener
+		addrs           map[uint64]string
+		dests           map[uint64]*dest
+		// inbound holds every accepted connection; byNode the one that
+		// completed its handshake last for each source node.
+		inbound map[*inConn]struct{}
+		byNode  map[uint64]*inConn
+	}
+}
+
+var _ Transport = (*TCPTransport)(nil)
+
+// NewTCP checks cfg and returns a transport; register handlers, then
+// Start it.
+func NewTCP(cfg Config) (*TCPTransport, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	t := &TCPTransport{cfg: cfg, pool: newHandlerPool(cfg.MaxHandlers, cfg.MaxHandlersPerNode), quit: make(chan struct{})}
+	t.mu.addrs = make(map[uint64]string)
+	t.mu.dests = make(map[uint64]*dest)
+	t.mu.inbound = make(map[*inConn]struct{})
+	t.mu.byNode = make(map[uint64]*inConn)
+	return t, nil
+}
+
+// ID is this node's id.
+func (t *TCPTransport) ID() uint64 { return t.cfg.NodeID }
+
+// Handle registers the one-way handler of ch; see Transport.
+func (t *TCPTransport) Handle(ch Channel, h Handler) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := registrable(ch, t.mu.started || t.mu.closed, ch.valid() && t.handlers[ch] != nil); err != nil {
+		return err
+	}
+	t.handlers[ch] = h
+	return nil
+}
+
+// HandleCall registers the call handler of ch; see Transport.
+func (t *TCPTransport) HandleCall(ch Channel, h CallHandler) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := registrable(ch, t.mu.started || t.mu.closed, ch.valid() && t.callHandlers[ch] != nil); err != nil {
+		return err
+	}
+	t.callHandlers[ch] = h
+	return nil
+}
+
+func registrable(ch Channel, started, taken bool) error {
+	switch {
+	case !ch.valid():
+		return ErrBadChannel
+	case started:
+		return ErrStarted
+	case taken:
+		return fmt.Errorf("peer: channel %s already has a handler", ch)
+	}
+	return nil
+}
+
+// Start listens on ListenAddr and accepts peers.
+func (t *TCPTransport) Start() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.mu.closed:
+		return ErrClosed
+	case t.mu.started:
+		return errors.New("peer: already started")
+	}
+	ln, err := net.Listen("tcp", t.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("peer: listen %s: %w", t.cfg.ListenAddr, err)
+	}
+	t.mu.ln = ln
+	t.mu.started = true
+	t.wg.Add(1)
+	go t.acceptLoop(ln)
+	return nil
+}
+
+// Addr is the address the transport listens on, once started.
+func (t *TCPTransport) Addr() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.ln == nil {
+		return ""
+	}
+	return t.mu.ln.Addr().String()
+}
+
+// SetAddr records where node listens; see Transport.
+func (t *TCPTransport) SetAddr(node uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed || t.mu.addrs[node] == addr {
+		return
+	}
+	t.mu.addrs[node] = addr
+	if d := t.mu.dests[node]; d != nil {
+		d.setAddr(addr)
+	}
+}
+
+// RemoveNode forgets node; see Transport.
+func (t *TCPTransport) RemoveNode(node uint64) {
+	t.mu.Lock()
+	d := t.mu.dests[node]
+	delete(t.mu.dests, node)
+	delete(t.mu.addrs, node)
+	t.mu.Unlock()
+	if d != nil {
+		d.stop(ErrUnknownNode)
+	}
+	t.counters.forget(node)
+}
+
+// destFor returns the destination of node, making it (and starting its
+// writer) on first use.
+func (t *TCPTransport) destFor(node uint64) (*dest, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.closed {
+		return nil, ErrClosed
+	}
+	if d := t.mu.dests[node]; d != nil {
+		return d, nil
+	}
+	addr, ok := t.mu.addrs[node]
+	if !ok {
+		return nil, fmt.Errorf("%w: node %d", ErrUnknownNode, node)
+	}
+	d := newDest(t, node, addr)
+	t.mu.dests[node] = d
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	t.wg.Add(1)
+	go d.run(ctx)
+	return d, nil
+}
+
+// Send queues payload for to; see Transport. payload is copied.
+func (t *TCPTransport) Send(to uint64, ch Channel, payload []byte) error {
+	if err := checkOut(t.cfg, ch, len(payload)); err != nil {
+		return err
+	}
+	d, err := t.destFor(to)
+	if err != nil {
+		return err
+	}
+	return d.push(queued{frame: encodeFrame(kindMessage, ch, 0, payload)})
+}
+
+// Call sends req to to and waits for the answer; see Transport.
+func (t *TCPTransport) Call(ctx context.Context, to uint64, ch Channel, req []byte) ([]byte, error) {
+	if err := checkOut(t.cfg, ch, len(req)); err != nil {
+		return nil, err
+	}
+	d, err := t.destFor(to)
+	if err != nil {
+		return nil, err
+	}
+	id, c, err := d.calls.add()
+	if err != nil {
+		return nil, fmt.Errorf("node %d: %w", to, err)
+	}
+	if err := d.push(queued{frame: encodeFrame(kindRequest, ch, id, req), call: id}); err != nil {
+		d.calls.remove(id)
+		return nil, err
+	}
+	return d.calls.wait(ctx, id, c)
+}
+
+// Stats returns the transport's counters.
+func (t *TCPTransport) Stats() Stats {
+	return t.counters.snapshot(func(node uint64) (int, int, int) {
+		t.mu.Lock()
+		d := t.mu.dests[node]
+		t.mu.Unlock()
+		if d == nil {
+			return 0, 0, 0
+		}
+		frames, bytes := d.q.depth()
+		return frames, bytes, d.calls.len()
+	})
+}
+
+// Close stops the transport; see Transport. It is safe to call twice.
+func (t *TCPTransport) Close() error {
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.closed = true
+	close(t.quit)
+	ln := t.mu.ln
+	dests := t.mu.dests
+	t.mu.dests = map[uint64]*dest{}
+	var conns []*inConn
+	for c := range t.mu.inbound {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	for _, d := range dests {
+		d.stop(ErrClosed)
+	}
+	for _, c := range conns {
+		c.conn.Close()
+	}
+	t.wg.Wait()
+	return nil
+}
