@@ -89,8 +89,13 @@ func (f *Fake) Start(ctx context.Context) error {
 	return nil
 }
 
-// Join enters the mesh if any addr names a started node. A node whose id
-// is already in the mesh is refused with ErrDuplicateNodeID.
+// Join enters the mesh if any addr names a started node, bringing the
+// started nodes it contacted into the mesh too (a seed that never called
+// Join, as with Gossip, where the contacted node learns of the caller).
+// Joining no address is a no-op that leaves the node a cluster of one. A
+// node whose id is already held in the mesh is the newcomer: it is refused
+// with ErrDuplicateNodeID and closed without a leave, and the members see
+// EventConflict naming it, as with Gossip.
 func (f *Fake) Join(ctx context.Context, addrs []string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -100,18 +105,39 @@ func (f *Fake) Join(ctx context.Context, addrs []string) (int, error) {
 	if err := f.usableLocked(); err != nil {
 		return 0, err
 	}
-	found := 0
+	if len(addrs) == 0 {
+		return 0, nil
+	}
+	var contacted []*Fake
 	for _, a := range addrs {
-		if _, ok := f.net.mu.started[a]; ok {
-			found++
+		if o, ok := f.net.mu.started[a]; ok {
+			contacted = append(contacted, o)
 		}
 	}
-	if found == 0 {
+	if len(contacted) == 0 {
 		return 0, fmt.Errorf("membership: join: none of %s answered", strings.Join(addrs, ", "))
 	}
+	for _, o := range contacted {
+		if _, held := f.net.mu.joined[o.info.ID]; !held && o != f {
+			o.enterLocked()
+		}
+	}
 	if other, ok := f.net.mu.joined[f.info.ID]; ok && other != f {
+		claimant := Event{Kind: EventConflict, Member: f.member(StateAlive)}
+		for _, o := range f.net.mu.joined {
+			o.table.emit(claimant)
+		}
+		f.table.emit(claimant)
+		f.closeLocked()
 		return 0, fmt.Errorf("%w: node id %d is held by %s", ErrDuplicateNodeID, f.info.ID, other.addr)
 	}
+	f.enterLocked()
+	return len(contacted), nil
+}
+
+// enterLocked adds f to the mesh: every member and f see each other join.
+// REQUIRES: f.net.mu held.
+func (f *Fake) enterLocked() {
 	f.net.mu.joined[f.info.ID] = f
 	f.table.set(EventJoin, f.member(StateAlive))
 	for id, o := range f.net.mu.joined {
@@ -120,7 +146,6 @@ func (f *Fake) Join(ctx context.Context, addrs []string) (int, error) {
 			f.table.set(EventJoin, o.member(StateAlive))
 		}
 	}
-	return found, nil
 }
 
 // usableLocked: REQUIRES f.net.mu held.
@@ -197,8 +222,14 @@ func (f *Fake) Events() <-chan Event { return f.table.events }
 func (f *Fake) Close() error {
 	f.net.mu.Lock()
 	defer f.net.mu.Unlock()
+	f.closeLocked()
+	return nil
+}
+
+// closeLocked is Close. REQUIRES: f.net.mu held.
+func (f *Fake) closeLocked() {
 	if f.closed {
-		return nil
+		return
 	}
 	f.closed = true
 	f.failLocked()
@@ -206,7 +237,6 @@ func (f *Fake) Close() error {
 		delete(f.net.mu.started, f.addr)
 	}
 	f.table.close()
-	return nil
 }
 
 // failLocked removes f from the mesh; the others see it dead.

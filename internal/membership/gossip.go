@@ -269,6 +269,12 @@ func (g *Gossip) announce(ctx context.Context, list *memberlist.Memberlist) erro
 // Leave marks the local node as leaving in its metadata, announces that,
 // then broadcasts memberlist's leave. Members that saw the mark report
 // EventLeave; one that missed it would report EventDead.
+//
+// If the mark cannot be announced (ctx ends, the broadcast times out),
+// the node has not left: the mark is withdrawn and that is announced, so
+// that a crash afterwards is reported as a death, not a leave. Once
+// memberlist's leave has been broadcast the node has left, even if Leave
+// returns its timeout.
 func (g *Gossip) Leave(ctx context.Context) error {
 	g.lifecycle.Lock()
 	defer g.lifecycle.Unlock()
@@ -276,27 +282,49 @@ func (g *Gossip) Leave(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.mu.Lock()
-	g.mu.leaving = true
-	meta, err := encodeMeta(g.mu.info, true)
+	if err := g.setLeaving(true); err != nil {
+		return err
+	}
+	err = g.announce(ctx, list)
+	var wait time.Duration
 	if err == nil {
-		g.mu.meta = meta
+		wait, err = g.budget(ctx)
 	}
-	g.mu.Unlock()
 	if err != nil {
-		return err
-	}
-	if err := g.announce(ctx, list); err != nil {
-		return err
-	}
-	wait, err := g.budget(ctx)
-	if err != nil {
-		return err
+		return errors.Join(fmt.Errorf("membership: leave: %w", err), g.withdrawLeave(ctx, list))
 	}
 	if err := list.Leave(wait); err != nil {
 		return fmt.Errorf("membership: leave: %w", err)
 	}
 	g.log.Info("left the cluster")
+	return nil
+}
+
+// setLeaving sets the leaving mark in the local metadata.
+func (g *Gossip) setLeaving(leaving bool) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	meta, err := encodeMeta(g.mu.info, leaving)
+	if err != nil {
+		return err
+	}
+	g.mu.leaving, g.mu.meta = leaving, meta
+	return nil
+}
+
+// withdrawLeave clears the leaving mark after a Leave that did not go
+// through and announces it, within BroadcastTimeout even when ctx has
+// ended: the mark may already have reached some members. Members that
+// miss this announcement get the cleared mark with the next sync.
+func (g *Gossip) withdrawLeave(ctx context.Context, list *memberlist.Memberlist) error {
+	if err := g.setLeaving(false); err != nil {
+		return err
+	}
+	if err := g.announce(context.WithoutCancel(ctx), list); err != nil {
+		g.log.Warn("leave withdrawn locally; members learn it with the next sync", "err", err)
+		return err
+	}
+	g.log.Info("leave withdrawn")
 	return nil
 }
 

@@ -374,3 +374,32 @@ func TestGossipSlowConsumer(t *testing.T) {
 		t.Fatalf("queued events %v, want one EventResync", got)
 	}
 }
+
+// TestGossipFailedLeaveThenCrash: a Leave that cannot announce the
+// leaving mark (its ctx has ended) withdraws it, so the node is still
+// alive to its members, later announcements do not carry the mark, and a
+// crash afterwards is reported as a death, not a leave.
+func TestGossipFailedLeaveThenCrash(t *testing.T) {
+	ctx := context.Background()
+	a := startGossip(t, testConfig(t, 1, "127.0.0.1:0"))
+	b := startGossip(t, testConfig(t, 2, "127.0.0.1:0"))
+	if _, err := b.Join(ctx, []string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, b, EventJoin, 1, StateAlive)
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := a.Leave(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Leave with an ended ctx = %v, want context.Canceled", err)
+	}
+	attrs := map[string]string{"rack": "r7"}
+	if err := a.SetAttributes(ctx, attrs); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitEvent(t, b, EventUpdate, 1, StateAlive); !maps.Equal(got.Attributes, attrs) {
+		t.Fatalf("update carries %v, want %v", got.Attributes, attrs)
+	}
+	a.Close()
+	waitEvent(t, b, EventDead, 1, StateDead)
+}

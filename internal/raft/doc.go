@@ -48,7 +48,19 @@
 // machine's result. Requests never hang: leadership loss, a group's
 // removal, a tick timeout or the host stopping fail them, with errors that
 // say whether the outcome is unknown. Every table has a bound: groups,
-// requests in flight per group, frame size, received frames waiting.
+// requests in flight per group, frame size, received frames waiting,
+// entries per received message. Only the message types raft sends between
+// replicas are stepped from a frame; a proposal never enters from a peer.
+//
+// A fault in one group stops that group on this node, not the node: when
+// raft panics (its log contradicts what the leader knows of it, typically
+// a replica that lost its log and rejoined under its old node id) or a
+// committed entry cannot be read by this build (an unknown envelope
+// version: skipping it would let replicas diverge), the group's requests
+// fail with ErrGroupFailed, Status reports the reason, and the node's
+// other groups keep running. A replica change is refused, retriable,
+// while raft would silently drop it (another is unapplied, or a new
+// leader has not applied its earlier entries).
 //
 // Snapshots are taken every Options.SnapshotEvery applied entries and after
 // every replica change (raft ignores a snapshot whose configuration does

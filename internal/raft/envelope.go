@@ -3,6 +3,7 @@ package raft
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 )
 
 // An entry's data is an envelope: the proposing host's incarnation and a
@@ -28,10 +29,13 @@ func (e envelope) encode() []byte {
 	return append(b, e.payload...)
 }
 
-var errBadEnvelope = errors.New("raft: malformed entry envelope")
+var errBadEnvelope = errors.New("raft: unreadable entry envelope")
 
 func decodeEnvelope(b []byte) (envelope, error) {
-	if len(b) < 1+8+1 || b[0] != envelopeVersion {
+	if len(b) > 0 && b[0] != envelopeVersion {
+		return envelope{}, fmt.Errorf("%w: version %d, this build reads version %d", errBadEnvelope, b[0], envelopeVersion)
+	}
+	if len(b) < 1+8+1 {
 		return envelope{}, errBadEnvelope
 	}
 	e := envelope{incarnation: binary.BigEndian.Uint64(b[1:9])}

@@ -41,7 +41,9 @@ var (
 	// without completing. A proposal's outcome is unknown.
 	ErrRequestTimeout = errors.New("raft: request timed out in the host; outcome unknown")
 	// ErrConfChangeInProgress: the group already has a replica change in
-	// flight; raft applies one at a time.
+	// flight, or a leader newly elected has not yet applied the entries
+	// of earlier terms (one of them may be a replica change); raft
+	// applies one change at a time. Retry shortly.
 	ErrConfChangeInProgress = errors.New("raft: a replica change is already in flight for the group")
 	// ErrLearnerBehind: a learner is promoted only once its log has
 	// reached the leader's commit index, so the group's quorum never
@@ -50,6 +52,14 @@ var (
 	// ErrGroupRemoved: the group was removed from this node while the
 	// request waited.
 	ErrGroupRemoved = errors.New("raft: group removed from this node")
+	// ErrGroupFailed: the group stopped on this node after a fault that
+	// would otherwise have crashed the node or let the replicas diverge
+	// (raft's own consistency checks, typically a replica whose log was
+	// lost and that rejoined under the same node id, or a committed entry
+	// this build cannot read). The node's other groups keep running;
+	// Status reports the reason. Remove the group (RemoveGroup) and add
+	// the replica back under a new node id, or upgrade the node.
+	ErrGroupFailed = errors.New("raft: group stopped on this node after a fault")
 	// ErrStopped: the host stopped (Run returned, or a Save failed).
 	ErrStopped = errors.New("raft: host stopped")
 	// ErrInboxFull: Options.MaxPendingFrames frames already wait to be

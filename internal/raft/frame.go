@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -29,9 +30,21 @@ type heartbeat struct {
 	group, term, commit uint64
 }
 
+// groupMessage is a whole raft message as received: its raftpb bytes,
+// checked by scanMessage and unmarshalled only when it is stepped, so a
+// frame of many small messages does not hold a protobuf message (about
+// 200 bytes and a pointer per field) for each of its records at once.
 type groupMessage struct {
 	group uint64
-	msg   *pb.Message
+	body  []byte
+}
+
+func (gm groupMessage) decode() (*pb.Message, error) {
+	m := &pb.Message{}
+	if err := proto.Unmarshal(gm.body, m); err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadFrame, err)
+	}
+	return m, nil
 }
 
 // frame is one decoded frame.
@@ -157,7 +170,60 @@ func (r *frameReader) count(minRecord int) int {
 	return int(n)
 }
 
-func decodeFrame(b []byte) (frame, error) {
+// Every message raft sends carries its type, receiver and sender (two
+// bytes each at least), so a message record takes at least 8 bytes of a
+// frame and costs the decoder 32: a frame of many small messages cannot
+// make the host allocate much more than it received. Entries are bounded
+// by count (Options.MaxMessageEntries), since a message is stepped, and
+// its entries allocated, one at a time.
+const minMessageBytes = 6
+
+// Field numbers in raftpb.Message that scanMessage looks at.
+const (
+	fieldType      = 1
+	fieldTo        = 2
+	fieldFrom      = 3
+	fieldEntries   = 7
+	fieldResponses = 14 // local messages only (MsgStorage*)
+)
+
+// scanMessage checks a message's raftpb bytes without allocating: the
+// fields parse, the type, receiver and sender are present, there are at
+// most maxEntries entries and no nested responses.
+func scanMessage(b []byte, maxEntries int) error {
+	var seen [fieldFrom + 1]bool
+	entries := 0
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errBadFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errBadFrame, protowire.ParseError(n))
+		}
+		switch {
+		case num <= fieldFrom:
+			seen[num] = seen[num] || typ == protowire.VarintType
+		case num == fieldEntries:
+			if entries++; entries > maxEntries {
+				return fmt.Errorf("%w: more than %d entries in a message", errBadFrame, maxEntries)
+			}
+		case num == fieldResponses:
+			return fmt.Errorf("%w: a local message's responses", errBadFrame)
+		}
+		b = b[n:]
+	}
+	if !seen[fieldType] || !seen[fieldTo] || !seen[fieldFrom] {
+		return fmt.Errorf("%w: a message without its type, receiver or sender", errBadFrame)
+	}
+	return nil
+}
+
+// decodeFrame decodes a frame's records; whole messages are checked
+// (scanMessage) but kept as bytes, aliasing b.
+func decodeFrame(b []byte, maxEntries int) (frame, error) {
 	if len(b) < 1 || b[0] != frameVersion {
 		return frame{}, errBadFrame
 	}
@@ -173,19 +239,19 @@ func decodeFrame(b []byte) (frame, error) {
 	for i := 0; i < n && r.err == nil; i++ {
 		f.responses = append(f.responses, heartbeat{group: r.uvarint(), term: r.uvarint()})
 	}
-	n = r.count(2)
+	n = r.count(2 + minMessageBytes)
 	f.messages = make([]groupMessage, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
 		group, size := r.uvarint(), r.uvarint()
 		if r.err != nil || size > uint64(len(r.b)) {
 			return frame{}, errBadFrame
 		}
-		m := &pb.Message{}
-		if err := proto.Unmarshal(r.b[:size], m); err != nil {
-			return frame{}, fmt.Errorf("%w: %v", errBadFrame, err)
+		body := r.b[:size:size]
+		if err := scanMessage(body, maxEntries); err != nil {
+			return frame{}, err
 		}
 		r.b = r.b[size:]
-		f.messages = append(f.messages, groupMessage{group: group, msg: m})
+		f.messages = append(f.messages, groupMessage{group: group, body: body})
 	}
 	if r.err != nil {
 		return frame{}, r.err

@@ -65,11 +65,32 @@ type group struct {
 	// term and lead as of the last cycle, to notice leadership changes.
 	term, lead uint64
 
-	proposals   map[uint64]*Future // by envelope seq
-	reads       map[uint64]*Future // ReadIndex requests with no index yet, by seq
-	readLead    map[uint64]uint64  // the leader each read was sent to
-	indexed     []indexedRead      // reads that know their index, waiting to apply it
-	confPending uint64             // seq of the replica change in flight, 0 if none
+	proposals map[uint64]*Future // by envelope seq
+	reads     map[uint64]*Future // ReadIndex requests with no index yet, by seq
+	readLead  map[uint64]uint64  // the leader each read was sent to
+	indexed   []indexedRead      // reads that know their index, waiting to apply it
+
+	// The replica change in flight. It stays pending after its request
+	// times out, until its entry applies or leadership moves: raft would
+	// silently turn a second change proposed meanwhile into an empty entry.
+	confPending uint64 // its envelope seq, 0 if none
+	confTerm    uint64 // the term it was proposed in
+	confIndex   uint64 // its log index, once a Ready has shown it; 0 before
+
+	// raft refuses (silently) a replica change until a new leader has
+	// applied every entry it held when elected. leaderFirst is at or above
+	// that index: the stored last index when this node was first seen
+	// leading in leaderTerm.
+	leaderTerm, leaderFirst uint64
+
+	// stateless: the replica was opened with neither a hard state nor a
+	// snapshot and has not received a snapshot since. It cannot tell a
+	// fresh replica from one whose log was lost, so it casts no vote: a
+	// replica that lost its log may already have voted in the term.
+	stateless bool
+
+	// failed, once set, stops the group on this node (see ErrGroupFailed).
+	failed error
 }
 
 type indexedRead struct {
@@ -102,8 +123,10 @@ func (g *group) failProposals(err error) {
 		f.complete(nil, err)
 		delete(g.proposals, seq)
 	}
-	g.confPending = 0
+	g.clearConf()
 }
+
+func (g *group) clearConf() { g.confPending, g.confTerm, g.confIndex = 0, 0, 0 }
 
 func (g *group) failReads(err error) {
 	for seq, f := range g.reads {
@@ -117,11 +140,10 @@ func (g *group) failReads(err error) {
 func (g *group) expire(now uint64) {
 	for seq, f := range g.proposals {
 		if now > f.deadline {
+			// A replica change stays pending (confPending) until its entry
+			// applies or leadership moves, though its request has failed.
 			f.complete(nil, ErrRequestTimeout)
 			delete(g.proposals, seq)
-			if seq == g.confPending {
-				g.confPending = 0
-			}
 		}
 	}
 	for seq, f := range g.reads {
@@ -158,6 +180,9 @@ func (h *Host) lookup(group uint64) (*group, error) {
 	g, ok := h.groups[group]
 	if !ok {
 		return nil, ErrUnknownGroup
+	}
+	if g.failed != nil {
+		return nil, g.failed
 	}
 	if g.inflight() >= h.opts.MaxInflight {
 		return nil, ErrTooManyProposals
@@ -292,8 +317,8 @@ func (h *Host) ChangeReplicasAsync(group uint64, c ReplicaChange) (*Future, erro
 	if err != nil {
 		return nil, err
 	}
-	if g.confPending != 0 {
-		return nil, ErrConfChangeInProgress
+	if err := g.confChangeReady(term); err != nil {
+		return nil, err
 	}
 	typ, err := c.check(g.confState)
 	if err != nil {
@@ -312,9 +337,27 @@ func (h *Host) ChangeReplicasAsync(group uint64, c ReplicaChange) (*Future, erro
 	}
 	f := newFuture(term, h.deadline())
 	g.proposals[h.seq] = f
-	g.confPending = h.seq
+	g.confPending, g.confTerm, g.confIndex = h.seq, term, 0
 	h.signal()
 	return f, nil
+}
+
+// confChangeReady refuses a replica change that raft would silently turn
+// into an empty entry: while another is pending, and while a leader
+// elected in term has not applied the entries it held when elected (raft's
+// pendingConfIndex; one of them may be a replica change of the old term).
+func (g *group) confChangeReady(term uint64) error {
+	if g.confPending != 0 {
+		return fmt.Errorf("%w: group %d", ErrConfChangeInProgress, g.id)
+	}
+	if g.leaderTerm != term {
+		return fmt.Errorf("%w: group %d: leadership in term %d is not settled yet", ErrConfChangeInProgress, g.id, term)
+	}
+	if g.applied < g.leaderFirst {
+		return fmt.Errorf("%w: group %d: the leader elected in term %d has applied %d of the %d entries it held when elected",
+			ErrConfChangeInProgress, g.id, term, g.applied, g.leaderFirst)
+	}
+	return nil
 }
 
 // caughtUp reports whether node's log, as the leader tracks it, has

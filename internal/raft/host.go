@@ -71,6 +71,19 @@ type Options struct {
 	MaxProposalBytes int    // one proposal [1 MiB]
 	MaxSizePerMsg    uint64 // entry bytes in one append message [256 KiB]
 	MaxInflightMsgs  int    // append messages in flight per follower [64]
+	// MaxMessageEntries bounds the entries in one received message [the
+	// larger of 1024 and MaxSizePerMsg/8]; a frame holding a message with
+	// more is refused. raft fills an append message up to MaxSizePerMsg
+	// bytes and an entry carrying a proposal encodes to at least 16, so a
+	// sender with the same MaxSizePerMsg stays below the bound unless a
+	// message holds mostly leaders' empty entries (4 bytes, one per term);
+	// that follower then catches up from a snapshot once the leader
+	// compacts its log. Received messages are kept as bytes and
+	// unmarshalled one at a time when stepped, and a message has at least
+	// 6 bytes (type, receiver, sender), so decoding a frame allocates at
+	// most 4 bytes per byte received, and stepping one message at most
+	// MaxMessageEntries entries (B1).
+	MaxMessageEntries int
 	// MaxUncommittedBytes bounds a leader's uncommitted log [64 MiB].
 	MaxUncommittedBytes uint64
 
@@ -102,6 +115,7 @@ func (o *Options) setDefaults() error {
 	if o.MaxSizePerMsg == 0 {
 		o.MaxSizePerMsg = min(256<<10, uint64(o.MaxFrameBytes/4))
 	}
+	def(&o.MaxMessageEntries, max(1024, int(o.MaxSizePerMsg/8)))
 	if o.ElectionTicks <= o.HeartbeatTicks {
 		return fmt.Errorf("raft: ElectionTicks (%d) must exceed HeartbeatTicks (%d)", o.ElectionTicks, o.HeartbeatTicks)
 	}
@@ -110,6 +124,10 @@ func (o *Options) setDefaults() error {
 	if o.MaxProposalBytes > o.MaxFrameBytes/2 || o.MaxSizePerMsg > uint64(o.MaxFrameBytes/2) {
 		return fmt.Errorf("raft: MaxProposalBytes (%d) and MaxSizePerMsg (%d) must be at most half of MaxFrameBytes (%d)",
 			o.MaxProposalBytes, o.MaxSizePerMsg, o.MaxFrameBytes)
+	}
+	if o.MaxMessageEntries < int(o.MaxSizePerMsg/16)+1 {
+		return fmt.Errorf("raft: MaxMessageEntries (%d) must be above MaxSizePerMsg/16 (%d), or a full append message would be refused",
+			o.MaxMessageEntries, o.MaxSizePerMsg/16)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real()
@@ -174,6 +192,12 @@ type Stats struct {
 	MessagesSent, HeartbeatsCoalesced                uint64
 	Saves, SendErrors, DroppedOversize               uint64
 	Snapshots, SnapshotsRestored, SnapshotFailures   uint64
+	// DroppedMessages counts received messages not stepped: types a peer
+	// never sends (MsgProp, local messages), a sender or receiver that
+	// does not match the frame, votes asked of a replica with no state.
+	DroppedMessages uint64
+	// GroupFailures counts groups stopped after a fault (ErrGroupFailed).
+	GroupFailures uint64
 }
 
 // NewHost opens a host over opts.LogStore, recovering every stored group
@@ -231,6 +255,15 @@ func (h *Host) CreateGroup(group uint64, voters []uint64, sm StateMachine) error
 // AddGroup hosts a replica of an existing group. The replica starts empty
 // (or from the LogStore's state after a restart) and is filled by the
 // group's leader once a replica change names this node.
+//
+// A node id must never be reused for a replica that lost its state (a
+// replaced disk, an emptied data directory): the group's other replicas
+// still count that replica's earlier acknowledgements and votes. Remove
+// the replica from the group (RemoveVoter) and add it back under a new
+// node id. The host contains what it can detect of such reuse: a replica
+// with no stored state casts no vote until a leader's snapshot has filled
+// it, and a replica whose empty log contradicts the leader's record of it
+// stops (Status reports ErrGroupFailed) instead of crashing the node.
 func (h *Host) AddGroup(group uint64, sm StateMachine) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -285,7 +318,7 @@ func (h *Host) hasState(group uint64) (bool, error) {
 // the committed entries after it to be applied again.
 func (h *Host) openGroup(id uint64, sm StateMachine) error {
 	st := h.opts.LogStore.Storage(id)
-	_, cs, err := st.InitialState()
+	hs, cs, err := st.InitialState()
 	if err != nil {
 		return fmt.Errorf("raft: group %d: initial state: %w", id, err)
 	}
@@ -293,6 +326,7 @@ func (h *Host) openGroup(id uint64, sm StateMachine) error {
 	if err != nil {
 		return fmt.Errorf("raft: group %d: snapshot: %w", id, err)
 	}
+	stateless := etcdraft.IsEmptyHardState(hs) && etcdraft.IsEmptySnap(snap)
 	applied := snap.GetMetadata().GetIndex()
 	if applied > 0 {
 		if err := sm.Restore(snap.GetData()); err != nil {
@@ -304,6 +338,7 @@ func (h *Host) openGroup(id uint64, sm StateMachine) error {
 		return fmt.Errorf("raft: group %d: %w", id, err)
 	}
 	g := newGroup(id, rn, sm, st, proto.Clone(cs).(*pb.ConfState), applied)
+	g.stateless = stateless
 	h.groups[id] = g
 	h.order = append(h.order, id)
 	slices.Sort(h.order)
@@ -362,6 +397,10 @@ type Status struct {
 	Group, Node, Leader, Term, Commit, Applied uint64
 	State                                      string // StateLeader, StateFollower, ...
 	Voters, Learners                           []uint64
+	// Failed is non-nil once the group has stopped on this node
+	// (ErrGroupFailed, with the reason); the other fields are as of then.
+	// Only RemoveGroup clears it.
+	Failed error
 }
 
 // Status returns the group's status.
@@ -377,6 +416,7 @@ func (h *Host) Status(group uint64) (Status, error) {
 		Group: group, Node: h.opts.NodeID, Leader: st.Lead, Term: st.GetTerm(), Commit: st.GetCommit(),
 		Applied: g.applied, State: st.RaftState.String(),
 		Voters: slices.Clone(g.confState.GetVoters()), Learners: slices.Clone(g.confState.GetLearners()),
+		Failed: g.failed,
 	}, nil
 }
 

@@ -20,8 +20,9 @@ func (h *Host) Tick() {
 	h.ticks++
 	for _, id := range h.order {
 		g := h.groups[id]
-		g.rn.Tick()
-		g.expire(h.ticks)
+		if h.guard(g, "tick", g.rn.Tick) {
+			g.expire(h.ticks)
+		}
 	}
 }
 
@@ -77,10 +78,17 @@ func (h *Host) Process() (more bool, err error) {
 	var updates []Update
 	for _, id := range h.order {
 		g := h.groups[id]
-		if !g.rn.HasReady() {
+		var rd etcdraft.Ready
+		has := false
+		h.guard(g, "ready", func() {
+			if has = g.rn.HasReady(); has {
+				rd = g.rn.Ready()
+				h.noteConfIndex(g, rd)
+			}
+		})
+		if !has || g.failed != nil {
 			continue
 		}
-		rd := g.rn.Ready()
 		readies = append(readies, groupReady{g: g, rd: rd})
 		if len(rd.Entries) > 0 || !etcdraft.IsEmptyHardState(rd.HardState) || !etcdraft.IsEmptySnap(rd.Snapshot) {
 			updates = append(updates, Update{Group: id, HardState: rd.HardState, Entries: rd.Entries, Snapshot: rd.Snapshot})
@@ -105,20 +113,62 @@ func (h *Host) Process() (more bool, err error) {
 	}
 	reports := h.send(readies)
 	for _, r := range readies {
-		h.apply(r.g, r.rd)
-		r.g.rn.Advance(r.rd)
-		h.checkLeadership(r.g)
-		h.maybeSnapshot(r.g)
+		h.guard(r.g, "apply", func() {
+			if err := h.apply(r.g, r.rd); err != nil {
+				h.fail(r.g, err)
+				return
+			}
+			r.g.rn.Advance(r.rd)
+			if err := h.checkLeadership(r.g); err != nil {
+				h.fail(r.g, fmt.Errorf("%w: group %d: %v", ErrGroupFailed, r.g.id, err))
+				return
+			}
+			h.maybeSnapshot(r.g)
+		})
 	}
 	for _, rep := range reports {
-		rep()
+		h.guard(rep.g, "report", rep.fn)
 	}
 	for _, id := range h.order {
-		if h.groups[id].rn.HasReady() {
+		g := h.groups[id]
+		if g.failed == nil && g.rn.HasReady() {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// guard runs fn, which drives group g's raft or state machine, and
+// contains a panic to the group: raft panics when its log contradicts what
+// the leader knows of it (typically a replica that lost its log and
+// rejoined under the same node id), and that must stop the group on this
+// node, not the node. It reports whether fn completed; a failed group is
+// not driven again.
+func (h *Host) guard(g *group, what string, fn func()) (ok bool) {
+	if g.failed != nil {
+		return false
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			h.fail(g, fmt.Errorf("%w: group %d: raft %s: %v", ErrGroupFailed, g.id, what, p))
+			ok = false
+		}
+	}()
+	fn()
+	return g.failed == nil
+}
+
+// fail stops group g on this node: its requests fail with err, it is no
+// longer ticked, stepped or processed, and Status reports err until the
+// group is removed.
+func (h *Host) fail(g *group, err error) {
+	if g.failed != nil {
+		return
+	}
+	g.failed = err
+	g.failAll(err)
+	h.stats.GroupFailures++
+	h.opts.Logger.Errorf("%v", err)
 }
 
 // stop fails every waiting request and makes the host refuse new work.
@@ -133,7 +183,7 @@ func (h *Host) stop(err error) error {
 }
 
 func (h *Host) stepFrame(in inboundFrame) {
-	f, err := decodeFrame(in.bytes)
+	f, err := decodeFrame(in.bytes, h.opts.MaxMessageEntries)
 	if err != nil || f.from != in.from {
 		h.stats.BadFrames++
 		return
@@ -147,20 +197,62 @@ func (h *Host) stepFrame(in inboundFrame) {
 		h.step(hb.group, hb.expand(pb.MsgHeartbeatResp, f.from, self))
 	}
 	for _, gm := range f.messages {
-		if gm.msg.GetFrom() != f.from || gm.msg.GetTo() != self {
+		m, err := gm.decode()
+		if err != nil {
 			h.stats.BadFrames++
 			continue
 		}
-		h.step(gm.group, gm.msg)
+		if !fromPeer(m, f.from, self) {
+			h.stats.DroppedMessages++
+			continue
+		}
+		h.step(gm.group, m)
 	}
+}
+
+// peerTypes are the messages etcd raft v3.7 sends from one replica to
+// another. MsgProp is not among them: proposals are never forwarded
+// (DisableProposalForwarding), and one stepped from a frame would be
+// appended without the bounds ProposeAsync enforces. Local messages
+// (MsgHup, MsgBeat, MsgStorage*, ...) never leave a node.
+var peerTypes = map[pb.MessageType]bool{
+	pb.MsgApp: true, pb.MsgAppResp: true,
+	pb.MsgVote: true, pb.MsgVoteResp: true,
+	pb.MsgPreVote: true, pb.MsgPreVoteResp: true,
+	pb.MsgSnap:      true,
+	pb.MsgHeartbeat: true, pb.MsgHeartbeatResp: true,
+	pb.MsgReadIndex: true, pb.MsgReadIndexResp: true, // a follower's read, forwarded to the leader
+	pb.MsgTimeoutNow:     true,
+	pb.MsgTransferLeader: true, // a follower forwards a transfer request to the leader
+}
+
+// fromPeer reports whether m is a message a peer may send: one of
+// peerTypes, addressed to this node, from the frame's sender. A forwarded
+// MsgTransferLeader names the transferee as its sender, which need not be
+// the node that forwarded it.
+func fromPeer(m *pb.Message, from, self uint64) bool {
+	t := m.GetType()
+	if !peerTypes[t] || m.GetTo() != self || m.GetFrom() == 0 {
+		return false
+	}
+	return m.GetFrom() == from || t == pb.MsgTransferLeader
 }
 
 // step hands a message to its group. Messages for a group this node does
 // not host are dropped: raft retransmits, and AddGroup must come first.
+// A replica with no state yet casts no vote (see group.stateless).
 func (h *Host) step(group uint64, m *pb.Message) {
-	if g, ok := h.groups[group]; ok {
-		_ = g.rn.Step(m) // errors are stale or unknown peers; raft recovers
+	g, ok := h.groups[group]
+	if !ok || g.failed != nil {
+		return
 	}
+	if g.stateless && (m.GetType() == pb.MsgVote || m.GetType() == pb.MsgPreVote) {
+		h.stats.DroppedMessages++
+		return
+	}
+	h.guard(g, "step", func() {
+		_ = g.rn.Step(m) // errors are stale or unknown peers; raft recovers
+	})
 }
 
 // restore replaces a group's state machine with a snapshot received from
@@ -175,16 +267,24 @@ func (h *Host) restore(g *group, snap *pb.Snapshot) error {
 	}
 	g.applied, g.snapIndex = md.GetIndex(), md.GetIndex()
 	g.confState = proto.Clone(md.GetConfState()).(*pb.ConfState)
+	g.stateless = false
 	h.stats.SnapshotsRestored++
 	return nil
+}
+
+// report is a call to make on a group's raft once the Readies are
+// advanced: unreachable peers, snapshot status.
+type report struct {
+	g  *group
+	fn func()
 }
 
 // send batches every message of the cycle by destination, one frame per
 // node, and returns the raft reports (unreachable, snapshot status) to make
 // once the Readies are advanced.
-func (h *Host) send(readies []groupReady) []func() {
+func (h *Host) send(readies []groupReady) []report {
 	builders := make(map[uint64]*frameBuilder)
-	var reports []func()
+	var reports []report
 	for _, r := range readies {
 		for _, m := range r.rd.Messages {
 			to := m.GetTo()
@@ -234,13 +334,13 @@ func (h *Host) undoLast(b *frameBuilder, m *pb.Message, n int, err error) {
 	}
 }
 
-func (h *Host) sendFrame(to uint64, b *frameBuilder) []func() {
+func (h *Host) sendFrame(to uint64, b *frameBuilder) []report {
 	if b.empty() {
 		return nil
 	}
 	payload := b.encode(h.opts.NodeID)
 	err := h.opts.Sender.Send(to, payload)
-	var reports []func()
+	var reports []report
 	if err != nil {
 		h.stats.SendErrors++
 		seen := make(map[uint64]bool)
@@ -269,17 +369,17 @@ func (h *Host) sendFrame(to uint64, b *frameBuilder) []func() {
 			// probing and, if the snapshot was lost, finds out from the
 			// follower's rejection and sends another.
 			g := h.groups[id]
-			reports = append(reports, func() { g.rn.ReportSnapshot(to, etcdraft.SnapshotFinish) })
+			reports = append(reports, report{g, func() { g.rn.ReportSnapshot(to, etcdraft.SnapshotFinish) }})
 		}
 	}
 	return reports
 }
 
-func unreachable(g *group, to uint64, snapshot bool) func() {
-	return func() {
+func unreachable(g *group, to uint64, snapshot bool) report {
+	return report{g, func() {
 		g.rn.ReportUnreachable(to)
 		if snapshot {
 			g.rn.ReportSnapshot(to, etcdraft.SnapshotFailure)
 		}
-	}
+	}}
 }

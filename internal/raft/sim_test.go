@@ -81,6 +81,10 @@ type simNet struct {
 	down      map[uint64]bool
 	pairCount map[[2]uint64]int // frames sent per directed pair
 	pairBytes map[[2]uint64]int
+	// groupFailures lets groups stop (ErrGroupFailed) without failing the
+	// test; otherwise a stopped group, such as one whose state machine
+	// panicked on an index applied twice, fails it at once.
+	groupFailures bool
 }
 
 // roundsPerTick is how many deliver-and-process rounds fit in a tick: a
@@ -209,6 +213,13 @@ func (n *simNet) roundStep() {
 		}
 		if _, err := h.Process(); err != nil {
 			n.t.Fatalf("node %d: process: %v", id, err)
+		}
+		if !n.groupFailures && h.Stats().GroupFailures > 0 {
+			for _, g := range h.Groups() {
+				if st, _ := h.Status(g); st.Failed != nil {
+					n.t.Fatalf("node %d: %v", id, st.Failed)
+				}
+			}
 		}
 	}
 }
