@@ -1,8 +1,10 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/metadata"
@@ -38,7 +40,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 		return err
 	}
 	var rangeIDs []uint64
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
 		if t, ok := st.TopicByID(topicID); ok {
 			rangeIDs = t.Ranges
 		}
@@ -151,7 +153,7 @@ func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
 		d  TopicDescription
 		ok bool
 	)
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewTopicName(name, func(st *metadata.State) {
 		var t metadata.Topic
 		t, ok = st.Topic(name)
 		if ok {
@@ -167,11 +169,12 @@ func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
 
 func (b *Broker) describeAll() []TopicDescription {
 	var out []TopicDescription
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			out = append(out, describe(st, t))
 		}
 	})
+	slices.SortFunc(out, func(x, y TopicDescription) int { return cmp.Compare(x.Name, y.Name) })
 	for i := range out {
 		b.fillLive(&out[i])
 	}
@@ -262,5 +265,5 @@ func (b *Broker) Ready() error {
 	if err := b.store.Err(); err != nil {
 		return err
 	}
-	return b.meta.Err()
+	return b.plane.Err()
 }

@@ -129,7 +129,7 @@ func (b *Broker) refreshPrincipals() {
 	if prev != nil {
 		next.gen, old = prev.gen, prev.users
 	}
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewRoot(func(st *metadata.State) {
 		for _, u := range st.Users() {
 			p := &principal{hash: u.PasswordHash, perms: u.Perms, fingerprint: auth.CredFingerprint(u.PasswordHash)}
 			for _, g := range st.ACLs(u.Name) {

@@ -152,9 +152,12 @@ func (b *Broker) reshardTick(ctx context.Context) {
 func (b *Broker) rangeStats() []rangeStat {
 	now := b.cfg.Clock.Now()
 	var stats []rangeStat
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			for _, r := range st.ActiveRanges(t.ID) {
+				if seg, ok := st.ActiveSegment(r.ID); b.cluster != nil && (!ok || !b.holds(seg)) {
+					continue // another node's to measure and reshard
+				}
 				s := rangeStat{topic: t.Name, rangeID: r.ID, start: r.Start, end: r.End}
 				for _, seg := range st.RangeSegments(r.ID) {
 					s.bytes += seg.Bytes

@@ -130,12 +130,13 @@ func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatc
 		spans   = make(map[uint64]rangeSpan, min(len(batches), 64))
 		err     error
 	)
-	b.meta.View(func(st *metadata.State) {
+	err = metadata.ErrNoSuchTopic
+	_ = b.plane.ViewTopicName(topic, func(st *metadata.State) {
 		t, ok := st.Topic(topic)
 		if !ok {
-			err = metadata.ErrNoSuchTopic
 			return
 		}
+		err = nil
 		topicID, bits = t.ID, t.Bits
 		for _, rb := range batches {
 			if r, ok := st.Range(rb.Range); ok && r.Topic == t.ID {
@@ -220,12 +221,13 @@ func (b *Broker) Routes(topic string) (uint8, []RouteRange, error) {
 		out  []RouteRange
 		err  error
 	)
-	b.meta.View(func(st *metadata.State) {
+	err = metadata.ErrNoSuchTopic
+	_ = b.plane.ViewTopicName(topic, func(st *metadata.State) {
 		t, ok := st.Topic(topic)
 		if !ok {
-			err = metadata.ErrNoSuchTopic
 			return
 		}
+		err = nil
 		bits = t.Bits
 		for _, r := range st.ActiveRanges(t.ID) {
 			out = append(out, RouteRange{Range: r.ID, Start: r.Start, End: r.End})

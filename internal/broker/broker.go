@@ -77,6 +77,11 @@ type Config struct {
 	// AllowOpenPermissions lets the node start on a data directory that
 	// group or others may enter (see checkDataDir); it is then left as is.
 	AllowOpenPermissions bool
+	// Cluster, when set, makes the node a member of a cluster: its
+	// metadata goes through the control plane instead of the local
+	// metadata store (see ClusterConfig and cluster.go). Nil runs a single
+	// node.
+	Cluster *ClusterConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -88,6 +93,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Cluster != nil {
+		cl := c.Cluster.withDefaults()
+		c.Cluster = &cl
+		if c.NodeID == "" {
+			c.NodeID = clusterNodeName(cl.NodeID)
+		}
 	}
 	if c.NodeID == "" {
 		c.NodeID = "node-1"
@@ -138,6 +150,14 @@ func (c Config) validate() error {
 	case c.MaxPendingBytes < 1<<20:
 		return fmt.Errorf("broker: MaxPendingBytes %d is below 1 MiB", c.MaxPendingBytes)
 	}
+	if c.Cluster != nil {
+		if err := c.Cluster.validate(); err != nil {
+			return err
+		}
+		if want := clusterNodeName(c.Cluster.NodeID); c.NodeID != want {
+			return fmt.Errorf("broker: NodeID %q: a cluster node is named %q after its Cluster.NodeID", c.NodeID, want)
+		}
+	}
 	return c.Limits.validate(c.MaxGroups)
 }
 
@@ -145,9 +165,13 @@ func (c Config) validate() error {
 // write heads of the ranges, the group coordinator and the watchers that
 // long polls and subscriptions sleep on.
 type Broker struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// meta is the local metadata store of a single node (nil in a
+	// cluster); every metadata read and write goes through plane.
 	meta    *metastore.Store
+	plane   metaPlane
+	cluster *clusterNode // nil on a single node
 	store   *storage.Store
 	authn   *authState // logins, revocation and the audit log
 	secret  []byte
@@ -165,9 +189,10 @@ type Broker struct {
 		meters  map[uint64]*rangeMeter // range id -> last reshard look
 	}
 
-	// segFloor is one past the highest segment id the store has held: the
-	// lowest id open_segment may hand out (see metadata.Command.MinID).
-	segFloor atomic.Uint64
+	// segFloor is, per shard, one past the highest segment id the store
+	// has held: the lowest id open_segment may hand out there (see
+	// metadata.Command.MinID).
+	segFloor segFloors
 
 	// life is the broker's own lifetime: work the broker owns (opening,
 	// rolling and sealing segments) runs on it, never on a client's
@@ -217,9 +242,14 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 }
 
 func open(ctx context.Context, cfg Config) (*Broker, error) {
-	meta, err := metastore.Open(cfg.FS, filepath.Join(cfg.DataDir, "meta"), metastore.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("broker: metadata: %w", err)
+	b := &Broker{cfg: cfg, log: cfg.Logger, started: cfg.Clock.Now()}
+	b.mu.heads = make(map[uint64]*head)
+	b.mu.watches = make(map[uint64]*watch)
+	b.coord = newCoordinator(cfg)
+	b.life, b.endLife = context.WithCancel(context.Background())
+	if err := b.openMeta(ctx); err != nil {
+		b.endLife()
+		return nil, err
 	}
 	store, err := storage.Open(storage.Config{
 		Dir:             filepath.Join(cfg.DataDir, "segments"),
@@ -230,20 +260,11 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 		JournalPrealloc: cfg.JournalPrealloc,
 	})
 	if err != nil {
-		meta.Close()
+		b.endLife()
+		b.closeMeta()
 		return nil, fmt.Errorf("broker: segments: %w", err)
 	}
-	b := &Broker{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		meta:    meta,
-		store:   store,
-		started: cfg.Clock.Now(),
-	}
-	b.mu.heads = make(map[uint64]*head)
-	b.mu.watches = make(map[uint64]*watch)
-	b.coord = newCoordinator(cfg)
-	b.life, b.endLife = context.WithCancel(context.Background())
+	b.store = store
 	if err := b.initCluster(ctx); err != nil {
 		b.endLife()
 		b.closeStores()
@@ -263,7 +284,37 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 	b.stop = cancel
 	b.done.Add(1)
 	go b.maintenanceLoop(loopCtx)
+	if b.cluster != nil {
+		b.done.Add(1)
+		go b.clusterLoop(loopCtx)
+	}
 	return b, nil
+}
+
+// openMeta opens where the metadata lives: the local metadata store, or
+// in a cluster the control plane with its transport and gossip.
+func (b *Broker) openMeta(ctx context.Context) error {
+	if b.cfg.Cluster != nil {
+		return b.openCluster(ctx)
+	}
+	if err := refuseClusterDir(b.cfg.FS, b.cfg.DataDir); err != nil {
+		return err
+	}
+	meta, err := metastore.Open(b.cfg.FS, filepath.Join(b.cfg.DataDir, "meta"), metastore.Options{})
+	if err != nil {
+		return fmt.Errorf("broker: metadata: %w", err)
+	}
+	b.meta, b.plane = meta, localMeta{s: meta}
+	return nil
+}
+
+// closeMeta closes the metadata plane and, in a cluster, the transport
+// and gossip after it.
+func (b *Broker) closeMeta() error {
+	if b.cluster != nil {
+		return b.closeCluster()
+	}
+	return b.plane.Close()
 }
 
 // makeDurableDir creates dir and fsyncs every ancestor, so the directory
@@ -286,9 +337,14 @@ func makeDurableDir(fs vfs.FS, dir string) error {
 }
 
 // initCluster gives a fresh node its cluster secret (the cursor MAC key).
+// A cluster node has it from the control plane (openCluster waited for
+// it).
 func (b *Broker) initCluster(ctx context.Context) error {
+	if b.cluster != nil {
+		return nil
+	}
 	var secret []byte
-	b.meta.View(func(st *metadata.State) { secret = append([]byte(nil), st.ClusterSecret()...) })
+	_ = b.plane.ViewRoot(func(st *metadata.State) { secret = append([]byte(nil), st.ClusterSecret()...) })
 	if len(secret) > 0 {
 		b.secret = secret
 		return nil
@@ -297,7 +353,7 @@ func (b *Broker) initCluster(ctx context.Context) error {
 	if _, err := rand.Read(secret); err != nil {
 		return fmt.Errorf("broker: cluster secret: %w", err)
 	}
-	res, err := b.meta.Apply(ctx, metadata.Command{V: 1, Kind: "init_cluster", Now: b.nowMs(), ClusterSecret: secret})
+	res, err := b.plane.Apply(ctx, metadata.Command{V: 1, Kind: "init_cluster", Now: b.nowMs(), ClusterSecret: secret})
 	if err != nil {
 		return fmt.Errorf("broker: init cluster: %w", err)
 	}
@@ -329,7 +385,7 @@ func (b *Broker) Close() error {
 
 func (b *Broker) closeStores() error {
 	serr := b.store.Close()
-	merr := b.meta.Close()
+	merr := b.closeMeta()
 	aerr := b.closeAuth()
 	if b.lock != nil {
 		b.lock.Close()
@@ -346,9 +402,16 @@ func (b *Broker) apply(ctx context.Context, cmd metadata.Command) (metadata.Resu
 	if cmd.Now == 0 {
 		cmd.Now = b.nowMs()
 	}
-	res, err := b.meta.Apply(ctx, cmd)
+	if b.cluster != nil {
+		// Never wait on a group without a quorum for longer than a
+		// client would: the request answers metadata_unavailable.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.cluster.cfg.MetadataTimeout)
+		defer cancel()
+	}
+	res, err := b.plane.Apply(ctx, cmd)
 	if err != nil {
-		return res, err
+		return res, metaError(err)
 	}
 	return res, res.Err
 }

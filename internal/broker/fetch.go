@@ -117,12 +117,13 @@ func (b *Broker) startPosition(req FetchRequest) (position, error) {
 		err    error
 	)
 	member := req.Group != nil && req.Member != nil
-	b.meta.View(func(st *metadata.State) {
+	err = metadata.ErrNoSuchTopic
+	_ = b.plane.ViewTopicName(req.Topic, func(st *metadata.State) {
 		t, ok := st.Topic(req.Topic)
 		if !ok {
-			err = metadata.ErrNoSuchTopic
 			return
 		}
+		err = nil
 		pos.topicID = t.ID
 		switch {
 		case member:
@@ -147,7 +148,7 @@ func (b *Broker) startPosition(req FetchRequest) (position, error) {
 		// Read the committed position again now: a range handed over by
 		// this poll was released when its old holder polled, after that
 		// holder committed what it read, which may be after the read above.
-		b.meta.View(func(st *metadata.State) {
+		_ = b.plane.ViewTopic(pos.topicID, func(st *metadata.State) {
 			pos.entries = toCursorEntries(st.GroupEntries(*req.Group, pos.topicID))
 		})
 	}
@@ -198,7 +199,7 @@ func (b *Broker) plans(pos position) ([]plan, lineage) {
 		plans []plan
 		lin   = lineage{}
 	)
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewTopic(pos.topicID, func(st *metadata.State) {
 		t, ok := st.TopicByID(pos.topicID)
 		if !ok {
 			return
@@ -327,6 +328,9 @@ func (b *Broker) readSource(p *plan, src *source, entries []cursor.Entry, lin li
 		if !seg.Active && seg.End <= start {
 			continue
 		}
+		if err := b.local(seg); err != nil {
+			return start, false, out, err
+		}
 		if start < seg.Base {
 			start = seg.Base // a hole: retention or compaction removed it
 		}
@@ -428,6 +432,12 @@ func (b *Broker) EndCursor(topic string) (string, error) {
 	for i := range plans {
 		p := &plans[i]
 		self := &p.sources[len(p.sources)-1]
+		if n := len(self.segments); n > 0 && self.segments[n-1].Active {
+			// Only the node writing the active segment knows its end.
+			if err := b.local(self.segments[n-1]); err != nil {
+				return "", err
+			}
+		}
 		end := b.durableEnd(self)
 		entries = cursor.Advance(entries, p.rangeID, p.slice.Start, p.slice.Log2Size(), end, lin.isAncestor)
 	}

@@ -99,6 +99,9 @@ func (b *Broker) readSourceBatches(p *plan, src *source, entries []cursor.Entry,
 		if !seg.Active && seg.End <= start {
 			continue
 		}
+		if err := b.local(seg); err != nil {
+			return start, false, out, err
+		}
 		start = max(start, seg.Base) // below Base: a hole retention or compaction left
 		for !bg.spent() {
 			buf, _, err := b.store.Read(storage.SegmentID(seg.ID), start, min(bg.bytes, 1<<20), ^uint64(0))

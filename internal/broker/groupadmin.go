@@ -77,7 +77,7 @@ func (b *Broker) GroupMembers(topic, group string) (generation uint64, members [
 		return 0, nil, err
 	}
 	var committed bool
-	b.meta.View(func(st *metadata.State) { committed = containsString(st.Groups(topicID), group) })
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { committed = containsString(st.Groups(topicID), group) })
 	// Members may compute a stale assignment in line under the lock; an
 	// operator's describe is rare, unlike the polls that assign avoids
 	// holding it for.

@@ -52,7 +52,7 @@ func (b *Broker) commitEntries(ctx context.Context, topic string, topicID uint64
 		known  bool
 		lin    lineage
 	)
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
 		stored = toCursorEntries(st.GroupEntries(group, topicID))
 		known = containsString(st.Groups(topicID), group)
 		lin = topicLineage(st, topicID)
@@ -99,7 +99,7 @@ func topicLineage(st *metadata.State, topicID uint64) lineage {
 // member's cursor carries them only as it found them.
 func (b *Broker) memberEntries(topicID uint64, ranges []uint64, entries []cursor.Entry) []cursor.Entry {
 	var out []cursor.Entry
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
 		for _, rid := range ranges {
 			r, ok := st.Range(rid)
 			if !ok || r.Topic != topicID {
@@ -118,7 +118,7 @@ func (b *Broker) topicID(topic string) (uint64, error) {
 		id uint64
 		ok bool
 	)
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewTopicName(topic, func(st *metadata.State) {
 		var t metadata.Topic
 		t, ok = st.Topic(topic)
 		id = t.ID
@@ -157,7 +157,7 @@ func (b *Broker) DescribeGroup(topic, group string) (GroupStatus, error) {
 	}
 	pos := position{topicID: topicID}
 	var committed bool
-	b.meta.View(func(ms *metadata.State) {
+	_ = b.plane.ViewTopic(topicID, func(ms *metadata.State) {
 		pos.entries = toCursorEntries(ms.GroupEntries(group, topicID))
 		committed = containsString(ms.Groups(topicID), group)
 	})
@@ -262,6 +262,9 @@ func (b *Broker) scanSlice(p *plan, src *source, start, end uint64, fn func(pos,
 		if seg.End <= start && !seg.Active {
 			continue
 		}
+		if err := b.local(seg); err != nil {
+			return err
+		}
 		from := max(start, seg.Base)
 		for from < end {
 			buf, next, err := b.store.Read(storage.SegmentID(seg.ID), from, 1<<20, end)
@@ -305,7 +308,7 @@ func (b *Broker) ListGroups(topic string) ([]string, error) {
 		return nil, err
 	}
 	var names []string
-	b.meta.View(func(st *metadata.State) { names = st.Groups(topicID) })
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { names = st.Groups(topicID) })
 	for _, g := range b.liveGroups(topicID) {
 		if !containsString(names, g) {
 			names = append(names, g)

@@ -125,31 +125,36 @@ func (b *Broker) checkCreate(user string, admin bool, name string, ranges int) e
 	if !admin && n > l.MaxInitialRanges {
 		return quotaError("a topic may start with %d ranges", l.MaxInitialRanges)
 	}
-	var err error
-	b.meta.View(func(st *metadata.State) {
-		if _, exists := st.Topic(name); exists {
-			return // already_exists is the better answer
-		}
-		topics, rs := st.OwnerUsage(user)
-		switch {
-		case st.TopicCount() >= l.MaxTopics:
-			err = quotaError("the node holds %d topics", l.MaxTopics)
-		case st.RangeCount()+n > l.MaxRanges:
-			err = quotaError("the node holds %d ranges", l.MaxRanges)
-		case !admin && topics >= l.MaxTopicsPerUser:
-			err = quotaError("user %s created %d topics", user, l.MaxTopicsPerUser)
-		case !admin && rs+n > l.MaxRangesPerUser:
-			err = quotaError("user %s holds %d ranges", user, l.MaxRangesPerUser)
-		}
+	var exists bool
+	_ = b.plane.ViewTopicName(name, func(st *metadata.State) { _, exists = st.Topic(name) })
+	if exists {
+		return nil // already_exists is the better answer
+	}
+	var topics, rs, allTopics, allRanges int
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
+		t, r := st.OwnerUsage(user)
+		topics, rs = topics+t, rs+r
+		allTopics += st.TopicCount()
+		allRanges += st.RangeCount()
 	})
-	return err
+	switch {
+	case allTopics >= l.MaxTopics:
+		return quotaError("the node holds %d topics", l.MaxTopics)
+	case allRanges+n > l.MaxRanges:
+		return quotaError("the node holds %d ranges", l.MaxRanges)
+	case !admin && topics >= l.MaxTopicsPerUser:
+		return quotaError("user %s created %d topics", user, l.MaxTopicsPerUser)
+	case !admin && rs+n > l.MaxRangesPerUser:
+		return quotaError("user %s holds %d ranges", user, l.MaxRangesPerUser)
+	}
+	return nil
 }
 
 // checkRangeRoom refuses a split or merge that would pass MaxRanges before
 // any segment is sealed for it, so the refusal changes nothing.
 func (b *Broker) checkRangeRoom(add int) error {
 	var n int
-	b.meta.View(func(st *metadata.State) { n = st.RangeCount() })
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) { n += st.RangeCount() })
 	if n+add > b.cfg.Limits.MaxRanges {
 		return quotaError("the node holds %d ranges", b.cfg.Limits.MaxRanges)
 	}

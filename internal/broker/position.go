@@ -62,6 +62,9 @@ func (b *Broker) CursorAt(topic string, atMs int64) (string, error) {
 // whose timestamp is at least atMs.
 func (b *Broker) firstAtOrAfter(src *source, atMs int64) (uint64, bool, error) {
 	for _, seg := range src.segments {
+		if err := b.local(seg); err != nil {
+			return 0, false, err
+		}
 		id := storage.SegmentID(seg.ID)
 		info, err := b.store.Info(id)
 		if err != nil {

@@ -138,12 +138,13 @@ func (b *Broker) route(topic string, recs []Record) ([]rangeGroup, uint64, error
 		topicID uint64
 		err     error
 	)
-	b.meta.View(func(st *metadata.State) {
+	err = metadata.ErrNoSuchTopic
+	_ = b.plane.ViewTopicName(topic, func(st *metadata.State) {
 		t, ok := st.Topic(topic)
 		if !ok {
-			err = metadata.ErrNoSuchTopic
 			return
 		}
+		err = nil
 		topicID = t.ID
 		ranges := st.ActiveRanges(t.ID)
 		if len(ranges) == 0 {

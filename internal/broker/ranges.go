@@ -100,7 +100,7 @@ func (b *Broker) MergeRanges(ctx context.Context, topic string, a, c uint64) (ui
 // segment is sealed for it, so a bad request changes nothing.
 func (b *Broker) checkBuddies(a, c uint64) error {
 	var err error
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewID(a, func(st *metadata.State) {
 		ra, _ := st.Range(a)
 		rc, _ := st.Range(c)
 		if ra.Topic != rc.Topic {
@@ -129,7 +129,9 @@ func (b *Broker) retireLocked(h *head) {
 
 func (b *Broker) rangeOf(topicID, rangeID uint64) error {
 	var err error
-	b.meta.View(func(st *metadata.State) {
+	err = metadata.ErrNoSuchRange
+	_ = b.plane.ViewID(rangeID, func(st *metadata.State) {
+		err = nil
 		r, ok := st.Range(rangeID)
 		switch {
 		case !ok:

@@ -178,7 +178,7 @@ func (b *Broker) refresh(r *topicReads, topicID uint64, dry []*plan) bool {
 	defer r.mu.Unlock()
 	changed := map[uint64][]metadata.Segment{}
 	rebuild := false
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
 		for _, p := range dry {
 			rg, ok := st.Range(p.rangeID)
 			if !ok || !rg.Active {

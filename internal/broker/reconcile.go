@@ -25,17 +25,6 @@ func ownerTag(rangeID uint64) uint32 {
 	return tag
 }
 
-// raiseSegFloor keeps segFloor above every segment id the store has held,
-// so open_segment never hands out an id whose file may still exist.
-func (b *Broker) raiseSegFloor(id uint64) {
-	for {
-		cur := b.segFloor.Load()
-		if id < cur || b.segFloor.CompareAndSwap(cur, id+1) {
-			return
-		}
-	}
-}
-
 // rangeView is what the metadata says of one range's write position.
 type rangeView struct {
 	retired   bool
@@ -46,7 +35,9 @@ type rangeView struct {
 
 func (b *Broker) viewRange(rangeID uint64) rangeView {
 	var v rangeView
-	b.meta.View(func(st *metadata.State) {
+	v.retired = true
+	_ = b.plane.ViewID(rangeID, func(st *metadata.State) {
+		v.retired = false
 		r, ok := st.Range(rangeID)
 		if !ok || !r.Active {
 			v.retired = true
@@ -86,6 +77,11 @@ func (b *Broker) reconcileLocked(h *head) error {
 		h.sealedAt(v.next)
 		h.ready = true
 		return nil
+	}
+	if err := b.local(v.active); err != nil {
+		// Another node writes this range: nothing of it is here to adopt
+		// or create. The head stays unready and looks again next time.
+		return err
 	}
 	info, err := b.adoptable(v.active, h.rangeID)
 	if err != nil {
@@ -211,22 +207,29 @@ func (b *Broker) sealDamaged(id uint64, info storage.Info) error {
 // is checked against its store copy: a copy that disagrees is
 // quarantined, one that is missing is reported. Store segments the
 // metadata does not know are reported and kept: data is never deleted
-// because the metadata looks inconsistent.
+// because the metadata looks inconsistent. In a cluster only this node's
+// segments (their replicas name it) are checked, and only the ranges
+// whose active segment is here get a head now: another node's segments
+// are neither missing nor orphaned here.
 func (b *Broker) recover() error {
 	known := map[uint64]bool{}
 	var sealed []metadata.Segment
 	type active struct{ topic, rng uint64 }
 	var actives []active
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			for _, rid := range t.Ranges {
 				for _, s := range st.RangeSegments(rid) {
 					known[s.ID] = true
-					if !s.Active {
+					if !s.Active && b.holds(s) {
 						sealed = append(sealed, s)
 					}
 				}
-				if r, ok := st.Range(rid); ok && r.Active {
+				r, ok := st.Range(rid)
+				if !ok || !r.Active {
+					continue
+				}
+				if seg, has := st.ActiveSegment(rid); !has && b.cluster == nil || has && b.holds(seg) {
 					actives = append(actives, active{t.ID, rid})
 				}
 			}
@@ -234,13 +237,13 @@ func (b *Broker) recover() error {
 	})
 	var orphans []uint64
 	for _, info := range b.store.List() {
-		if uint64(info.ID) >= metadata.MaxSegmentID {
+		if !plausibleSegmentID(uint64(info.ID)) {
 			// No id this large was ever handed out: a stray file, which
 			// must not push the floor past what open_segment accepts.
 			b.log.Warn("a segment file's id is beyond any id the node hands out; kept and ignored", "segment", uint64(info.ID))
 			continue
 		}
-		b.raiseSegFloor(uint64(info.ID))
+		b.segFloor.raise(uint64(info.ID))
 		if !known[uint64(info.ID)] {
 			orphans = append(orphans, uint64(info.ID))
 		}

@@ -46,7 +46,7 @@ func (b *Broker) openSegmentLocked(h *head) error {
 		Range:    h.rangeID,
 		Base:     h.next,
 		Replicas: []string{b.cfg.NodeID},
-		MinID:    b.segFloor.Load(),
+		MinID:    b.segFloor.floorFor(h.rangeID),
 	})
 	if errors.Is(err, metadata.ErrSealed) || errors.Is(err, metadata.ErrNoSuchRange) {
 		b.retireLocked(h)
@@ -73,7 +73,7 @@ func (b *Broker) createSegment(id, base, rangeID uint64) error {
 	if err := b.store.CreateFor(storage.SegmentID(id), base, ownerTag(rangeID)); err != nil {
 		return fmt.Errorf("broker: create segment %d: %w", id, err)
 	}
-	b.raiseSegFloor(id)
+	b.segFloor.raise(id)
 	return nil
 }
 
@@ -153,7 +153,7 @@ func (b *Broker) rollAged() {
 		if err == nil && h.segment != 0 && !h.retired && now.Sub(h.openedAt) >= b.cfg.SegmentMaxAge {
 			err = b.rollLocked(h)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrNotOwner) {
 			b.log.Warn("age roll failed", "range", h.rangeID, "err", err)
 		}
 		h.mu.Unlock()

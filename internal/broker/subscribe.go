@@ -228,7 +228,7 @@ func (s *Subscription) refreshMember() error {
 		return nil
 	}
 	var ranges []uint64
-	s.b.meta.View(func(st *metadata.State) { ranges = activeIDs(st, s.pos.topicID) })
+	_ = s.b.plane.ViewTopic(s.pos.topicID, func(st *metadata.State) { ranges = activeIDs(st, s.pos.topicID) })
 	a, err := s.b.memberAssignment(s.pos.topicID, *s.group, *s.member, s.owner, ranges)
 	if err != nil {
 		return err
@@ -236,7 +236,7 @@ func (s *Subscription) refreshMember() error {
 	s.pos.only = a.Ranges
 	if a.Generation != s.gen {
 		var stored []metadata.GroupEntry
-		s.b.meta.View(func(st *metadata.State) { stored = st.GroupEntries(*s.group, s.pos.topicID) })
+		_ = s.b.plane.ViewTopic(s.pos.topicID, func(st *metadata.State) { stored = st.GroupEntries(*s.group, s.pos.topicID) })
 		s.pos.entries = cursor.Merge(s.pos.entries, toCursorEntries(stored))
 		s.gen = a.Generation
 	}

@@ -67,7 +67,7 @@ type UserEntry struct {
 // ListUsers returns every user, sorted by name.
 func (b *Broker) ListUsers() []UserEntry {
 	var out []UserEntry
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewRoot(func(st *metadata.State) {
 		for _, u := range st.Users() {
 			out = append(out, UserEntry{User: u.Name, Perms: u.Perms})
 		}
@@ -97,7 +97,7 @@ type ACLEntry struct{ Operation, Resource string }
 // ListACLs returns a user's grants.
 func (b *Broker) ListACLs(user string) []ACLEntry {
 	var out []ACLEntry
-	b.meta.View(func(st *metadata.State) {
+	_ = b.plane.ViewRoot(func(st *metadata.State) {
 		for _, a := range st.ACLs(user) {
 			out = append(out, ACLEntry{Operation: a.Operation, Resource: a.Pattern})
 		}
@@ -122,7 +122,7 @@ var DevUsers = []struct {
 // print it once. A node that already has users is left alone.
 func (b *Broker) SeedUsers(ctx context.Context, dev bool, adminPassword string) (generated string, err error) {
 	var n int
-	b.meta.View(func(st *metadata.State) { n = len(st.Users()) })
+	_ = b.plane.ViewRoot(func(st *metadata.State) { n = len(st.Users()) })
 	if n > 0 {
 		return "", nil
 	}

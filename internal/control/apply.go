@@ -47,8 +47,7 @@ func (n *Node) Apply(ctx context.Context, cmd metadata.Command) (metadata.Result
 // proposeEntry stamps e with this node and a fresh request id, proposes
 // it in group and decodes the state machine's answer.
 func (n *Node) proposeEntry(ctx context.Context, group uint64, e entry) (outcome, error) {
-	e.Origin, e.Req = n.cfg.NodeID, rand.Uint64()|1
-	data, err := encodeEntry(e)
+	data, err := n.stamp(e)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -59,12 +58,29 @@ func (n *Node) proposeEntry(ctx context.Context, group uint64, e entry) (outcome
 	return decodeOutcome(res)
 }
 
+// stamp encodes e with this node and a fresh request id.
+func (n *Node) stamp(e entry) ([]byte, error) {
+	e.Origin, e.Req = n.cfg.NodeID, rand.Uint64()|1
+	return encodeEntry(e)
+}
+
 // propose gets data applied by group's leader, here or at the leader it
-// is forwarded to, retrying while ctx lasts. Each failed attempt names
-// the next node to try (the leader a refusal names, or the one this
-// node's replica knows) and, when it names none, waits a tick for an
-// election.
+// is forwarded to, retrying while ctx lasts.
 func (n *Node) propose(ctx context.Context, group uint64, data []byte) ([]byte, error) {
+	return n.atLeader(ctx, group, func(ctx context.Context, target uint64) ([]byte, error) {
+		if target == n.cfg.NodeID {
+			return n.host.Propose(ctx, group, data)
+		}
+		return n.forwardPropose(ctx, target, group, data)
+	})
+}
+
+// atLeader runs attempt at group's leader: here, or at the node it is
+// forwarded to, retrying while ctx lasts and the failure is retriable.
+// Each failed attempt names the next node to try (the leader a refusal
+// names, or the one this node's replica knows) and, when it names none,
+// waits a tick for an election.
+func (n *Node) atLeader(ctx context.Context, group uint64, attempt func(ctx context.Context, target uint64) ([]byte, error)) ([]byte, error) {
 	target := n.cfg.NodeID
 	var last error
 	hops := 0
@@ -75,13 +91,7 @@ func (n *Node) propose(ctx context.Context, group uint64, data []byte) ([]byte, 
 		if ctx.Err() != nil {
 			return nil, unavailable(ctx, last)
 		}
-		var res []byte
-		var err error
-		if target == n.cfg.NodeID {
-			res, err = n.host.Propose(ctx, group, data)
-		} else {
-			res, err = n.forwardPropose(ctx, target, group, data)
-		}
+		res, err := attempt(ctx, target)
 		if err == nil {
 			return res, nil
 		}

@@ -22,6 +22,10 @@ type Config struct {
 	// (recorded in the registry). Required.
 	Addr  string
 	Attrs map[string]string // rack, zone: recorded in the registry
+	// Incarnation names this node's data directory (the broker draws it
+	// once, when the directory is first used). The registry refuses a
+	// node id that comes back with another one (see NodeRecord).
+	Incarnation string
 
 	// FS and Dir hold the node's raft log (internal/raft/logstore). When
 	// LogStore is set instead, it is used as is (tests pass a
@@ -80,6 +84,11 @@ type Config struct {
 	Logger *slog.Logger // [slog.Default()]
 }
 
+// self is this node's registry record.
+func (c *Config) self() NodeRecord {
+	return NodeRecord{ID: c.NodeID, Addr: c.Addr, Attrs: c.Attrs, Incarnation: c.Incarnation}
+}
+
 func (c *Config) setDefaults() error {
 	switch {
 	case c.NodeID == 0:
@@ -105,7 +114,7 @@ func (c *Config) setDefaults() error {
 	if c.Factor < 1 {
 		return fmt.Errorf("control: factor %d: want at least 1", c.Factor)
 	}
-	if !validNode(NodeRecord{ID: c.NodeID, Addr: c.Addr, Attrs: c.Attrs}) {
+	if !validNode(c.self()) {
 		return errBadNode
 	}
 	if c.Clock == nil {

@@ -62,6 +62,8 @@
 // then Apply returns ErrUnavailable, which the broker maps to the
 // retriable reason metadata_unavailable. A group without a quorum
 // therefore answers within the caller's timeout and never hangs (C3).
+// The outcome is then unknown; a new Apply of the same command is a new
+// request, so a create that did commit answers already_exists.
 //
 // Retries do not apply a command twice: each Apply draws a request id,
 // the entry carries it with the proposing node's id, and the group's state
@@ -109,6 +111,27 @@
 // move its voter slots elsewhere and take it out of every group. A
 // reopened node recovers every group from its log and catches up from
 // the leaders (entries, or a snapshot when it lagged far).
+//
+// No change may leave a group without a live quorum. A node counts as
+// live at a group's leader when a raft frame from it arrived after the
+// moment of the check (every replica answers the leader's heartbeats
+// each tick). The root's leader refuses a Remove that, once placement
+// has moved the voters, would leave some group's voters without a live
+// quorum, naming the down nodes to bring back or remove first; removing
+// a down node is allowed whenever the live voters left form a quorum,
+// which is how a cluster recovers from a dead node. Each group's leader
+// checks every promotion and removal the same way before making it, and
+// holds back (GroupStatus.Waiting says why) one that would not keep a
+// live quorum.
+//
+// A removed node id is never registered again (Registry.Removed): its
+// replicas may come back with their old logs, and raft must not meet a
+// replica under an id its groups removed. The machine rejoins with a
+// wiped data directory and a new node id. Join therefore registers a
+// restarted node again unless its own root replica names it exactly as
+// its Config does and a Barrier confirms that replica current; the
+// registration records a changed address or attributes, and is refused
+// for a removed id.
 //
 // # Goroutines
 //

@@ -17,10 +17,14 @@ import (
 //	         caller believes the group's leader is; never forwarded again.
 //	join     Node: register the node in the root group (forwarded to the
 //	         root's leader as needed); the answer carries the registry.
+//	remove   Data (an encoded remove_node entry): at the root's leader,
+//	         check that the removal leaves every group a live quorum,
+//	         then propose it; never forwarded again.
 //
 // A response holds the state machine's answer, or a code saying why not:
 // not_leader (with the leader this node knows), retry (an unknown outcome
-// or a refusal worth retrying elsewhere) or failed (not retriable).
+// or a refusal worth retrying elsewhere), refused (a refusal whose text
+// is for the operator as it is) or failed (not retriable).
 type fwdRequest struct {
 	Op    string      `json:"op"`
 	Group uint64      `json:"group,omitempty"`
@@ -38,11 +42,19 @@ type fwdResponse struct {
 const (
 	opPropose = "propose"
 	opJoin    = "join"
+	opRemove  = "remove"
 
 	codeNotLeader = "not_leader"
 	codeRetry     = "retry"
+	codeRefused   = "refused"
 	codeFailed    = "failed"
 )
+
+// refusal is a request refused for a reason the operator acts on; its
+// text crosses nodes unchanged.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string { return r.msg }
 
 // errRemoteUnavailable wraps a retriable failure reported by another node.
 var errRemoteUnavailable = errors.New("control: remote node could not complete the request")
@@ -66,6 +78,8 @@ func (n *Node) serveForward(ctx context.Context, from uint64, req []byte) ([]byt
 		} else {
 			res, err = n.host.Propose(ctx, r.Group, r.Data)
 		}
+	case opRemove:
+		res, err = n.removeHere(ctx, r.Data)
 	case opJoin:
 		if r.Node == nil {
 			return nil, errors.New("control: join without a node record")
@@ -84,9 +98,12 @@ func (n *Node) serveForward(ctx context.Context, from uint64, req []byte) ([]byt
 
 func responseFor(res []byte, err error) fwdResponse {
 	var nl *raft.NotLeaderError
+	var ref *refusal
 	switch {
 	case err == nil:
 		return fwdResponse{Result: res}
+	case errors.As(err, &ref):
+		return fwdResponse{Code: codeRefused, Msg: ref.msg}
 	case errors.As(err, &nl):
 		return fwdResponse{Code: codeNotLeader, Leader: nl.Leader, Msg: err.Error()}
 	case retriable(err) || errors.Is(err, ErrUnavailable):
@@ -120,6 +137,8 @@ func (n *Node) call(ctx context.Context, node, group uint64, r fwdRequest) ([]by
 		return nil, &raft.NotLeaderError{Group: group, Leader: resp.Leader}
 	case codeRetry:
 		return nil, fmt.Errorf("%w: node %d: %s", errRemoteUnavailable, node, resp.Msg)
+	case codeRefused:
+		return nil, &refusal{msg: resp.Msg}
 	}
 	return nil, fmt.Errorf("control: node %d: %s", node, resp.Msg)
 }

@@ -3,10 +3,13 @@ package control
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/malachi-log/malachi/internal/raft"
 )
 
 // Join makes this node a member of the cluster its Config.Seeds belong
@@ -14,21 +17,40 @@ import (
 // group's leader) to register the node, then hosts an empty replica of
 // the root and of every vnode group. The groups' leaders add it as a
 // learner everywhere, it catches up from snapshots, and it is promoted to
-// voter where placement picks it (the reconciler). Join is idempotent: a
-// node already registered (a bootstrapped or restarted one) returns nil.
-// It returns ErrUnavailable when no seed could register it within ctx.
+// voter where placement picks it (the reconciler).
+//
+// Join is idempotent, and a restarted node calls it too: its own root
+// replica may be stale (the node may have been removed, or other nodes
+// may know another address for it), so Join trusts it only when it
+// names this node with this Config's address, attributes and incarnation
+// and a Barrier on the root confirms it is current; otherwise it
+// registers again, which records a new address or new attributes. A
+// removed node id is refused for good (a removed node must come back
+// with a wiped data directory and a new node id: raft never reuses a
+// replica id), and so is a registered id with another incarnation.
+// Join returns ErrUnavailable when no seed could register the node
+// within ctx; a restarted node that gets it still recovers its groups
+// from its log, but cannot tell whether the cluster still has it.
 func (n *Node) Join(ctx context.Context) error {
-	if root := n.sm(RootGroup); root != nil {
-		if reg := root.registry(); reg != nil && reg.Has(n.cfg.NodeID) {
-			return n.adoptRing(reg)
-		}
+	if reg := n.confirmedMember(ctx); reg != nil {
+		return n.adoptRing(reg)
 	}
+	self := n.cfg.self()
+	req := fwdRequest{Op: opJoin, Node: &self}
 	seeds := slices.Sorted(maps.Keys(n.cfg.Seeds))
 	seeds = slices.DeleteFunc(seeds, func(id uint64) bool { return id == n.cfg.NodeID })
 	if len(seeds) == 0 {
-		return errors.New("control: Join needs Config.Seeds")
+		if n.sm(RootGroup) == nil {
+			return errors.New("control: Join needs Config.Seeds")
+		}
+		// A member with no other seed registers through its own root
+		// replica, which knows the leader.
+		out, err := n.proposeEntry(ctx, RootGroup, entry{Reg: &regCommand{Kind: regRegister, Node: self}})
+		if err != nil {
+			return err
+		}
+		return n.joined(out)
 	}
-	self := NodeRecord{ID: n.cfg.NodeID, Addr: n.cfg.Addr, Attrs: n.cfg.Attrs}
 	var last error
 	for {
 		for _, id := range seeds {
@@ -36,7 +58,7 @@ func (n *Node) Join(ctx context.Context) error {
 				return err
 			}
 			n.tr.SetAddr(id, n.cfg.Seeds[id])
-			b, err := n.call(ctx, id, RootGroup, fwdRequest{Op: opJoin, Node: &self})
+			b, err := n.call(ctx, id, RootGroup, req)
 			if err != nil {
 				last = err
 				if !retriable(err) {
@@ -45,16 +67,10 @@ func (n *Node) Join(ctx context.Context) error {
 				continue
 			}
 			out, err := decodeOutcome(b)
-			switch {
-			case err != nil:
+			if err != nil {
 				return err
-			case out.Err != "":
-				return fmt.Errorf("control: join refused: %s", out.Err)
-			case out.Registry == nil || out.Registry.validate() != nil:
-				return errors.New("control: join answered without a valid registry")
 			}
-			n.onRegistry(out.Registry)
-			return n.adoptRing(out.Registry)
+			return n.joined(out)
 		}
 		if ctx.Err() != nil || !n.waitTick(ctx) {
 			return unavailable(ctx, last)
@@ -62,19 +78,88 @@ func (n *Node) Join(ctx context.Context) error {
 	}
 }
 
+// joined takes the answer to a registration.
+func (n *Node) joined(out outcome) error {
+	switch {
+	case out.Err != "":
+		return fmt.Errorf("control: join refused: %s", out.Err)
+	case out.Registry == nil || out.Registry.validate() != nil:
+		return errors.New("control: join answered without a valid registry")
+	}
+	n.onRegistry(out.Registry)
+	return n.adoptRing(out.Registry)
+}
+
+// confirmedMember returns the registry when this node's root replica
+// names it exactly as its Config does and a Barrier confirms the replica
+// is current (a removed node's replica, which no longer hears from the
+// root, cannot confirm); nil otherwise. The Barrier is bounded to a few
+// election timeouts: Join then registers through the seeds instead.
+func (n *Node) confirmedMember(ctx context.Context) *Registry {
+	root := n.sm(RootGroup)
+	if root == nil || !n.namesSelf(root.registry()) {
+		return nil
+	}
+	bctx, cancel := n.withTicks(ctx, 4*n.cfg.ElectionTicks)
+	defer cancel()
+	if n.Barrier(bctx, RootGroup) != nil {
+		return nil
+	}
+	if reg := root.registry(); n.namesSelf(reg) {
+		return reg
+	}
+	return nil
+}
+
+// namesSelf reports whether reg records this node as its Config does.
+func (n *Node) namesSelf(reg *Registry) bool {
+	if reg == nil {
+		return false
+	}
+	rec, ok := reg.Node(n.cfg.NodeID)
+	self := n.cfg.self()
+	return ok && rec.Addr == self.Addr && rec.Incarnation == self.Incarnation && maps.Equal(rec.Attrs, self.Attrs)
+}
+
 // Remove takes node out of the cluster: it is deleted from the registry,
 // so placement moves its voter slots to other nodes; the group leaders
 // promote the replacements first and only then remove the node from each
-// group (add before remove, the factor kept). Remove returns once this
-// node's replicas show the node in no group, or ErrUnavailable when ctx
-// ends first (the removal then carries on in the background). A node
-// cannot remove itself: its replicas stop hearing of the groups once it
-// is out, so it could not tell when it is done; ask another node.
+// group (add before remove, the factor kept). The removed id is never
+// registered again (see Join).
+//
+// The root's leader refuses the removal when, once placement has moved
+// the voters, some group's voters would not include a live quorum (a
+// voter not heard from within two election timeouts counts as down):
+// removing a live node while another voter is down would stop such a
+// group. The refusal names the node to bring back or to remove first.
+// Removing a down node is allowed whenever the remaining live voters
+// form a quorum: that is how a cluster recovers from a dead node. Group
+// leaders check the same before every replica change they make, and
+// hold back (Status shows why) a change that would leave no live quorum.
+//
+// Remove returns once this node's replicas show the node in no group, or
+// ErrUnavailable when ctx ends first (the removal then carries on in the
+// background). A node cannot remove itself: its replicas stop hearing of
+// the groups once it is out, so it could not tell when it is done; ask
+// another node.
 func (n *Node) Remove(ctx context.Context, node uint64) error {
 	if node == n.cfg.NodeID {
 		return errors.New("control: a node cannot remove itself; call Remove on another node")
 	}
-	out, err := n.proposeEntry(ctx, RootGroup, entry{Reg: &regCommand{Kind: regRemove, Node: NodeRecord{ID: node}}})
+	data, err := n.stamp(entry{Reg: &regCommand{Kind: regRemove, Node: NodeRecord{ID: node}}})
+	if err != nil {
+		return err
+	}
+	res, err := n.atLeader(ctx, RootGroup, func(ctx context.Context, target uint64) ([]byte, error) {
+		if target == n.cfg.NodeID {
+			return n.removeHere(ctx, data)
+		}
+		return n.call(ctx, target, RootGroup, fwdRequest{Op: opRemove, Group: RootGroup, Data: data})
+	})
+	if err != nil {
+		return err
+	}
+	out, err := decodeOutcome(res)
 	if err != nil {
 		return err
 	}
@@ -87,6 +172,45 @@ func (n *Node) Remove(ctx context.Context, node uint64) error {
 		}
 	}
 	return nil
+}
+
+// removeHere proposes a remove_node entry at the root's leader, once
+// removalBlocked has nothing against it. A leader just elected may not
+// have heard from every node yet, so it waits up to two election
+// timeouts for the removal to become safe before refusing it.
+func (n *Node) removeHere(ctx context.Context, data []byte) ([]byte, error) {
+	var e entry
+	if err := json.Unmarshal(data, &e); err != nil || e.Reg == nil || e.Reg.Kind != regRemove {
+		return nil, errors.New("control: remove request without a remove_node entry")
+	}
+	st, err := n.host.Status(RootGroup)
+	if err != nil {
+		return nil, err
+	}
+	if st.State != "StateLeader" {
+		return nil, &raft.NotLeaderError{Group: RootGroup, Leader: st.Leader}
+	}
+	since := n.cfg.Clock.Now()
+	wctx, cancel := n.withTicks(ctx, 2*n.cfg.ElectionTicks)
+	defer cancel()
+	why := fmt.Sprintf("control: removing node %d: no tick passed to hear from the nodes", e.Reg.Node.ID)
+	for {
+		// Wait a tick first: only frames heard after since count.
+		if !n.waitTick(wctx) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, &refusal{msg: why}
+		}
+		reg, err := n.Registry()
+		if err != nil {
+			return nil, err
+		}
+		if why = n.removalBlocked(reg, e.Reg.Node.ID, since); why == "" {
+			break
+		}
+	}
+	return n.host.Propose(ctx, RootGroup, data)
 }
 
 // groupsWith lists the hosted groups whose configuration, as this node's

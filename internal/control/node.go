@@ -19,7 +19,11 @@ import (
 var (
 	// ErrUnavailable: the group had no reachable leader with a quorum
 	// before the caller's context ended. The outcome of a write is
-	// unknown (it may still commit); retrying it is safe (see Apply).
+	// unknown (it may still commit). Within one Apply, retries are safe:
+	// they resend the same entry, which applies once. A new Apply after
+	// this error is a new request (a new request id): if the first did
+	// commit, a create answers already_exists, a delete not found, and
+	// the caller must read to tell what happened.
 	ErrUnavailable = errors.New("control: metadata_unavailable: no leader with a quorum answered in time")
 	// ErrNotJoined: this node has no cluster yet (it neither bootstrapped
 	// nor joined), or its root replica has not been filled.
@@ -41,12 +45,14 @@ type Node struct {
 	store  raft.LogStore
 	closer func() error // closes the log store Open opened, or nil
 	notify *notifier
+	live   *liveness // raft frames heard, by node
 
 	mu      sync.Mutex
 	sms     map[uint64]*groupSM // every hosted group
 	vnodes  int                 // ring size; 0 until bootstrapped, joined or recovered
 	addrs   map[uint64]string   // addresses given to the transport
 	leaving map[uint64]bool     // in addrs but no longer registered: to drop once in no group
+	waiting map[uint64]string   // why a group this node leads holds a replica change back (Status)
 	failure error               // the host stopped on this error
 
 	cancel context.CancelFunc
@@ -70,7 +76,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, tr: cfg.Transport, sms: make(map[uint64]*groupSM),
-		addrs: make(map[uint64]string), leaving: make(map[uint64]bool), closed: make(chan struct{}),
+		addrs: make(map[uint64]string), leaving: make(map[uint64]bool), waiting: make(map[uint64]string),
+		closed: make(chan struct{}),
+		live:   newLiveness(cfg.Clock),
 	}
 	n.notify = &notifier{applied: cfg.OnApplied, restored: cfg.OnRestored, registry: n.onRegistry}
 	if err := n.openStore(); err != nil {
@@ -121,6 +129,7 @@ func (n *Node) closeStore() error {
 func (n *Node) start() error {
 	h := n.host
 	if err := n.tr.Handle(peer.ChannelRaft, func(from uint64, frame []byte) {
+		n.live.note(from)
 		_ = h.Receive(from, frame) // a full inbox drops the frame; raft resends
 	}); err != nil {
 		return err
@@ -148,7 +157,7 @@ func (n *Node) start() error {
 // and the next Open creates the missing vnodes (adoptRing).
 func (n *Node) bootstrap() error {
 	root := n.addSM(RootGroup)
-	root.reg = newRegistry(n.cfg.Vnodes, n.cfg.Factor, NodeRecord{ID: n.cfg.NodeID, Addr: n.cfg.Addr, Attrs: n.cfg.Attrs})
+	root.reg = newRegistry(n.cfg.Vnodes, n.cfg.Factor, n.cfg.self())
 	init := metadata.Command{V: metadata.Version, Kind: metadata.KindInitCluster, Now: n.cfg.Clock.Now().UnixMilli(),
 		ClusterID: n.cfg.ClusterID, ClusterSecret: n.cfg.ClusterSecret}
 	if res := root.st.Apply(init); res.Err != nil {

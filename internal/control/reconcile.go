@@ -32,7 +32,17 @@ func (n *Node) runReconciler(ctx context.Context) {
 	}
 }
 
+// liveRound is how a reconciler round judges liveness: a node is live
+// when heard from after the round began, and a change that needs more
+// live voters waits for their frames until deadline (an election timeout
+// after the start), then waits for the next round.
+type liveRound struct {
+	since, deadline time.Time
+}
+
 func (n *Node) reconcile(ctx context.Context) {
+	now := n.cfg.Clock.Now()
+	round := liveRound{since: now, deadline: now.Add(time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval)}
 	reg, err := n.Registry()
 	if err != nil {
 		return
@@ -48,30 +58,64 @@ func (n *Node) reconcile(ctx context.Context) {
 	for _, g := range n.groups() {
 		st, err := n.host.Status(g)
 		if err != nil || st.Leader != n.cfg.NodeID || st.State != "StateLeader" {
+			n.setWaiting(g, "")
 			continue
 		}
-		n.reconcileGroup(ctx, g, plan(reg.Voters[g], members, st.Voters, st.Learners))
+		n.setWaiting(g, n.reconcileGroup(ctx, g, st.Voters, plan(reg.Voters[g], members, st.Voters, st.Learners), round))
 	}
 	n.forgetRemoved()
 }
 
 // reconcileGroup makes the first change of the plan that the group
-// accepts; a learner still catching up lets the next candidate go first.
-func (n *Node) reconcileGroup(ctx context.Context, g uint64, changes []raft.ReplicaChange) {
+// accepts; a learner still catching up lets the next candidate go first,
+// and so does a change that would leave the voters without a live quorum
+// (a removal while another voter is down, a promotion of a node that is
+// down while a voter is): raft would take it, and the group would stop
+// until the down node came back. It returns why no change was made when
+// one was held back for that reason (Status shows it), else "".
+func (n *Node) reconcileGroup(ctx context.Context, g uint64, voters []uint64, changes []raft.ReplicaChange, round liveRound) string {
+	blocked := ""
 	for _, c := range changes {
+		why := n.changeBlocked(voters, c, round.since)
+		for why != "" && n.cfg.Clock.Now().Before(round.deadline) && n.waitTick(ctx) {
+			why = n.changeBlocked(voters, c, round.since)
+		}
+		if why != "" {
+			if blocked == "" {
+				blocked = why
+			}
+			continue
+		}
 		cctx, cancel := n.withTicks(ctx, 2*n.cfg.ElectionTicks)
 		err := n.host.ChangeReplicas(cctx, g, c)
 		cancel()
 		switch {
 		case err == nil:
 			n.cfg.Logger.Info("control: replica change", "group", groupName(g), "change", c.Kind.String(), "node", c.Node)
-			return
+			return ""
 		case errors.Is(err, raft.ErrLearnerBehind):
 			continue
 		default:
 			n.cfg.Logger.Debug("control: replica change failed", "group", groupName(g), "change", c.Kind.String(), "node", c.Node, "err", err)
-			return
+			return ""
 		}
+	}
+	return blocked
+}
+
+// setWaiting records why group g holds a replica change back ("" for
+// nothing), for Status, and logs a new reason once.
+func (n *Node) setWaiting(g uint64, why string) {
+	n.mu.Lock()
+	old := n.waiting[g]
+	if why == "" {
+		delete(n.waiting, g)
+	} else {
+		n.waiting[g] = why
+	}
+	n.mu.Unlock()
+	if why != "" && why != old {
+		n.cfg.Logger.Warn("control: replica change held back", "group", groupName(g), "reason", why)
 	}
 }
 
@@ -81,7 +125,9 @@ func (n *Node) reconcileGroup(ctx context.Context, g uint64, changes []raft.Repl
 //  2. a learner placement picks is promoted (once caught up);
 //  3. only when every picked node is a voter, a voter placement no longer
 //     picks is removed: a member then comes back as a learner by step 1,
-//     a removed node stays out (add before remove, the factor kept);
+//     a removed node stays out (add before remove, the factor kept); every
+//     such voter is a candidate, in id order, since the reconciler skips
+//     one whose removal would leave no live quorum;
 //  4. a learner that is no member any more is removed.
 func plan(placed, members, voters, learners []uint64) []raft.ReplicaChange {
 	replica := func(id uint64) bool { return slices.Contains(voters, id) || slices.Contains(learners, id) }
@@ -106,8 +152,11 @@ func plan(placed, members, voters, learners []uint64) []raft.ReplicaChange {
 	}
 	for _, v := range sortedIDs(voters) {
 		if !slices.Contains(placed, v) {
-			return []raft.ReplicaChange{{Kind: raft.RemoveVoter, Node: v}}
+			out = append(out, raft.ReplicaChange{Kind: raft.RemoveVoter, Node: v})
 		}
+	}
+	if len(out) > 0 {
+		return out
 	}
 	for _, l := range sortedIDs(learners) {
 		if !slices.Contains(members, l) {
@@ -137,6 +186,7 @@ func (n *Node) forgetRemoved() {
 			delete(n.leaving, id)
 			delete(n.addrs, id)
 			n.tr.RemoveNode(id)
+			n.live.forget(id)
 		}
 		n.mu.Unlock()
 	}

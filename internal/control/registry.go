@@ -23,6 +23,13 @@ type Registry struct {
 	// Voters is the voter set placement picks for each group over Nodes,
 	// by group id; every other node is a learner there.
 	Voters map[uint64][]uint64 `json:"voters"`
+	// Removed lists the ids removed from the cluster, oldest first, at
+	// most maxRemoved (the oldest is forgotten beyond). A removed id is
+	// never registered again: its replicas may come back with their old
+	// logs, and raft must never see a replica under an id its groups
+	// removed. A removed machine rejoins with a wiped data directory and
+	// a new node id.
+	Removed []uint64 `json:"removed,omitempty"`
 }
 
 // NodeRecord is one registered node.
@@ -30,6 +37,11 @@ type NodeRecord struct {
 	ID    uint64            `json:"id"`
 	Addr  string            `json:"addr"` // peer address
 	Attrs map[string]string `json:"attrs,omitempty"`
+	// Incarnation names the data directory the node registered with
+	// (Config.Incarnation). A registration of a registered id with
+	// another incarnation is refused: the id's replicas lost their state,
+	// and raft must never see such a replica under its old id.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Bounds of the registry, checked by its commands.
@@ -39,6 +51,7 @@ const (
 	maxAttrs       = 32
 	maxAttrLen     = 255
 	defaultRootMax = 5
+	maxRemoved     = 4096
 )
 
 // Registry command kinds.
@@ -59,6 +72,8 @@ var (
 	errTooManyNodes = errors.New("control: cluster has MaxNodes nodes")
 	errUnknownNode  = errors.New("control: node is not registered")
 	errLastNode     = errors.New("control: cannot remove the last node")
+	errIncarnation  = errors.New("control: this node id is registered with another data directory (it lost its state): remove it from the cluster (malachi cluster remove) and start it under a new id")
+	errRemovedNode  = errors.New("control: this node id was removed from the cluster and is never registered again: wipe the node's data directory and start it under a new node id")
 	errUnknownReg   = errors.New("control: unknown registry command")
 )
 
@@ -76,7 +91,13 @@ func (r *Registry) apply(c *regCommand) error {
 		if !validNode(c.Node) {
 			return errBadNode
 		}
+		if slices.Contains(r.Removed, c.Node.ID) {
+			return errRemovedNode
+		}
 		i, found := r.find(c.Node.ID)
+		if found && r.Nodes[i].Incarnation != "" && r.Nodes[i].Incarnation != c.Node.Incarnation {
+			return errIncarnation
+		}
 		if found {
 			r.Nodes[i] = c.Node.clone()
 		} else {
@@ -94,6 +115,10 @@ func (r *Registry) apply(c *regCommand) error {
 			return errLastNode
 		}
 		r.Nodes = slices.Delete(r.Nodes, i, i+1)
+		if len(r.Removed) >= maxRemoved {
+			r.Removed = slices.Delete(r.Removed, 0, len(r.Removed)-maxRemoved+1)
+		}
+		r.Removed = append(r.Removed, c.Node.ID)
 	default:
 		return errUnknownReg
 	}
@@ -159,6 +184,7 @@ func (r *Registry) Clone() *Registry {
 	for g, vs := range r.Voters {
 		c.Voters[g] = slices.Clone(vs)
 	}
+	c.Removed = slices.Clone(r.Removed)
 	return &c
 }
 
@@ -168,7 +194,7 @@ func (n NodeRecord) clone() NodeRecord {
 }
 
 func validNode(n NodeRecord) bool {
-	if n.ID == 0 || n.Addr == "" || len(n.Addr) > maxAddrLen || len(n.Attrs) > maxAttrs {
+	if n.ID == 0 || n.Addr == "" || len(n.Addr) > maxAddrLen || len(n.Attrs) > maxAttrs || len(n.Incarnation) > maxAttrLen {
 		return false
 	}
 	for k, v := range n.Attrs {
@@ -187,6 +213,14 @@ func (r *Registry) validate() error {
 	for i, n := range r.Nodes {
 		if !validNode(n) || i > 0 && r.Nodes[i-1].ID >= n.ID {
 			return errors.New("control: registry: bad or unsorted node record")
+		}
+	}
+	if len(r.Removed) > maxRemoved {
+		return errors.New("control: registry: too many removed ids")
+	}
+	for _, id := range r.Removed {
+		if id == 0 || r.Has(id) {
+			return errors.New("control: registry: a removed id is 0 or registered")
 		}
 	}
 	return nil

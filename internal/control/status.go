@@ -22,6 +22,10 @@ type GroupStatus struct {
 	Learners []uint64 `json:"learners,omitempty"`
 	// Placed is the voter set placement picks; Voters converge to it.
 	Placed []uint64 `json:"placed,omitempty"`
+	// Waiting, on the group's leader, says why the next replica change
+	// towards Placed is held back: it would leave the voters without a
+	// live quorum (a voter is down). Bring the node back, or remove it.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // Status reports the registry and every hosted group.
@@ -43,6 +47,9 @@ func (n *Node) Status() Status {
 		if reg != nil {
 			gs.Placed = reg.Voters[g]
 		}
+		n.mu.Lock()
+		gs.Waiting = n.waiting[g]
+		n.mu.Unlock()
 		s.Groups = append(s.Groups, gs)
 	}
 	return s

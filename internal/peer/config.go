@@ -22,8 +22,18 @@ type Config struct {
 	ListenAddr string
 	// TLS turns mutual TLS on: it must hold a certificate, RootCAs and
 	// ClientCAs, and require and verify client certificates (see
-	// LoadMutualTLS). Both directions then verify the other side.
+	// LoadMutualTLS). Both directions then verify the other side, and
+	// each side's certificate must name its node id (see NodeIDOf): the
+	// acceptor refuses a hello whose node id the dialler's certificate
+	// does not name, and the dialler an acceptor whose certificate does
+	// not name the node it dialled. GetConfigForClient is refused (it
+	// could drop verification per connection), as is a MinVersion below
+	// TLS 1.2.
 	TLS *tls.Config
+	// TLSAnyNodeID turns the node id check off: any certificate the CA
+	// signed may then claim any node id. Only for certificates made
+	// before node ids were bound to them; replace those.
+	TLSAnyNodeID bool
 
 	// MaxFrameBytes bounds a frame after its length prefix (header and
 	// payload); larger frames are refused when sent and when received.
@@ -55,6 +65,11 @@ type Config struct {
 	DialTimeout      time.Duration
 	HandshakeTimeout time.Duration
 	WriteTimeout     time.Duration
+	// FrameReadTimeout bounds the read of one frame once its length
+	// prefix has arrived: a peer that starts a frame and stalls loses its
+	// connection after it. An idle connection has no read deadline (a
+	// call's answer may take long). Default 30 s.
+	FrameReadTimeout time.Duration
 	// RedialMin and RedialMax bound the jittered, doubling wait between
 	// failed connection attempts to one node. Defaults 50 ms and 2 s.
 	RedialMin time.Duration
@@ -86,6 +101,7 @@ func (c Config) withDefaults() Config {
 	defaultDuration(&c.DialTimeout, 5*time.Second)
 	defaultDuration(&c.HandshakeTimeout, 5*time.Second)
 	defaultDuration(&c.WriteTimeout, 10*time.Second)
+	defaultDuration(&c.FrameReadTimeout, 30*time.Second)
 	defaultDuration(&c.RedialMin, 50*time.Millisecond)
 	defaultDuration(&c.RedialMax, 2*time.Second)
 	if c.Logger == nil {
@@ -121,7 +137,7 @@ func (c Config) validate() error {
 		return errors.New("peer: MaxQueueFrames, MaxCallsInFlight and MaxInboundConns must be at least 1")
 	case c.MaxHandlers < 1 || c.MaxHandlersPerNode < 1 || c.MaxHandlersPerNode > c.MaxHandlers:
 		return errors.New("peer: need 1 <= MaxHandlersPerNode <= MaxHandlers")
-	case c.DialTimeout < 0, c.HandshakeTimeout < 0, c.WriteTimeout < 0:
+	case c.DialTimeout < 0, c.HandshakeTimeout < 0, c.WriteTimeout < 0, c.FrameReadTimeout < 0:
 		return errors.New("peer: timeouts cannot be negative")
 	case c.RedialMin <= 0 || c.RedialMax < c.RedialMin:
 		return errors.New("peer: need 0 < RedialMin <= RedialMax")

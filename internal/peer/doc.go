@@ -23,7 +23,22 @@
 //
 // With Config.TLS both sides present certificates and verify the
 // other's against the configured CA (LoadMutualTLS); a dialled peer's
-// certificate must also name the host it was dialled at.
+// certificate must also name the host it was dialled at. Each side's
+// certificate must name its node id, as the URI subject alternative name
+// malachi-node://<id> (NodeURI) or the subject common name node-<id>:
+// the acceptor refuses a hello whose node id the dialler's certificate
+// does not name, and the dialler an acceptor whose certificate does not
+// name the node it meant to reach, so a certificate of the cluster's CA
+// cannot speak for another node (Config.TLSAnyNodeID turns this off, for
+// certificates made before). A configuration that could skip
+// verification (GetConfigForClient, versions below TLS 1.2) is refused.
+//
+// A node's frames reach one handler at a time, in order. When a source
+// dials again (its old connection failed, as it sees it), the acceptor
+// closes the old connection and waits for its reader to leave the
+// handler it may be in before the new connection delivers anything;
+// frames the old connection still held are dropped, like any frame of
+// a failed connection.
 //
 // # Frame format
 //
@@ -62,8 +77,10 @@
 // hello addressed to another node id, and node id 0; the dialler refuses
 // an answer from a node other than the one it meant to reach (the
 // address now belongs to someone else). Both handshakes (TLS, then the
-// hello) must finish within HandshakeTimeout. An error response's
-// payload is an ErrorCode byte followed by text.
+// hello) must finish within HandshakeTimeout. After them a connection
+// may stay idle, but a frame whose length prefix has arrived must arrive
+// whole within FrameReadTimeout. An error response's payload is an
+// ErrorCode byte followed by text.
 //
 // # Bounds
 //
@@ -72,7 +89,10 @@
 // waiting (ErrTooManyCalls). Per node: MaxHandlers call handlers at once,
 // MaxHandlersPerNode of them for one source (a request beyond them is
 // answered CodeBusy, ErrBusy to the caller); MaxInboundConns accepted
-// connections. A source whose answers pile up past the queue bound is
+// connections. A frame's buffer grows with the bytes received (from
+// 64 KiB, doubling), so a peer that announces a large frame and stalls
+// holds little memory until FrameReadTimeout closes its connection. A
+// source whose answers pile up past the queue bound is
 // not reading them and loses its connection; a destination that stops
 // reading loses its connection after WriteTimeout.
 //
@@ -105,5 +125,7 @@
 // Close closes the listener and every connection, fails waiting calls
 // with ErrClosed and waits for all of the above. A MemTransport runs one
 // delivery goroutine per destination and per caller it answers, and one
-// per running call handler, and Close waits for them likewise.
+// per running call handler, and Close waits for them likewise; closing
+// one fails the calls other transports have in flight to it, as a
+// dropped connection does.
 package peer

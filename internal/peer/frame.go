@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"net"
+	"slices"
+	"time"
 )
 
 // kind says what a frame is; part of the frame format.
@@ -72,27 +75,64 @@ var errOversize = fmt.Errorf("%w (received)", ErrFrameTooLarge)
 // errMalformed marks a frame that checksums but makes no sense.
 var errMalformed = errors.New("peer: malformed frame")
 
+// readChunk is the buffer a frame's body starts in: a larger frame's
+// buffer doubles as its bytes arrive, so the memory a connection holds
+// follows what its peer has sent, not what its length prefix claims.
+const readChunk = 64 << 10
+
 // readFrame reads one frame of at most maxBytes (after the length
 // prefix) into a new buffer, and checks it. It returns the bytes it
 // consumed for the counters.
 func readFrame(r *bufio.Reader, maxBytes int) (frame, int, error) {
+	return readFrameWithin(r, maxBytes, nil, 0)
+}
+
+// readFrameWithin is readFrame, and when the body has not all arrived
+// with its prefix, the rest must arrive within timeout (a read deadline
+// on conn, cleared after the frame): a peer that sends a prefix and
+// stalls loses its connection. A nil conn sets no deadline.
+func readFrameWithin(r *bufio.Reader, maxBytes int, conn net.Conn, timeout time.Duration) (frame, int, error) {
 	var prefix [lengthSize]byte
 	if _, err := io.ReadFull(r, prefix[:]); err != nil {
 		return frame{}, 0, err
 	}
-	n := binary.BigEndian.Uint32(prefix[:])
+	n := int(binary.BigEndian.Uint32(prefix[:]))
 	if uint64(n) > uint64(maxBytes) {
 		return frame{}, lengthSize, errOversize
 	}
 	if n < headerSize-lengthSize {
 		return frame{}, lengthSize, fmt.Errorf("%w: %d bytes is shorter than its header", errMalformed, n)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
+	if conn != nil && timeout > 0 && r.Buffered() < n {
+		if err := conn.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+			return frame{}, lengthSize, err
+		}
+		defer conn.SetReadDeadline(time.Time{})
+	}
+	body, err := readBody(r, n)
+	if err != nil {
 		return frame{}, lengthSize, err
 	}
 	f, err := decodeBody(body)
-	return f, lengthSize + int(n), err
+	return f, lengthSize + n, err
+}
+
+// readBody reads n bytes into a buffer that starts at readChunk and
+// doubles while more arrive.
+func readBody(r io.Reader, n int) ([]byte, error) {
+	body := make([]byte, 0, min(n, readChunk))
+	for len(body) < n {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, min(n-len(body), cap(body)))
+		}
+		end := min(n, cap(body))
+		m, err := io.ReadFull(r, body[len(body):end])
+		body = body[:len(body)+m]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
 }
 
 // decodeBody checks and splits a frame's bytes after its length prefix.

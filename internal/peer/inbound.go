@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +21,11 @@ type inConn struct {
 	from  uint64   // set by the handshake
 	q     *sendQueue
 	stats *nodeCounters
+	// replaced is set when a newer connection from the same node takes
+	// over: frames still buffered here are dropped, not delivered.
+	replaced atomic.Bool
+	// readDone is closed when the reader has stopped delivering frames.
+	readDone chan struct{}
 }
 
 // acceptLoop is the transport's accept goroutine; it returns when Close
@@ -71,7 +78,7 @@ func (t *TCPTransport) admit(c net.Conn) *inConn {
 		}
 		return nil
 	}
-	ic := &inConn{t: t, conn: c, q: newSendQueue(t.cfg.MaxQueueFrames, t.cfg.MaxQueueBytes)}
+	ic := &inConn{t: t, conn: c, q: newSendQueue(t.cfg.MaxQueueFrames, t.cfg.MaxQueueBytes), readDone: make(chan struct{})}
 	t.mu.inbound[ic] = struct{}{}
 	t.wg.Add(1)
 	return ic
@@ -85,6 +92,8 @@ func (t *TCPTransport) admit(c net.Conn) *inConn {
 func (t *TCPTransport) serveInbound(ic *inConn) {
 	defer t.wg.Done()
 	defer t.dropInbound(ic)
+	readDone := sync.OnceFunc(func() { close(ic.readDone) })
+	defer readDone()
 	conn, br, from, err := t.acceptHandshake(ic.conn)
 	if err != nil {
 		t.counters.handshakeFailures.Add(1)
@@ -102,7 +111,8 @@ func (t *TCPTransport) serveInbound(ic *inConn) {
 		defer close(writerDone)
 		ic.writeLoop(conn)
 	}()
-	ic.readLoop(ctx, br)
+	ic.readLoop(ctx, conn, br)
+	readDone()
 	cancel()
 	ic.conn.Close()
 	ic.q.close()
@@ -111,7 +121,11 @@ func (t *TCPTransport) serveInbound(ic *inConn) {
 
 // registerSource makes ic the connection of its source node, closing an
 // older one: a node dials each destination once, so an older connection
-// is one its peer has given up on.
+// is one its peer has given up on. Frames of one source are delivered
+// one at a time and in order, so ic delivers nothing until the older
+// connection's reader has returned (from the handler it may be in);
+// what the older connection still held is dropped, as a connection
+// failure drops it. False when the transport closed meanwhile.
 func (t *TCPTransport) registerSource(ic *inConn) bool {
 	t.mu.Lock()
 	if t.mu.closed {
@@ -121,10 +135,17 @@ func (t *TCPTransport) registerSource(ic *inConn) bool {
 	old := t.mu.byNode[ic.from]
 	t.mu.byNode[ic.from] = ic
 	t.mu.Unlock()
-	if old != nil {
-		old.conn.Close()
+	if old == nil {
+		return true
 	}
-	return true
+	old.replaced.Store(true)
+	old.conn.Close()
+	select {
+	case <-old.readDone:
+		return true
+	case <-t.quit:
+		return false
+	}
 }
 
 func (t *TCPTransport) dropInbound(ic *inConn) {
@@ -164,6 +185,11 @@ func (t *TCPTransport) acceptHandshake(raw net.Conn) (net.Conn, *bufio.Reader, u
 		return nil, nil, 0, err
 	}
 	reason := t.checkHello(h)
+	if reason == "" {
+		if err := checkPeerNode(t.cfg, conn, h.from); err != nil {
+			reason = err.Error()
+		}
+	}
 	ack := helloAck{version: protocolVersion, node: t.cfg.NodeID, ok: reason == "", reason: reason}
 	if _, err := conn.Write(encodeFrame(kindHelloAck, 0, 0, ack.encode())); err != nil {
 		return nil, nil, 0, err
@@ -191,12 +217,15 @@ func (t *TCPTransport) checkHello(h hello) string {
 
 // readLoop reads frames until the connection fails: one-way frames go
 // to their handler inline, requests to the handler pool.
-func (ic *inConn) readLoop(ctx context.Context, br *bufio.Reader) {
+func (ic *inConn) readLoop(ctx context.Context, conn net.Conn, br *bufio.Reader) {
 	t := ic.t
 	for {
-		f, n, err := readFrame(br, t.cfg.MaxFrameBytes)
+		f, n, err := readFrameWithin(br, t.cfg.MaxFrameBytes, conn, t.cfg.FrameReadTimeout)
 		if err != nil {
 			t.noteReadError(ic.from, err)
+			return
+		}
+		if ic.replaced.Load() {
 			return
 		}
 		ic.stats.framesReceived.Add(1)

@@ -196,6 +196,17 @@ func (n *MemNetwork) lookup(addr string) *MemTransport {
 	return n.mu.byAddr[addr]
 }
 
+// transports returns the started transports.
+func (n *MemNetwork) transports() []*MemTransport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*MemTransport, 0, len(n.mu.byAddr))
+	for _, t := range n.mu.byAddr {
+		out = append(out, t)
+	}
+	return out
+}
+
 func (n *MemNetwork) register(t *MemTransport) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -241,8 +241,33 @@ func (t *MemTransport) Close() error {
 	for _, l := range links {
 		l.stop(ErrClosed)
 	}
+	// Over TCP the callers' connections to this node drop now, failing
+	// their calls in flight; the callers' links play those connections.
+	for _, s := range t.net.transports() {
+		if s != t {
+			s.lostConnection(t.cfg.NodeID, t.addr)
+		}
+	}
 	t.wg.Wait()
 	return nil
+}
+
+// lostConnection fails the calls in flight to node, which closed at
+// addr, as a dropped connection fails them: ErrConnectionLost for those
+// whose request went out, ErrUnreachable for the others.
+func (t *MemTransport) lostConnection(node uint64, addr string) {
+	t.mu.Lock()
+	l := t.mu.links[node]
+	t.mu.Unlock()
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	same := l.addr == addr
+	l.mu.Unlock()
+	if same {
+		l.calls.failAll(fmt.Errorf("node %d: %w", node, ErrConnectionLost), fmt.Errorf("node %d: %w", node, ErrUnreachable))
+	}
 }
 
 // receive takes a frame from src's link; it runs on that link's

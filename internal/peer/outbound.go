@@ -165,6 +165,9 @@ func (d *dest) handshake(ctx context.Context, raw net.Conn, addr string) (net.Co
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, nil, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
 		}
+		if err := checkPeerNode(cfg, tc, d.id); err != nil {
+			return nil, nil, fmt.Errorf("%w: %s: %w", ErrHandshake, addr, err)
+		}
 		conn = tc
 	}
 	h := hello{version: protocolVersion, from: cfg.NodeID, to: d.id, cluster: cfg.ClusterID}
@@ -211,7 +214,7 @@ func (d *dest) serve(ctx context.Context, conn net.Conn, br *bufio.Reader) error
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		d.readAnswers(br)
+		d.readAnswers(conn, br)
 	}()
 	err := d.writeLoop(ctx, conn, readerDone)
 	conn.Close()
@@ -251,9 +254,9 @@ func (d *dest) writeLoop(ctx context.Context, conn net.Conn, readerDone <-chan s
 
 // readAnswers reads responses from the destination until the connection
 // fails.
-func (d *dest) readAnswers(br *bufio.Reader) {
+func (d *dest) readAnswers(conn net.Conn, br *bufio.Reader) {
 	for {
-		f, n, err := readFrame(br, d.t.cfg.MaxFrameBytes)
+		f, n, err := readFrameWithin(br, d.t.cfg.MaxFrameBytes, conn, d.t.cfg.FrameReadTimeout)
 		if err != nil {
 			d.t.noteReadError(d.id, err)
 			return

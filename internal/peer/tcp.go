@@ -87,7 +87,33 @@ func registrable(ch Channel, started, taken bool) error {
 	return nil
 }
 
-// Start listens on ListenAddr and accepts peers.
+// Listen binds ListenAddr without accepting yet, so that a node
+// listening on port 0 learns its address (Addr) before it registers the
+// handlers that need it; Start then accepts on this listener. Peers that
+// connect in between wait in the kernel's backlog. Calling it again, or
+// not at all (Start binds), is fine.
+func (t *TCPTransport) Listen() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.listenLocked()
+}
+
+func (t *TCPTransport) listenLocked() error {
+	switch {
+	case t.mu.closed:
+		return ErrClosed
+	case t.mu.ln != nil:
+		return nil
+	}
+	ln, err := net.Listen("tcp", t.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("peer: listen %s: %w", t.cfg.ListenAddr, err)
+	}
+	t.mu.ln = ln
+	return nil
+}
+
+// Start listens on ListenAddr (unless Listen did) and accepts peers.
 func (t *TCPTransport) Start() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -97,18 +123,18 @@ func (t *TCPTransport) Start() error {
 	case t.mu.started:
 		return errors.New("peer: already started")
 	}
-	ln, err := net.Listen("tcp", t.cfg.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("peer: listen %s: %w", t.cfg.ListenAddr, err)
+	if err := t.listenLocked(); err != nil {
+		return err
 	}
-	t.mu.ln = ln
+	ln := t.mu.ln
 	t.mu.started = true
 	t.wg.Add(1)
 	go t.acceptLoop(ln)
 	return nil
 }
 
-// Addr is the address the transport listens on, once started.
+// Addr is the address the transport listens on, once Listen or Start
+// has bound it.
 func (t *TCPTransport) Addr() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -289,6 +289,7 @@ func reason(err error) string {
 		broker.ErrInvalidCursor, broker.ErrShuttingDown, broker.ErrRetry, broker.ErrTooManyMembers,
 		broker.ErrPermission, broker.ErrCredentials, broker.ErrNotEnabled, broker.ErrInvalidBatch,
 		broker.ErrSessionInvalid, broker.ErrSessionExpired, broker.ErrSessionRevoked, broker.ErrTLSRequired,
+		broker.ErrNotOwner, broker.ErrMetadataUnavailable,
 	} {
 		if errors.Is(err, known) {
 			return known.Error()

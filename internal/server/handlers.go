@@ -78,6 +78,8 @@ func (c *conn) handleAdmin(id broker.Identity, req wire.Request) (wire.Response,
 			resp.ACLs = append(resp.ACLs, wire.ACLEntry{Operation: a.Operation, Resource: a.Resource})
 		}
 		return &resp, nil
+	case *wire.ClusterStatusRequest:
+		return clusterStatus(c.s.b.ClusterStatus()), nil
 	}
 	return c.adminChange(id, req)
 }
@@ -126,6 +128,9 @@ func (c *conn) adminChange(id broker.Identity, req wire.Request) (wire.Response,
 		var child uint64
 		child, err = b.MergeRanges(ctx, target, r.A, r.B)
 		resp = &wire.MergeRangesResponse{Child: child}
+	case *wire.ClusterRemoveRequest:
+		typ, target = auditNodeRemoved, fmt.Sprint(r.Node)
+		err = b.RemoveNode(ctx, r.Node)
 	default:
 		return nil, broker.ErrNotEnabled
 	}

@@ -63,7 +63,7 @@ func TestTruncatedAndTrailing(t *testing.T) {
 }
 
 func TestUnknownAPIKey(t *testing.T) {
-	for _, key := range []uint16{17, 21, 22, 63, 87, 0xFFFF} {
+	for _, key := range []uint16{17, 21, 22, 63, 89, 0xFFFF} {
 		if _, err := DecodeRequest(key, nil); !errors.Is(err, ErrUnknownAPIKey) {
 			t.Errorf("key %d: err = %v, want ErrUnknownAPIKey", key, err)
 		}
@@ -129,6 +129,13 @@ func badCases() []badCase {
 		{"describe_group_members range count", into(new(DescribeGroupMembersResponse)),
 			payload(be64(1), be32(1), str("m"), be64(0), lots(big), zeros(10))},
 		{"absent required member", into(new(DescribeGroupMembersResponse)), payload(be64(1), be32(1), absent(), be64(0), emptyList())},
+		{"cluster_status node count", into(new(ClusterStatusResponse)), payload(be64(1), be32(8), lots(big), zeros(10))},
+		{"cluster_status attr count", into(new(ClusterStatusResponse)),
+			payload(be64(1), be32(8), be32(1), be64(2), oneByte(1), str("alive"), str(""), str(""), str(""), str(""), lots(big), zeros(10))},
+		{"cluster_status group count", into(new(ClusterStatusResponse)), payload(be64(1), be32(8), emptyList(), lots(huge), zeros(10))},
+		{"cluster_status bool 2", into(new(ClusterStatusResponse)),
+			payload(be64(1), be32(8), be32(1), be64(2), oneByte(2), str("alive"), str(""), str(""), str(""), str(""), emptyList(), emptyList())},
+		{"cluster_remove short id", decodeKey(KeyClusterRemove), zeros(7)},
 		{"group_seek str tag 2", decodeKey(KeyGroupSeek), payload(str("t"), str("g"), oneByte(2))},
 		{"cursor_at_time short time", decodeKey(KeyCursorAtTime), payload(str("t"), zeros(7))},
 		{"str tag 2", decodeKey(KeyDeleteUser), payload(oneByte(2))},

@@ -21,6 +21,7 @@ var allKeys = []uint16{
 	KeyCursorAtTime, KeyGroupSeek, KeyGroupDelete, KeyDescribeGroupMembers, KeyCursorFromEnd,
 	KeyAPIVersions, KeyTopicRoutes, KeyProduceBatches, KeyFetchBatches, KeySubscribeBatches,
 	KeySessionAuth, KeyMemberHeartbeat, KeyMemberCommit,
+	KeyClusterStatus, KeyClusterRemove,
 }
 
 // sampleBatch stands for a storage batch: the wire carries it as opaque
@@ -79,6 +80,8 @@ func sampleRequests() []Request {
 		&SessionAuthRequest{Token: new("dG9r"), User: nil, Password: new("")},
 		&MemberHeartbeatRequest{Topic: new("orders"), Group: new("g"), Member: new("m1")},
 		&MemberCommitRequest{Topic: new("orders"), Group: new("g"), Member: new("m1"), Generation: math.MaxUint64, Cursor: nil},
+		&ClusterStatusRequest{},
+		&ClusterRemoveRequest{Node: 3},
 	}
 }
 
@@ -117,5 +120,15 @@ func sampleResponses() []responseDecoder {
 		&FetchBatchesResponse{NextCursor: new("Q1VSU09S"), Batches: []RangeBatch{{Range: 2, Batch: sampleBatch}}},
 		&SessionAuthResponse{Token: "dG9r", ExpiresMs: 1700000000000, Resumed: true},
 		&MemberStateResponse{Generation: 7, Ranges: 2, Members: 3},
+		&ClusterStatusResponse{Node: 1, Vnodes: 8,
+			Nodes: []ClusterNode{
+				{ID: 1, Registered: true, Liveness: "alive", PeerAddr: "10.0.0.1:4042", GossipAddr: "10.0.0.1:4043",
+					ClientAddr: "10.0.0.1:4040", HTTPAddr: "", Attrs: []ClusterAttr{{Key: "rack", Value: "a"}, {Key: "zone", Value: ""}}},
+				{ID: math.MaxUint64, Registered: false, Liveness: "unknown"},
+			},
+			Groups: []ClusterGroup{
+				{Group: 1, Name: "root", State: "StateLeader", Leader: 1, Term: 2, Commit: 30, Applied: 30, Voters: []uint64{1, 2, 3}, Placed: []uint64{1, 2, 3}},
+				{Group: 2, Name: "vnode-0", State: "StateFollower", Leader: 0, Learners: []uint64{4}},
+			}},
 	}
 }

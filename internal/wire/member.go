@@ -17,7 +17,7 @@ func newMemberRequest(key uint16) requestDecoder {
 	case KeyMemberCommit:
 		return new(MemberCommitRequest)
 	}
-	return nil
+	return newClusterRequest(key)
 }
 
 // MemberHeartbeatRequest (key 85): str(topic) str(group) str(member).

@@ -49,6 +49,9 @@ const (
 
 	KeyMemberHeartbeat uint16 = 85
 	KeyMemberCommit    uint16 = 86
+
+	KeyClusterStatus uint16 = 87
+	KeyClusterRemove uint16 = 88
 )
 
 var keyNames = map[uint16]string{
@@ -66,6 +69,7 @@ var keyNames = map[uint16]string{
 	KeyAPIVersions: "api_versions", KeyTopicRoutes: "topic_routes", KeyProduceBatches: "produce_batches",
 	KeyFetchBatches: "fetch_batches", KeySubscribeBatches: "subscribe_batches", KeySessionAuth: "session_auth",
 	KeyMemberHeartbeat: "member_heartbeat", KeyMemberCommit: "member_commit",
+	KeyClusterStatus: "cluster_status", KeyClusterRemove: "cluster_remove",
 }
 
 // KeyName returns the snake_case name of an api key ("produce"), or

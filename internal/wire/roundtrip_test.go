@@ -172,6 +172,8 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 			Window: genU32.Draw(t, "window"), MaxBytes: genU32.Draw(t, "bytes"),
 		}
 	}),
+	KeyClusterStatus: rapid.Just[Request](&ClusterStatusRequest{}),
+	KeyClusterRemove: req(func(t *rapid.T) Request { return &ClusterRemoveRequest{Node: genU64.Draw(t, "node")} }),
 }
 
 var genRangeBatch = rapid.Custom(func(t *rapid.T) RangeBatch {
@@ -210,6 +212,29 @@ var genRangeInfo = rapid.Custom(func(t *rapid.T) RangeInfo {
 // responseGens has a generator for every response type.
 var responseGens = []*rapid.Generator[responseDecoder]{
 	rapid.Just[responseDecoder](&EmptyResponse{}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &ClusterStatusResponse{
+			Node: genU64.Draw(t, "node"), Vnodes: genU32.Draw(t, "vnodes"),
+			Nodes: listOf(t, "nodes", rapid.Custom(func(t *rapid.T) ClusterNode {
+				return ClusterNode{
+					ID: genU64.Draw(t, "id"), Registered: genBool.Draw(t, "registered"), Liveness: genString.Draw(t, "liveness"),
+					PeerAddr: genString.Draw(t, "peer"), GossipAddr: genString.Draw(t, "gossip"),
+					ClientAddr: genString.Draw(t, "client"), HTTPAddr: genString.Draw(t, "http"),
+					Attrs: listOf(t, "attrs", rapid.Custom(func(t *rapid.T) ClusterAttr {
+						return ClusterAttr{Key: genString.Draw(t, "key"), Value: genString.Draw(t, "value")}
+					})),
+				}
+			})),
+			Groups: listOf(t, "groups", rapid.Custom(func(t *rapid.T) ClusterGroup {
+				return ClusterGroup{
+					Group: genU64.Draw(t, "group"), Name: genString.Draw(t, "name"), State: genString.Draw(t, "state"),
+					Leader: genU64.Draw(t, "leader"), Term: genU64.Draw(t, "term"), Commit: genU64.Draw(t, "commit"),
+					Applied: genU64.Draw(t, "applied"), Voters: listOf(t, "voters", genU64),
+					Learners: listOf(t, "learners", genU64), Placed: listOf(t, "placed", genU64),
+				}
+			})),
+		}
+	}),
 	resp(func(t *rapid.T) responseDecoder { return &TokenResponse{Token: genString.Draw(t, "token")} }),
 	resp(func(t *rapid.T) responseDecoder {
 		return &SessionAuthResponse{Token: genString.Draw(t, "token"), ExpiresMs: genU64.Draw(t, "expires"), Resumed: rapid.Bool().Draw(t, "resumed")}

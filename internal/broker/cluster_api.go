@@ -1,0 +1,170 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/malachi-log/malachi/internal/control"
+	"github.com/malachi-log/malachi/internal/membership"
+	"github.com/malachi-log/malachi/internal/metadata"
+)
+
+// Reasons of a cluster node. Their text is the wire reason.
+var (
+	// ErrNotOwner: the data a produce or fetch needs is on another node
+	// (segments are not replicated yet). Retriable: the client may try
+	// the owner, whose address the error names (NotOwnerError).
+	ErrNotOwner = errors.New("not_owner")
+	// ErrMetadataUnavailable: the metadata group the request needs had no
+	// leader with a quorum within the node's MetadataTimeout. Retriable;
+	// a write may or may not have taken effect.
+	ErrMetadataUnavailable = errors.New("metadata_unavailable")
+)
+
+// NotOwnerError says which node holds the segment a request needs.
+// errors.Is(err, ErrNotOwner) holds.
+type NotOwnerError struct {
+	Segment    uint64
+	Node       string // "node-<id>"
+	ClientAddr string // the owner's client address, "" when gossip does not know it
+}
+
+func (e *NotOwnerError) Error() string {
+	hint := "its client address is unknown here"
+	if e.ClientAddr != "" {
+		hint = "connect to " + e.ClientAddr
+	}
+	return fmt.Sprintf("not_owner: segment %d is on %s (%s)", e.Segment, e.Node, hint)
+}
+
+func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
+
+// holds reports whether this node keeps seg's data. A single node keeps
+// everything; a cluster node the segments whose replicas name it (a
+// segment with no replica list was opened by a single node).
+func (b *Broker) holds(seg metadata.Segment) bool {
+	return b.cluster == nil || len(seg.Replicas) == 0 || slices.Contains(seg.Replicas, b.cfg.NodeID)
+}
+
+// local returns a NotOwnerError when seg's data is on another node.
+func (b *Broker) local(seg metadata.Segment) error {
+	if b.holds(seg) {
+		return nil
+	}
+	e := &NotOwnerError{Segment: seg.ID, Node: seg.Replicas[0]}
+	if id := nodeOfName(e.Node); id != 0 {
+		for _, m := range b.cluster.gossip.Members() {
+			if m.ID == id {
+				e.ClientAddr = m.ClientAddr
+			}
+		}
+	}
+	return e
+}
+
+// metaError maps a control plane failure to the broker's reasons: no
+// quorum in time (or no cluster yet) is metadata_unavailable.
+func metaError(err error) error {
+	if errors.Is(err, control.ErrUnavailable) || errors.Is(err, control.ErrNotJoined) {
+		return fmt.Errorf("%w: %w", ErrMetadataUnavailable, err)
+	}
+	return err
+}
+
+// ClusterStatus is the cluster as this node sees it: what `malachi
+// cluster status` shows.
+type ClusterStatus struct {
+	Node   uint64         `json:"node"`   // this node's id; 0 on a single node
+	Vnodes int            `json:"vnodes"` // ring size; 0 on a single node
+	Nodes  []ClusterNode  `json:"nodes"`
+	Groups []ClusterGroup `json:"groups"`
+}
+
+// ClusterNode is one node: registered by the control plane, known to
+// gossip, or both.
+type ClusterNode struct {
+	ID         uint64            `json:"id"`
+	Registered bool              `json:"registered"`
+	Liveness   string            `json:"liveness"` // alive, suspect, leaving, left, dead, unknown
+	PeerAddr   string            `json:"peer_addr,omitempty"`
+	GossipAddr string            `json:"gossip_addr,omitempty"`
+	ClientAddr string            `json:"client_addr,omitempty"`
+	HTTPAddr   string            `json:"http_addr,omitempty"`
+	Attrs      map[string]string `json:"attrs,omitempty"`
+}
+
+// ClusterGroup is one raft group of the control plane on this node.
+type ClusterGroup struct {
+	Group    uint64   `json:"group"`
+	Name     string   `json:"name"`  // "root", "vnode-3"
+	State    string   `json:"state"` // this replica's raft role
+	Leader   uint64   `json:"leader"`
+	Term     uint64   `json:"term"`
+	Commit   uint64   `json:"commit"`
+	Applied  uint64   `json:"applied"`
+	Voters   []uint64 `json:"voters"`
+	Learners []uint64 `json:"learners,omitempty"`
+	Placed   []uint64 `json:"placed,omitempty"`
+}
+
+// ClusterStatus reports the registered and gossiped nodes with their
+// liveness, and every control plane group. A single node answers itself
+// alone, alive, with no groups.
+func (b *Broker) ClusterStatus() ClusterStatus {
+	if b.cluster == nil {
+		return ClusterStatus{Nodes: []ClusterNode{{ID: nodeOfName(b.cfg.NodeID), Registered: true, Liveness: membership.StateAlive.String()}}}
+	}
+	c := b.cluster
+	st := c.ctl.Status()
+	out := ClusterStatus{Node: st.Node, Vnodes: st.Vnodes}
+	byID := map[uint64]*ClusterNode{}
+	for _, r := range st.Nodes {
+		n := &ClusterNode{ID: r.ID, Registered: true, Liveness: "unknown", PeerAddr: r.Addr, Attrs: maps.Clone(r.Attrs)}
+		byID[r.ID] = n
+	}
+	for _, m := range c.gossip.Members() {
+		n := byID[m.ID]
+		if n == nil {
+			n = &ClusterNode{ID: m.ID, PeerAddr: m.PeerAddr, Attrs: maps.Clone(m.Attributes)}
+			byID[m.ID] = n
+		}
+		n.Liveness, n.GossipAddr, n.ClientAddr, n.HTTPAddr = m.State.String(), m.GossipAddr, m.ClientAddr, m.HTTPAddr
+	}
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		out.Nodes = append(out.Nodes, *byID[id])
+	}
+	for _, g := range st.Groups {
+		out.Groups = append(out.Groups, ClusterGroup{
+			Group: g.Group, Name: g.Name, State: g.State, Leader: g.Leader, Term: g.Term, Commit: g.Commit,
+			Applied: g.Applied, Voters: g.Voters, Learners: g.Learners, Placed: g.Placed,
+		})
+	}
+	return out
+}
+
+// RemoveNode takes a node out of the cluster for good (a node that left,
+// or lost its data directory): the control plane moves its replicas to
+// the other nodes and forgets it. It must be asked of another node than
+// the one removed. It returns once this node's replicas no longer list
+// the node, or metadata_unavailable when that takes longer than four
+// MetadataTimeouts (the removal then carries on). Segments the node held
+// are not moved: they are lost with it until segment replication exists.
+func (b *Broker) RemoveNode(ctx context.Context, id uint64) error {
+	if b.cluster == nil {
+		return ErrNotEnabled
+	}
+	if id == 0 || id == b.cluster.cfg.NodeID {
+		return fmt.Errorf("%w: a node cannot remove itself (or node 0); ask another node", metadata.ErrInvalidCommand)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*b.cluster.cfg.MetadataTimeout)
+	defer cancel()
+	err := b.cluster.ctl.Remove(ctx, id)
+	if err != nil && !errors.Is(err, control.ErrUnavailable) && !errors.Is(err, control.ErrClosed) && strings.Contains(err.Error(), "control: remove node") {
+		return fmt.Errorf("%w: %w", metadata.ErrInvalidCommand, err)
+	}
+	return metaError(err)
+}

@@ -1,0 +1,50 @@
+package broker
+
+import (
+	"crypto/tls"
+	"time"
+)
+
+// ClusterConfig makes the node one member of a cluster: its metadata goes
+// through the control plane (internal/control: Raft groups sharded into
+// vnodes) instead of the local metadata store, it talks to other nodes on
+// the peer port and learns who is alive by gossip. Nil in Config keeps the
+// single-node mode on the local metadata store.
+type ClusterConfig struct {
+	// NodeID is this node's id in the cluster (> 0, unique, never reused
+	// for a node that lost its data directory).
+	NodeID uint64
+	// PeerListen is the node-to-node address to listen on; PeerAdvertise
+	// is the one other nodes dial (default PeerListen).
+	PeerListen, PeerAdvertise string
+	// GossipListen is the membership (SWIM) address, UDP and TCP on one
+	// port; GossipAdvertise is the one other nodes gossip to (default
+	// GossipListen).
+	GossipListen, GossipAdvertise string
+	// ClientAdvertise and HTTPAdvertise are published in the node's
+	// membership record so that clients and operators can be pointed at
+	// it.
+	ClientAdvertise, HTTPAdvertise string
+	// Join lists gossip addresses of nodes already in the cluster. Empty
+	// with an empty data directory: bootstrap a cluster of one.
+	Join []string
+	// Attrs are the node's placement attributes (rack, zone).
+	Attrs map[string]string
+	// Vnodes is the ring size a bootstrapping node creates (default 8);
+	// Factor the voters per vnode (default 3, clamped to the node count).
+	Vnodes, Factor int
+	// PeerTLS, when set, is used for every peer connection in both
+	// directions: each side requires and verifies the other's
+	// certificate.
+	PeerTLS *tls.Config
+	// TickInterval is one Raft tick (default 100 ms).
+	TickInterval time.Duration
+	// MetadataTimeout bounds each metadata write a request makes (and
+	// the broker's own, such as a roll): without a quorum it fails with
+	// the retriable metadata_unavailable after this long instead of
+	// waiting. Default 5 s.
+	MetadataTimeout time.Duration
+	// JoinTimeout bounds how long Open tries to gossip in, be registered
+	// by the cluster and receive its metadata. Default 2 min.
+	JoinTimeout time.Duration
+}

@@ -1,0 +1,32 @@
+package client_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/malachi-log/malachi/pkg/client"
+	"github.com/malachi-log/malachi/pkg/client/clienttest"
+)
+
+// A single node answers ClusterStatus with itself alone and refuses
+// RemoveNode as not enabled; both are for administrators.
+func TestClusterStatusOfASingleNode(t *testing.T) {
+	n := clienttest.Start(t)
+	ctx := t.Context()
+	admin := n.Client(t, "admin", "admin123")
+	st, err := admin.ClusterStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Node != 0 || st.Vnodes != 0 || len(st.Groups) != 0 || len(st.Nodes) != 1 ||
+		st.Nodes[0].ID != 1 || !st.Nodes[0].Registered || st.Nodes[0].Liveness != "alive" {
+		t.Fatalf("status: %+v", st)
+	}
+	if err := admin.RemoveNode(ctx, 2); !errors.Is(err, client.ErrNotEnabled) {
+		t.Fatalf("RemoveNode on a single node: %v, want not_enabled", err)
+	}
+	producer := n.Client(t, "producer", "producer123")
+	if _, err := producer.ClusterStatus(ctx); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("ClusterStatus as a producer: %v, want permission_denied", err)
+	}
+}
