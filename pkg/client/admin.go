@@ -139,7 +139,7 @@ func (c *Client) CreateTopic(ctx context.Context, name string, opts ...TopicOpti
 		o(&tc)
 	}
 	if tc.ranges < 0 || uint64(tc.ranges) > math.MaxUint32 {
-		return ErrInvalidRangeCount
+		return opError("create_topic", name, errorFor(wire.ReasonInvalidRangeCount))
 	}
 	var req wire.Request = wire.CreateTopicRequest{Topic: str(name), Bits: tc.bits}
 	if tc.ranges > 1 {

@@ -35,7 +35,10 @@ type Client struct {
 	pollDialing chan struct{}
 	retired     []*conn
 	subs        map[*Subscription]struct{}
-	closed      bool
+	// closing refuses new subscriptions while Close closes the ones
+	// there are; closed refuses every call.
+	closing, closed bool
+	closeOnce       sync.Once
 
 	// wire is what the last connection dialled negotiated.
 	wire atomic.Pointer[wireInfo]
@@ -77,30 +80,39 @@ func (c *Client) WireVersion() int { return c.wireInfo().version }
 // wireInfo is what the current (or last) connection negotiated.
 func (c *Client) wireInfo() *wireInfo { return c.wire.Load() }
 
-// Close closes the connection and every Subscription made by the client.
-// Calls still waiting fail with ErrClosed; later calls fail with ErrClosed
-// at once. Close is idempotent.
+// Close closes every Subscription made by the client, then the
+// connection. Each Subscription's Close confirms the position of its last
+// Ack with a commit, as Subscription.Close does; together they take at
+// most the request timeout (WithRequestTimeout). Calls still waiting then
+// fail with ErrClosed; later calls fail with ErrClosed at once. Close is
+// idempotent: calls made while the first runs wait for it.
 func (c *Client) Close() error {
+	c.closeOnce.Do(c.close)
+	return nil
+}
+
+func (c *Client) close() {
 	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
+	c.closing = true
+	subs := c.subs
+	c.subs = nil
+	c.mu.Unlock()
+	// The subscriptions first: their commits need the connection.
+	ctx, cancel := context.WithTimeoutCause(context.Background(), c.cfg.requestTimeout, ErrRequestTimeout)
+	for s := range subs {
+		s.close(ctx)
 	}
+	cancel()
+	c.mu.Lock()
 	c.closed = true
 	conns := append(c.retired, c.cur, c.poll)
 	c.cur, c.poll, c.retired = nil, nil, nil
-	subs := c.subs
-	c.subs = nil
 	c.mu.Unlock()
 	for _, cn := range conns {
 		if cn != nil {
 			cn.close(ErrClosed)
 		}
 	}
-	for s := range subs {
-		s.Close()
-	}
-	return nil
 }
 
 // conn returns a usable connection, dialling a new one if the last broke.
@@ -207,7 +219,7 @@ func (c *Client) keepRetiredLocked(old *conn) {
 func (c *Client) track(s *Subscription) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed || c.closing {
 		return false
 	}
 	c.subs[s] = struct{}{}

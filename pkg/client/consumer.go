@@ -33,10 +33,18 @@ type ConsumerOptions struct {
 	// wait for the node to time the old member out (the group session
 	// timeout, 30 s by default) before its ranges move.
 	Member string
-	// Start is where a group that has committed nothing starts reading:
+	// Start is where a group that has not started yet starts reading:
 	// StartAtBeginning (the default), StartAtEnd, StartAtTime or
-	// StartAtCursor. A group with a committed position resumes from it
-	// whatever Start says (to move it, use Client.SeekGroup).
+	// StartAtCursor. A group with a committed position resumes from it,
+	// and a group with a live member reads on from where that member
+	// started, whatever Start says (to move a group, use
+	// Client.SeekGroup). The first Poll checks the group and then commits
+	// the start position, in two requests: members started with
+	// different Start positions at the same moment end up at the latest
+	// of them, and a member that joins between another's check and its
+	// commit may have records it was given (and not yet committed)
+	// skipped for the group. Start a group's first members with the same
+	// Start, or set the position beforehand with Client.SeekGroup.
 	Start StartPosition
 	// MaxRecords bounds the records of one page (default 500).
 	MaxRecords int
@@ -68,8 +76,11 @@ type ConsumerOptions struct {
 	// Its next Poll joins the group again.
 	//
 	// Both callbacks run on the goroutine that called Poll, Records,
-	// Commit or Close, before the call returns; they must not call the
-	// Consumer's methods.
+	// Commit or Close, before the call returns, with no lock of the
+	// Consumer held: they may call its methods (Commit from OnRevoked,
+	// say, or Close). They run one at a time and in order; a change
+	// learned while another goroutine is running them (a Close during a
+	// Poll) is told by that goroutine.
 	OnRevoked func(Assignment)
 }
 
@@ -166,6 +177,10 @@ type Consumer struct {
 	genSeq uint64
 	share  Assignment
 	joined bool // a fetch joined the group: there is a membership to leave
+	// unsure: a fetch got no answer (the connection broke, or it was
+	// given up on), so the node may count the consumer a member.
+	unsure bool
+	firing bool // a goroutine is calling the callbacks (fire)
 	// legacy: the node serves neither member_heartbeat nor member_commit
 	// (it predates them): commits are plain, heartbeats are not sent.
 	legacy bool
@@ -266,8 +281,8 @@ func (c *Consumer) Assignment() Assignment {
 // ErrPermissionDenied).
 func (c *Consumer) Poll(ctx context.Context) (Page, error) {
 	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
 	p, err := c.poll(ctx, true)
+	c.pollMu.Unlock()
 	c.fire()
 	return p, err
 }
@@ -285,8 +300,8 @@ func (c *Consumer) Records(ctx context.Context) iter.Seq2[Record, error] {
 			c.pollMu.Lock()
 			p, err := c.poll(ctx, false)
 			epoch := c.lastPageEpoch()
-			c.fire()
 			c.pollMu.Unlock()
+			c.fire()
 			if err != nil {
 				if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 					yield(Record{}, err)
@@ -323,9 +338,9 @@ func (c *Consumer) MarkProcessed() {
 // range, perhaps another member, and OnRevoked has been called.
 func (c *Consumer) Commit(ctx context.Context) error {
 	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
 	c.MarkProcessed()
 	err := c.commitMarked(ctx)
+	c.pollMu.Unlock()
 	c.fire()
 	return err
 }
@@ -355,15 +370,15 @@ func (c *Consumer) Lag(ctx context.Context) (uint64, error) {
 	return g.Lag, err
 }
 
-// Close commits what was processed (see Poll), waits for a fetch still
-// under way, leaves the group, so that the consumer's slices pass to the
-// other members at once, and stops the consumer's goroutine. A Poll
-// waiting meanwhile returns ErrClosed. Close returns the first failure of
-// the commit or the leave; ctx bounds both. A commit the node refuses
+// Close commits what was processed (see Poll), ends a fetch still under
+// way, leaves the group, so that the consumer's slices pass to the other
+// members at once, and stops the consumer's goroutine. A Poll waiting
+// meanwhile returns ErrClosed. Close returns the first failure of the
+// commit or the leave; ctx bounds both. A commit the node refuses
 // because the consumer had lost its membership (after a node restart,
 // say) is no failure: those records go to the group's reader of their
-// range, and OnRevoked is called. Close is idempotent: later calls
-// return what the first returned.
+// range, and OnRevoked is called. Close is idempotent: later calls, and
+// calls made meanwhile, wait for the first and return what it returned.
 func (c *Consumer) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -371,35 +386,44 @@ func (c *Consumer) Close(ctx context.Context) error {
 		c.mu.Unlock()
 		close(c.closing)
 		c.pollMu.Lock()
-		defer c.pollMu.Unlock()
 		c.closeErr = c.shutdown(ctx)
-		c.fire()
+		c.pollMu.Unlock()
 	})
+	c.fire()
 	return c.closeErr
 }
 
 // shutdown is Close's work, under pollMu.
 //
-// A fetch under way is waited for before the leave: the node joins a
-// member when it serves its fetch, and a fetch served after the leave
-// would join it again and keep its slices from the others until it timed
-// out. The page it brings is dropped, uncommitted, for the next reader.
+// A fetch under way is ended first: a long poll would otherwise hold
+// Close for up to MaxWait. The page it may bring is dropped, uncommitted,
+// for the next reader. The node joins a member when it takes its fetch,
+// so once the fetch has ended the leave undoes that join, and it is sent
+// whenever a fetch may have joined: one answered, or one that got no
+// answer. A fetch written to the connection just before Close may still
+// reach the node after the leave (the two go on different connections)
+// and join the member again; its slices then wait for the group session
+// timeout.
 func (c *Consumer) shutdown(ctx context.Context) error {
+	c.stopLife() // ends the fetch under way and the heartbeats
 	c.mu.Lock()
 	ch := c.inflight
 	c.mu.Unlock()
 	if ch != nil {
 		select {
-		case <-ch:
+		case r := <-ch:
+			c.settleFetch(r)
 		case <-ctx.Done():
+			c.mu.Lock()
+			c.unsure = true
+			c.mu.Unlock()
 		}
 	}
-	c.stopLife()
 	if !c.opt.ManualCommit {
 		c.MarkProcessed()
 	}
 	c.mu.Lock()
-	hb, joined := c.hbDone, c.joined
+	hb := c.hbDone
 	c.mu.Unlock()
 	if hb != nil {
 		<-hb
@@ -410,8 +434,15 @@ func (c *Consumer) shutdown(ctx context.Context) error {
 		// range, and OnRevoked says so.
 		err = nil
 	}
-	if joined {
-		if lerr := c.leave(ctx); lerr != nil && err == nil {
+	c.mu.Lock()
+	joined, unsure := c.joined, c.unsure
+	c.mu.Unlock()
+	if joined || unsure {
+		lerr := c.leave(ctx)
+		if errors.Is(lerr, ErrNoSuchTopic) {
+			lerr = nil // the topic is gone, and its groups with it
+		}
+		if lerr != nil && err == nil {
 			err = lerr
 		}
 		c.lost()
@@ -518,17 +549,7 @@ func (c *Consumer) fetch(ctx context.Context) (Page, error) {
 	c.mu.Unlock()
 	select {
 	case r := <-ch:
-		c.mu.Lock()
-		c.inflight = nil
-		if r.err == nil {
-			c.joined, c.pageEpoch = true, c.epoch
-		}
-		fresh := r.err == nil && len(r.page.Records) > 0
-		if fresh {
-			c.gen = 0
-			c.genSeq++
-		}
-		c.mu.Unlock()
+		fresh := c.settleFetch(r)
 		if fresh {
 			// Learn the generation while the application processes the
 			// page, so that its commit need not wait for it.
@@ -546,6 +567,26 @@ func (c *Consumer) fetch(ctx context.Context) (Page, error) {
 	case <-c.closing:
 		return Page{}, ErrClosed
 	}
+}
+
+// settleFetch takes the outcome of the fetch under way: an answer joined
+// the member, a refusal did not, and a fetch that got neither may have.
+// It reports whether the fetch brought records.
+func (c *Consumer) settleFetch(r fetchResult) (fresh bool) {
+	var refused *Error
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inflight = nil
+	c.unsure = r.err != nil && !errors.As(r.err, &refused)
+	if r.err == nil {
+		c.joined, c.pageEpoch = true, c.epoch
+	}
+	fresh = r.err == nil && len(r.page.Records) > 0
+	if fresh {
+		c.gen = 0
+		c.genSeq++
+	}
+	return fresh
 }
 
 // markCursor marks cursor processed, for Records, unless the membership

@@ -16,22 +16,25 @@ import (
 // (member_commit) with that generation before the next fetch; leave at
 // the end.
 
-// settleStart moves a group that has committed nothing to the start
-// position the options ask for. A commit only moves a group forward, so
-// consumers that start together and each do this agree.
+// settleStart moves a group that has not started to the start position
+// the options ask for. A group has started once it has a committed
+// position or a live member: a member may be reading records it has not
+// committed yet, and moving the group past them (a commit only moves it
+// forward, and every member fetches from it) would lose them for the
+// group. Consumers that start together and each do this agree, since a
+// commit only moves a group forward; but as the check and the commit are
+// two requests, a member that joins in between may be given records the
+// commit then moves the group past (see ConsumerOptions.Start).
 func (c *Consumer) settleStart(ctx context.Context) error {
 	s := c.opt.Start
 	if s.kind == startBeginning {
 		return nil
 	}
-	g, err := c.c.DescribeGroup(ctx, c.opt.Topic, c.opt.Group)
-	switch {
-	case err == nil && g.Cursor != "":
-		return nil // the group resumes from its position
-	case err != nil && !errors.Is(err, ErrNotFound):
+	fresh, err := c.groupFresh(ctx)
+	if err != nil || !fresh {
 		return err
 	}
-	cur, err := "", error(nil)
+	cur := ""
 	switch s.kind {
 	case startEnd:
 		cur, err = c.c.EndCursor(ctx, c.opt.Topic)
@@ -44,6 +47,30 @@ func (c *Consumer) settleStart(ctx context.Context) error {
 		return err
 	}
 	return c.plainCommit(ctx, cur)
+}
+
+// groupFresh reports whether the group has neither a committed position
+// nor a live member. describe_group_members says so without the lag
+// scan of describe_group; a node that predates it is asked the latter,
+// which tells only of a committed position.
+func (c *Consumer) groupFresh(ctx context.Context) (bool, error) {
+	_, err := c.c.DescribeGroupMembers(ctx, c.opt.Topic, c.opt.Group)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, ErrNotFound):
+		return true, nil
+	case !errors.Is(err, ErrUnknownAPIKey):
+		return false, err
+	}
+	g, err := c.c.DescribeGroup(ctx, c.opt.Topic, c.opt.Group)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return g.Cursor == "", nil
 }
 
 // plainCommit commits cur as the group's position without naming the
@@ -159,7 +186,7 @@ func (c *Consumer) lost() {
 	if c.joined || c.share.Generation != 0 {
 		c.events.revoked(c.share)
 	}
-	c.gen, c.share, c.joined = 0, Assignment{}, false
+	c.gen, c.share, c.joined, c.unsure = 0, Assignment{}, false, false
 	c.marked, c.unmarked = "", ""
 	c.epoch++
 }
@@ -227,16 +254,41 @@ func (e *pendingEvents) revoked(a Assignment) {
 func (e *pendingEvents) assigned(a Assignment) { e.assignedShare = &a }
 
 // fire calls the callbacks of the pending events, on the caller's
-// goroutine, with no lock held.
+// goroutine, with no lock held, so that a callback may call the
+// Consumer's methods (Commit from OnRevoked, say). One goroutine calls
+// them at a time, in order: events that arrive while another goroutine
+// (or a callback of this one, calling Commit) is calling them are left to
+// it, and it calls them before it stops.
 func (c *Consumer) fire() {
 	c.mu.Lock()
-	ev := c.events
-	c.events = pendingEvents{}
-	c.mu.Unlock()
-	if ev.revokedShare != nil && c.opt.OnRevoked != nil {
-		c.opt.OnRevoked(*ev.revokedShare)
+	if c.firing {
+		c.mu.Unlock()
+		return
 	}
-	if ev.assignedShare != nil && c.opt.OnAssigned != nil {
-		c.opt.OnAssigned(*ev.assignedShare)
+	c.firing = true
+	finished := false
+	defer func() {
+		if !finished { // a callback panicked: let the next call fire
+			c.mu.Lock()
+			c.firing = false
+			c.mu.Unlock()
+		}
+	}()
+	for {
+		ev := c.events
+		c.events = pendingEvents{}
+		if ev.revokedShare == nil && ev.assignedShare == nil {
+			c.firing, finished = false, true
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		if ev.revokedShare != nil && c.opt.OnRevoked != nil {
+			c.opt.OnRevoked(*ev.revokedShare)
+		}
+		if ev.assignedShare != nil && c.opt.OnAssigned != nil {
+			c.opt.OnAssigned(*ev.assignedShare)
+		}
+		c.mu.Lock()
 	}
 }

@@ -155,3 +155,47 @@ func TestNoExportedNameSpeaksOfOffsets(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateTopicRefusalIsACopy: errors.As must hand out a copy, never a
+// sentinel (errors.go), for the refusals the client makes itself as well.
+func TestCreateTopicRefusalIsACopy(t *testing.T) {
+	c := dialFake(t, startFake(t, ignore))
+	err := c.CreateTopic(t.Context(), "t", WithRanges(-1))
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("create topic with -1 ranges: %v", err)
+	}
+	if e == ErrInvalidRangeCount {
+		saved := *ErrInvalidRangeCount
+		defer func() { *ErrInvalidRangeCount = saved }()
+		e.Retriable = true
+		t.Fatalf("errors.As handed out the sentinel itself: now IsRetriable(ErrInvalidRangeCount) = %v",
+			IsRetriable(ErrInvalidRangeCount))
+	}
+}
+
+// TestMissingTopicRefusalIsACopy: a wire v1 node answers the fetch of a
+// missing topic with an empty page without a cursor, which the client
+// turns into ErrNoSuchTopic itself: Fetch and a Fetcher hand out copies.
+func TestMissingTopicRefusalIsACopy(t *testing.T) {
+	c := dialFake(t, startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		if _, ok := req.(*wire.FetchRequest); !ok {
+			fc.refuse(corr, wire.ReasonUnknownAPIKey)
+			return
+		}
+		fc.ok(corr, wire.FetchResponse{})
+	}))
+	_, ferr := c.Fetch(t.Context(), "gone", FetchOptions{})
+	f := c.NewFetcher("gone", FetchOptions{})
+	defer f.Close()
+	_, nerr := f.Next(t.Context())
+	for _, err := range []error{ferr, nerr} {
+		var e *Error
+		if !errors.Is(err, ErrNoSuchTopic) || !errors.As(err, &e) {
+			t.Fatalf("fetch of a missing topic: %v, want ErrNoSuchTopic", err)
+		}
+		if e == ErrNoSuchTopic {
+			t.Fatalf("errors.As(%v) handed out the sentinel itself", err)
+		}
+	}
+}

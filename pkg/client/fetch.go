@@ -110,7 +110,7 @@ func (c *Client) FetchBatches(ctx context.Context, topic string, opt FetchOption
 	}
 	if v1.NextCursor == nil {
 		// Wire v1's answer to a fetch of a missing topic.
-		return nil, &Error{Op: "fetch", Topic: topic, Reason: wire.ReasonNoSuchTopic}
+		return nil, opError("fetch", topic, errorFor(wire.ReasonNoSuchTopic))
 	}
 	p := toPage(&v1)
 	return &BatchPage{Cursor: p.Cursor, recs: p.Records, n: len(p.Records), rtt: rtt}, nil

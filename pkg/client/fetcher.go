@@ -286,7 +286,7 @@ func (f *Fetcher) page(r reply) (*BatchPage, error) {
 func (f *Fetcher) fetchOnce(o, start FetchOptions) (*FetchOptions, error) {
 	page, err := f.c.FetchBatches(f.ctx, f.topic, o)
 	if err == nil && page.Cursor == "" {
-		err = fmt.Errorf("%w: topic %q", ErrNoSuchTopic, f.topic) // wire v1's answer
+		err = opError("fetch", f.topic, errorFor(wire.ReasonNoSuchTopic)) // wire v1's answer
 	}
 	if err != nil {
 		f.finish(err)

@@ -150,10 +150,14 @@ func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
 // or the request timed out), is retried in order: the producer stops
 // sending the topic's batches, waits for those in flight, and sends the
 // failed ones again, oldest first, before anything newer, after a
-// back-off (WithRetry bounds the attempts). If a newer batch of the topic
-// was stored meanwhile, retrying would put older records after newer ones,
-// so the failed batches are not retried and their promises get the error
-// instead; IsRetriable tells whether producing them again is worthwhile.
+// back-off (WithRetry bounds the attempts), one at a time, the topic's
+// newer batches waiting until they are stored. If a newer batch of the
+// topic was stored meanwhile (one already in flight when the failure came
+// back), retrying would put older records after newer ones, so the failed
+// batches are not retried and their promises get the error instead;
+// IsRetriable tells whether producing them again is worthwhile. With
+// MaxInFlight 1 nothing is in flight beside a failed batch, so a
+// retriable failure is always retried while attempts are left.
 // Delivery is at-least-once: a batch whose answer was lost may be stored
 // twice.
 //
@@ -187,6 +191,10 @@ type Producer struct {
 	// changed is closed and replaced whenever buffered falls.
 	changed chan struct{}
 	closed  bool
+	// closeDone is closed when the first Close has finished, closeErr
+	// then holding what it returned, for the calls that waited for it.
+	closeDone chan struct{}
+	closeErr  error
 
 	// promiser is the id of the goroutine that runs promises (goid).
 	promiser atomic.Uint64
@@ -204,8 +212,9 @@ type topicState struct {
 	// sealed numbers the topic's batches in seal order (batch.seq).
 	sealed uint64
 	// inflight counts the topic's batches handed to send and not yet
-	// answered or failed.
-	inflight int
+	// answered or failed, and resending those of them sent again after
+	// a failure (see waitsLocked).
+	inflight, resending int
 	// stored is the seq of the newest batch the broker stored.
 	stored uint64
 	// held stops the sender from sending the topic's batches while
@@ -288,6 +297,8 @@ func NewProducer(c *Client, opt ProducerOptions) *Producer {
 		done:    make(chan struct{}),
 		topics:  make(map[string]*topicState),
 		changed: make(chan struct{}),
+
+		closeDone: make(chan struct{}),
 	}
 	p.slots = make(chan struct{}, p.opt.MaxInFlight)
 	p.sender.Add(1)
@@ -352,6 +363,12 @@ func (p *Producer) waitRoomLocked(ctx context.Context, topic string, size int) e
 	for !p.closed && p.fullLocked(size) {
 		if goid() == p.promiser.Load() {
 			return fmt.Errorf("produce to %q: buffer full: %w", topic, ErrInPromise)
+		}
+		// Room comes only as batches are answered: a batch still filling
+		// (a buffer smaller than MaxBatchBytes fills before it does)
+		// goes now rather than at the end of its linger.
+		for _, t := range p.topics {
+			p.sealLocked(t)
 		}
 		ch := p.changed
 		p.mu.Unlock()
@@ -624,7 +641,9 @@ func (p *Producer) Flush(ctx context.Context) error {
 // not yet sent fail with ErrClosed and Close returns ctx's error; batches
 // already sent still get their promises when their answers arrive.
 // Close does not close the Client. Called from a promise, it returns
-// ErrInPromise at once and closes nothing.
+// ErrInPromise at once and closes nothing. Later calls, and calls made
+// while the first still flushes, wait for the first (or for their own
+// ctx) and return what it returned.
 func (p *Producer) Close(ctx context.Context) error {
 	if goid() == p.promiser.Load() {
 		return fmt.Errorf("close: %w", ErrInPromise)
@@ -632,7 +651,12 @@ func (p *Producer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil
+		select {
+		case <-p.closeDone:
+			return p.closeErr
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
 	p.closed = true
 	p.mu.Unlock()
@@ -645,6 +669,8 @@ func (p *Producer) Close(ctx context.Context) error {
 	if err == nil {
 		<-p.done
 	}
+	p.closeErr = err
+	close(p.closeDone)
 	return err
 }
 

@@ -29,6 +29,10 @@ func (p *Producer) sendLoop() {
 		}
 		select {
 		case p.slots <- struct{}{}:
+			if p.parkAfterWait(b) {
+				<-p.slots
+				continue
+			}
 			p.send(b)
 		case <-p.stop.Done():
 			p.answered(b, ErrClosed)
@@ -45,11 +49,11 @@ func (p *Producer) nextToSend() *batch {
 			b := p.sendq[0]
 			p.sendq[0] = nil
 			p.sendq = p.sendq[1:]
-			if t := b.topic; t.held && p.stop.Err() == nil {
-				t.parked = append(t.parked, b)
+			if p.waitsLocked(b) {
+				parkLocked(b)
 				continue
 			}
-			b.topic.inflight++
+			takeLocked(b)
 			p.mu.Unlock()
 			return b
 		}
@@ -64,6 +68,88 @@ func (p *Producer) nextToSend() *batch {
 				return nil
 			}
 		}
+	}
+}
+
+// waitsLocked reports whether b must wait, parked with its topic, rather
+// than go out now: while the topic is held for retries; while a batch of
+// it that is sent again is in flight, so that nothing newer can be stored
+// before it has been; and, for a batch sent again, while anything of its
+// topic is in flight. Batches sent again thus go out one at a time, and
+// the rest of the topic after them: a second refusal of one of them
+// cannot find a newer batch stored meanwhile, which would fail it rather
+// than retry it. Once the producer stops, nothing waits.
+//
+// REQUIRES: p.mu held.
+func (p *Producer) waitsLocked(b *batch) bool {
+	if p.stop.Err() != nil {
+		return false
+	}
+	t := b.topic
+	return t.held || t.resending > 0 || b.attempts > 0 && t.inflight > 0
+}
+
+// parkLocked sets b aside with its topic, in seal order, until
+// unholdLocked hands the topic's parked batches back to the sender.
+//
+// REQUIRES: p.mu held.
+func parkLocked(b *batch) {
+	t := b.topic
+	i := len(t.parked)
+	for i > 0 && t.parked[i-1].seq > b.seq {
+		i--
+	}
+	t.parked = slices.Insert(t.parked, i, b)
+}
+
+// takeLocked counts b in flight with its topic; answered, or untakeLocked,
+// undoes it.
+//
+// REQUIRES: p.mu held.
+func takeLocked(b *batch) {
+	b.topic.inflight++
+	if b.attempts > 0 {
+		b.topic.resending++
+	}
+}
+
+func untakeLocked(b *batch) {
+	b.topic.inflight--
+	if b.attempts > 0 {
+		b.topic.resending--
+	}
+}
+
+// parkAfterWait looks again at a batch the sender took before it waited
+// for an in-flight slot: an answer that came meanwhile (the one that freed
+// the slot, say) may have held its topic for retries. Sending the batch
+// then would store it ahead of the failed ones, which could then only
+// fail. It reports whether b was parked instead.
+func (p *Producer) parkAfterWait(b *batch) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	untakeLocked(b)
+	if !p.waitsLocked(b) {
+		takeLocked(b)
+		return false
+	}
+	parkLocked(b)
+	p.settleLocked(b.topic)
+	return true
+}
+
+// settleLocked moves a topic on once one of its batches is no longer in
+// flight: a held topic with nothing in flight has its failed batches
+// decided (retryLocked); a topic whose batch sent again was answered lets
+// the sender take its parked batches.
+//
+// REQUIRES: p.mu held.
+func (p *Producer) settleLocked(t *topicState) {
+	switch {
+	case t.held && t.inflight == 0:
+		p.retryLocked(t)
+	case !t.held && t.resending == 0 && t.inflight == 0 && len(t.parked) > 0:
+		p.unholdLocked(t)
 	}
 }
 
@@ -146,8 +232,8 @@ func (b *batch) release() {
 
 // fail ends the send of a batch that holds an in-flight slot.
 func (p *Producer) fail(b *batch, err error) {
+	p.answered(b, err) // before the slot frees, as in await
 	<-p.slots
-	p.answered(b, err)
 }
 
 // await waits for one batch's answer and resolves it.
@@ -195,7 +281,7 @@ func (p *Producer) answered(b *batch, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t := b.topic
-	t.inflight--
+	untakeLocked(b)
 	switch {
 	case err == nil:
 		t.stored = max(t.stored, b.seq)
@@ -212,9 +298,7 @@ func (p *Producer) answered(b *batch, err error) {
 	default:
 		p.resolveLocked(b, err)
 	}
-	if t.held && t.inflight == 0 {
-		p.retryLocked(t)
-	}
+	p.settleLocked(t)
 }
 
 // retriable reports whether a failed send of b is worth another attempt:

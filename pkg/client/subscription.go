@@ -187,6 +187,13 @@ func (s *Subscription) Heartbeat(ctx context.Context) error { return s.Ack(ctx, 
 // The commit names no member: it carries the other members' ranges as the
 // subscription found them, which a commit never moves back.
 func (s *Subscription) Close() error {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), s.c.cfg.requestTimeout, ErrRequestTimeout)
+	defer cancel()
+	return s.close(ctx)
+}
+
+// close is Close, its commit bounded by ctx.
+func (s *Subscription) close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.cn.close(ErrClosed)
@@ -197,8 +204,6 @@ func (s *Subscription) Close() error {
 		if cursor == "" {
 			return
 		}
-		ctx, cancel := context.WithTimeoutCause(context.Background(), s.c.cfg.requestTimeout, ErrRequestTimeout)
-		defer cancel()
 		req := wire.CommitRequest{Topic: str(s.topic), Group: str(s.group), Cursor: str(cursor)}
 		err = s.c.do(ctx, request{req: req, resend: true})
 	})
