@@ -38,6 +38,7 @@ func newBenchCmd(a *app) *cobra.Command {
            --via group: the consumers share it as members of one group)
   e2e      produce and consume at once; latency is from the send time carried
            in each record to its receipt
+  meta     create, describe and commit one at a time: the metadata path
 
 Closed loop (the default) sends as fast as acks allow; async produce then
 counts and times acks per produce request, not per record: every record counts
@@ -60,13 +61,15 @@ compresses the async producers' batches (v2 only).`,
   malachi bench produce --records 1000000 --size 1024 --compression zstd
   malachi bench produce --rate 50000 --producers 4 --keys 1000 --ranges 4
   malachi bench consume --records 1000000 --via group --consumers 2
-  malachi bench e2e --rate 10000 --records 200000 --json`,
+  malachi bench e2e --rate 10000 --records 200000 --json
+  malachi bench meta --count 500`,
 		Args: cobra.NoArgs,
 	}
 	f.register(cmd.PersistentFlags())
 	for _, m := range []bench.Mode{bench.Produce, bench.Consume, bench.E2E} {
 		cmd.AddCommand(newBenchModeCmd(a, f, m))
 	}
+	cmd.AddCommand(newBenchMetaCmd(a, f))
 	return cmd
 }
 

@@ -32,6 +32,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newDevCertsCmd())
+	root.AddCommand(newDevCmd())
 	addClientCommands(root)
 	return root
 }

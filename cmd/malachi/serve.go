@@ -27,7 +27,6 @@ type serveFlags struct {
 	listen          string
 	http            string
 	dev             bool
-	nodeID          string
 	segmentMaxBytes int64
 	segmentMaxAge   time.Duration
 	logLevel        string
@@ -40,9 +39,16 @@ type serveFlags struct {
 	tlsOnly           bool
 	tlsReloadInterval time.Duration
 	security          securityFlags
+	cluster           clusterFlags
 }
 
 func newServeCmd() *cobra.Command {
+	cmd, _ := newServeCommand()
+	return cmd
+}
+
+// newServeCommand returns serve and the flags it fills in.
+func newServeCommand() (*cobra.Command, *serveFlags) {
 	f := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -60,6 +66,15 @@ for mutual TLS and mtls_auth. The certificate files are read again when they
 change (checked every --tls-reload-interval) and on SIGHUP; a reload that fails
 keeps the certificate in use. 'malachi dev-certs DIR' makes files to try it.
 
+With --node-id N the node is member N of a cluster: its metadata (topics,
+ranges, users, ACLs, group positions) is replicated by Raft in --vnodes
+shards, it talks to other nodes on --peer-listen and gossips on
+--gossip-listen, and every address it publishes uses the --advertise host.
+A node without --join bootstraps a new cluster on an empty data directory;
+the others join it with --join HOST:GOSSIP_PORT. Without --node-id the node
+runs alone on its local metadata and cannot be joined to a cluster later.
+'malachi dev --nodes 3' starts a local cluster of three to try it.
+
 Environment variables set the defaults of the flags named with them. Sizes
 take an integer or a unit (64MiB, 1GiB, 500KB); *_MS durations take
 milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
@@ -67,16 +82,20 @@ milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
 ` + aclModeHelp,
 		Example: `  malachi serve --dev
   MALACHI_ADMIN_PASS=s3cret malachi serve --data-dir /var/lib/malachi --listen 0.0.0.0:4040
-  malachi serve --dev --tls-cert certs/server.pem --tls-key certs/server-key.pem --tls-client-ca certs/ca.pem --tls-only`,
+  malachi serve --dev --tls-cert certs/server.pem --tls-key certs/server-key.pem --tls-client-ca certs/ca.pem --tls-only
+  malachi serve --node-id 1 --data-dir /var/lib/malachi --listen 0.0.0.0:4040 --http 0.0.0.0:4041 --advertise 10.0.0.1
+  malachi serve --node-id 2 --data-dir /var/lib/malachi --listen 0.0.0.0:4040 --http 0.0.0.0:4041 --advertise 10.0.0.2 --join 10.0.0.1:4043`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.cluster.nodeIDSet = cmd.Flags().Changed("node-id") || os.Getenv("MALACHI_NODE_ID") != ""
+			return runServe(cmd.Context(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", envString("MALACHI_LOG_DATA_DIR", "./malachi-data"), "data directory (env MALACHI_LOG_DATA_DIR)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:"+envString("MALACHI_TCP_PORT", "4040"), "client protocol address (env MALACHI_TCP_PORT sets the port)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:"+envString("MALACHI_DASHBOARD_PORT", "4041"), "HTTP address for /health and /ready (env MALACHI_DASHBOARD_PORT sets the port)")
 	fl.BoolVar(&f.dev, "dev", false, "seed the development users on first start")
-	fl.StringVar(&f.nodeID, "node-id", envString("MALACHI_NODE_ID", "node-1"), "this node's name")
 	fl.Int64Var(&f.segmentMaxBytes, "segment-max-bytes", envInt("MALACHI_SEGMENT_MAX_BYTES", 64<<20), "roll a range's active segment at this size (env MALACHI_SEGMENT_MAX_BYTES)")
 	fl.DurationVar(&f.segmentMaxAge, "segment-max-age", time.Duration(envInt("MALACHI_SEGMENT_MAX_AGE_MS", 7*24*3600*1000))*time.Millisecond, "roll an active segment older than this (env MALACHI_SEGMENT_MAX_AGE_MS)")
 	fl.StringVar(&f.logLevel, "log-level", envString("MALACHI_LOG_LEVEL", "info"), "debug, info, warn or error")
@@ -94,7 +113,8 @@ milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
 	fl.BoolVar(&f.tlsOnly, "tls-only", os.Getenv("MALACHI_REQUIRE_TLS") == "true", "refuse plaintext connections on the client port (env MALACHI_REQUIRE_TLS=true)")
 	fl.DurationVar(&f.tlsReloadInterval, "tls-reload-interval", envDuration("MALACHI_TLS_RELOAD_INTERVAL_MS", 5*time.Second), "how often to check the TLS files for changes; negative: only on SIGHUP (env MALACHI_TLS_RELOAD_INTERVAL_MS)")
 	f.security.register(fl)
-	return cmd
+	f.cluster.register(fl)
+	return cmd, f
 }
 
 // envBool reads a true/false variable (true, 1, false, 0, ...); any
@@ -212,6 +232,10 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err := checkEnv(); err != nil {
 		return err
 	}
+	cluster, err := f.cluster.clusterConfig(f.listen, f.http)
+	if err != nil {
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -223,7 +247,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	cfg := broker.Config{
 		DataDir:         f.dataDir,
 		Logger:          logger,
-		NodeID:          f.nodeID,
+		NodeID:          "node-1",
 		SegmentMaxBytes: f.segmentMaxBytes,
 		SegmentMaxAge:   f.segmentMaxAge,
 		AutoSplit:       f.autoSplit,
@@ -231,6 +255,9 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		JournalPrealloc: true,
 	}
 	f.security.apply(&cfg)
+	if cluster != nil {
+		cfg.NodeID, cfg.Cluster = cluster.name, cluster.cfg
+	}
 	b, err := broker.Open(ctx, cfg)
 	if err != nil {
 		return err
@@ -270,7 +297,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err := web.Listen(); err != nil {
 		return err
 	}
-	printBanner(f, srv.Addr(), web.Addr(), generated)
+	printBanner(f, cfg.NodeID, cluster, srv.Addr(), web.Addr(), generated)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve() }()
 	go func() { errc <- web.Serve() }()
@@ -307,8 +334,8 @@ func reloadOnHangup(ctx context.Context, srv *server.Server, logger *slog.Logger
 	}
 }
 
-func printBanner(f *serveFlags, client, web net.Addr, generated string) {
-	fmt.Fprintf(os.Stderr, "malachi %s node %q\n", broker.Version, f.nodeID)
+func printBanner(f *serveFlags, name string, cluster *clusterSetting, client, web net.Addr, generated string) {
+	fmt.Fprintf(os.Stderr, "malachi %s node %q\n", broker.Version, name)
 	fmt.Fprintf(os.Stderr, "  client protocol  %s\n", client)
 	if f.tlsCert != "" {
 		mode := "TLS or plain TCP"
@@ -322,6 +349,9 @@ func printBanner(f *serveFlags, client, web net.Addr, generated string) {
 	}
 	fmt.Fprintf(os.Stderr, "  http             http://%s/health\n", web)
 	fmt.Fprintf(os.Stderr, "  data             %s\n", f.dataDir)
+	if cluster != nil {
+		printClusterBanner(os.Stderr, cluster)
+	}
 	if f.dev {
 		fmt.Fprintln(os.Stderr, "  dev users        admin/admin123 producer/producer123 consumer/consumer123 app/app123")
 	}

@@ -37,6 +37,13 @@
 //     latency is receipt time minus that origin. Producer and consumer
 //     share the process and so the clock. Records stamped before the run
 //     began (left by earlier runs) are read but not counted.
+//   - meta (RunMeta, its own MetaConfig): the metadata path. Count topics
+//     are created, each is described, and each gets a first group
+//     position (a commit, always a write), one operation at a time per
+//     worker, each timed from request to answer. With Vnodes the names are
+//     picked (by hashing, not by asking) so that every topic maps to one
+//     vnode of the ring, and a run talks to one Raft group: through its
+//     leader or through a follower that forwards.
 //
 // # Wire versions
 //

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/malachi-log/malachi/pkg/client"
+)
+
+func newClusterCmd(a *app) *cobra.Command {
+	return parentCmd("cluster", "Show the cluster's nodes and metadata groups; remove a node",
+		`  malachi cluster status
+  malachi cluster vnodes -o json
+  malachi cluster remove 3 --yes`,
+		newClusterStatusCmd(a), newClusterVnodesCmd(a), newClusterRemoveCmd(a))
+}
+
+// errSingleNode answers cluster commands sent to a node that runs alone.
+func errSingleNode(server string) error {
+	return &exitError{code: 1, err: fmt.Errorf("%s runs alone (started without --node-id): it is no cluster member, so there is no cluster to show or change", server)}
+}
+
+// clusterStatus asks the node for the cluster's status, refusing a single
+// node with a clear message.
+func clusterStatus(ctx context.Context, s *session) (client.ClusterStatus, error) {
+	st, err := s.c.ClusterStatus(ctx)
+	if err != nil {
+		return st, err
+	}
+	if st.Node == 0 {
+		return st, errSingleNode(s.set.Server)
+	}
+	return st, nil
+}
+
+func newClusterStatusCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster's nodes, their liveness and attributes, and the metadata groups",
+		Long: `Show the cluster as the node at --server sees it: every node with its liveness
+(from gossip: alive, suspect, leaving, left, dead, or unknown while gossip has
+not heard of it), whether the control plane has registered it, its addresses
+and attributes; then the metadata groups (the root and each vnode) with their
+leader, voters, learners and the index this node has applied. Administrators
+only.`,
+		Example: `  malachi cluster status
+  malachi --server 127.0.0.1:4050 cluster status -o json | jq '.groups[] | {name, leader}'`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.run(cmd, errSubject{adminOnly: true}, func(ctx context.Context, s *session) error {
+				st, err := clusterStatus(ctx, s)
+				if err != nil {
+					return err
+				}
+				if s.out.json {
+					return s.out.doc(st)
+				}
+				return printClusterStatus(s.out, &st)
+			})
+		},
+	}
+}
+
+func printClusterStatus(p *printer, st *client.ClusterStatus) error {
+	if err := p.fields([][2]string{
+		{"Node", strconv.FormatUint(st.Node, 10) + " (answering)"},
+		{"Vnodes", strconv.Itoa(st.Vnodes)},
+	}); err != nil {
+		return err
+	}
+	p.textf("\nNodes")
+	rows := make([][]string, 0, len(st.Nodes))
+	for _, n := range st.Nodes {
+		rows = append(rows, []string{
+			strconv.FormatUint(n.ID, 10), n.Liveness, yesNo(n.Registered), dash(n.ClientAddr), dash(n.HTTPAddr),
+			dash(n.PeerAddr), dash(n.GossipAddr), attrText(n.Attrs),
+		})
+	}
+	if err := p.table([]string{"ID", "LIVENESS", "REGISTERED", "CLIENT", "HTTP", "PEER", "GOSSIP", "ATTRIBUTES"}, rows); err != nil {
+		return err
+	}
+	p.textf("\nGroups")
+	rows = rows[:0]
+	for _, g := range st.Groups {
+		rows = append(rows, []string{g.Name, leaderText(g.Leader), joinUints(g.Voters), joinUints(g.Learners), itoa(g.Applied)})
+	}
+	return p.table([]string{"GROUP", "LEADER", "VOTERS", "LEARNERS", "APPLIED"}, rows)
+}
+
+func newClusterVnodesCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "vnodes",
+		Short: "Show each metadata group: leader, term, voters, learners, commit and applied index",
+		Long: `Show each metadata group (the root group of users, ACLs and the node registry,
+and the vnodes that hold the topics) as the replica on the node at --server
+sees it: the leader, the term, that replica's role, the voters and learners,
+the voters placement picks (the voters move towards them), and the commit
+and applied indexes. Administrators only.`,
+		Example: `  malachi cluster vnodes
+  malachi cluster vnodes -o json`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.run(cmd, errSubject{adminOnly: true}, func(ctx context.Context, s *session) error {
+				st, err := clusterStatus(ctx, s)
+				if err != nil {
+					return err
+				}
+				if s.out.json {
+					return s.out.doc(st.Groups)
+				}
+				rows := make([][]string, 0, len(st.Groups))
+				for _, g := range st.Groups {
+					rows = append(rows, []string{
+						g.Name, leaderText(g.Leader), itoa(g.Term), roleText(g.State), joinUints(g.Voters), joinUints(g.Learners),
+						joinUints(g.Placed), itoa(g.Commit), itoa(g.Applied),
+					})
+				}
+				return s.out.table([]string{"GROUP", "LEADER", "TERM", "THIS REPLICA", "VOTERS", "LEARNERS", "PLACED", "COMMIT", "APPLIED"}, rows)
+			})
+		},
+	}
+}
+
+func newClusterRemoveCmd(a *app) *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "remove NODE",
+		Short: "Take a node out of the cluster for good",
+		Long: `Take node NODE (its id) out of the cluster for good: the control plane moves
+its metadata replicas to the other nodes (new ones first, then the old ones
+go) and forgets it. Send it to another node than the one removed: a node
+cannot remove itself. Its data directory must not be started again; a
+replacement gets a new --node-id. Segments that lived only on the removed
+node are not copied (segment replication is not there yet).
+
+On a terminal it asks first; --yes skips the question. A removal that takes
+longer than --timeout goes on in the cluster; asking again is safe.
+Administrators only.`,
+		Example: `  malachi cluster remove 3
+  malachi --server 127.0.0.1:4040 cluster remove 3 --yes`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return usageErr("NODE is a node id, a positive integer such as 3 ('malachi cluster status' lists them), not %q", args[0])
+			}
+			if !yes && isTerminal(os.Stdin) && !confirm(cmd, fmt.Sprintf("Remove node %d from the cluster for good?", id)) {
+				return &exitError{code: 1, err: errors.New("not removed (answer y, or pass --yes)")}
+			}
+			return a.run(cmd, errSubject{adminOnly: true}, func(ctx context.Context, s *session) error {
+				return removeNode(ctx, s, id)
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	return cmd
+}
+
+func removeNode(ctx context.Context, s *session, id uint64) error {
+	err := s.c.RemoveNode(ctx, id)
+	switch {
+	case errors.Is(err, client.ErrNotEnabled):
+		return errSingleNode(s.set.Server)
+	case errors.Is(err, client.ErrInvalidCommand):
+		return &exitError{code: 1, err: fmt.Errorf("%s refused: %v (a node cannot remove itself: if node %d is the one at %s, send the removal to another node with --server)", s.set.Server, err, id, s.set.Server)}
+	case err != nil:
+		return err
+	}
+	if s.out.json {
+		return s.out.doc(map[string]any{"node": id, "removed": true})
+	}
+	s.out.textf("removed node %d from the cluster", id)
+	return nil
+}
+
+// roleText is a raft role for people: "StateLeader" is "leader".
+func roleText(state string) string {
+	return strings.ToLower(strings.TrimPrefix(state, "State"))
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func leaderText(id uint64) string {
+	if id == 0 {
+		return "none"
+	}
+	return strconv.FormatUint(id, 10)
+}
+
+// attrText renders attributes as "rack=a zone=z1", sorted by key.
+func attrText(attrs map[string]string) string {
+	if len(attrs) == 0 {
+		return "-"
+	}
+	pairs := make([]string, 0, len(attrs))
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		pairs = append(pairs, k+"="+attrs[k])
+	}
+	return strings.Join(pairs, " ")
+}
