@@ -303,20 +303,31 @@ func (c *Coordinator) Answer(p *Plan, member string, assign map[string][]uint64)
 // learns of a rebalance without fetching. A member that is not in the group,
 // or has been silent longer than their session timeout, gets ErrUnknownMember.
 func (c *Coordinator) Heartbeat(topic uint64, groupName, member string, now int64) (Assignment, error) {
+	k, g, err := c.alive(topic, groupName, member, now)
+	if err != nil {
+		return Assignment{}, err
+	}
+	a, plan := c.answer(k, g, member)
+	return c.settlePlan(a, plan, member, nil)
+}
+
+// alive evicts the group's silent members, then records member as alive
+// at now, settling the group either way; ErrUnknownMember when member is
+// not (or no longer) in it.
+func (c *Coordinator) alive(topic uint64, groupName, member string, now int64) (groupKey, *group, error) {
 	k := groupKey{topic, groupName}
 	g := c.groups[k]
 	if g == nil {
-		return Assignment{}, ErrUnknownMember
+		return k, nil, ErrUnknownMember
 	}
 	changed := len(c.evictSilent(g, now, "")) > 0
 	if _, ok := g.members[member]; !ok {
 		c.settle(k, g, changed)
-		return Assignment{}, ErrUnknownMember
+		return k, nil, ErrUnknownMember
 	}
 	c.seen(g, member, now)
 	c.settle(k, g, changed)
-	a, plan := c.answer(k, g, member)
-	return c.settlePlan(a, plan, member, nil)
+	return k, g, nil
 }
 
 // Leave removes member from the group and reports whether it was a member.

@@ -25,18 +25,10 @@ type MemberState struct {
 // from their new owners (see Handoff) while it stays alive. A member that
 // is not in the group gets ErrUnknownMember; it must poll to join again.
 func (c *Coordinator) Touch(topic uint64, groupName, member string, now int64) (MemberState, error) {
-	k := groupKey{topic, groupName}
-	g := c.groups[k]
-	if g == nil {
-		return MemberState{}, ErrUnknownMember
+	_, g, err := c.alive(topic, groupName, member, now)
+	if err != nil {
+		return MemberState{}, err
 	}
-	changed := len(c.evictSilent(g, now, "")) > 0
-	if _, ok := g.members[member]; !ok {
-		c.settle(k, g, changed)
-		return MemberState{}, ErrUnknownMember
-	}
-	c.seen(g, member, now)
-	c.settle(k, g, changed)
 	return MemberState{Generation: g.gen, Ranges: len(g.holds(member)), Members: len(g.members)}, nil
 }
 

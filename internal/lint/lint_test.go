@@ -50,7 +50,7 @@ func listPackages(t *testing.T) []pkg {
 var pureForbidden = []string{"os", "net", "net/http", "os/exec", "sync", "time", "math/rand", "math/rand/v2",
 	module + "/internal/vfs", module + "/internal/clock", module + "/internal/storage"}
 
-var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement"}
+var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement", "dataplane"}
 
 // internalPackages returns those of pkgs that are internal/<name> for
 // one of names.
@@ -136,6 +136,25 @@ var (
 	clientMayImport  = []string{"internal/wire", "internal/batch", "internal/keyspace"}
 	segmentMayImport = []string{"internal/batch", "internal/vfs"}
 )
+
+// internal/testpki makes certificates for tests. Only test files import
+// it, and it imports no package of the module, so that the tests of
+// pkg/client may use it without sharing anything more with the node.
+func TestTestPKIOnlyInTests(t *testing.T) {
+	const testpki = module + "/internal/testpki"
+	for _, p := range listPackages(t) {
+		if slices.Contains(p.Imports, testpki) {
+			t.Errorf("%s imports internal/testpki outside its tests", p.ImportPath)
+		}
+		if p.ImportPath == testpki {
+			for _, imp := range p.Imports {
+				if strings.HasPrefix(imp, module+"/") {
+					t.Errorf("internal/testpki imports %s: it may import no package of the module", imp)
+				}
+			}
+		}
+	}
+}
 
 func hasAny(s string, subs []string) bool {
 	for _, sub := range subs {

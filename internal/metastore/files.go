@@ -3,7 +3,6 @@ package metastore
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,7 +18,7 @@ import (
 const (
 	logPrefix  = "log-"
 	snapPrefix = "snapshot-"
-	tmpSuffix  = ".tmp"
+	tmpSuffix  = vfs.TempSuffix
 	envFormat  = 1
 )
 
@@ -87,8 +86,8 @@ func loadSnapshot(fs vfs.FS, dir string, index uint64) (*metadata.State, error) 
 	return st, nil
 }
 
-// writeSnapshot writes the snapshot atomically: a temporary file, fsync,
-// rename, fsync of the directory. renamed reports whether the rename
+// writeSnapshot writes the snapshot atomically (vfs.WriteFileAtomic) and
+// fsyncs the directory. renamed reports whether the rename
 // happened, after which a failure leaves the directory in doubt.
 func writeSnapshot(fs vfs.FS, dir string, index uint64, st *metadata.State) (renamed bool, err error) {
 	state, err := st.Snapshot()
@@ -99,30 +98,8 @@ func writeSnapshot(fs vfs.FS, dir string, index uint64, st *metadata.State) (ren
 	if err != nil {
 		return false, err
 	}
-	final := filepath.Join(dir, snapName(index))
-	tmp := final + tmpSuffix
-	if err := writeSynced(fs, tmp, appendRecord(nil, payload)); err != nil {
-		_ = fs.Remove(tmp) // best effort; Open removes leftovers too
-		return false, err
-	}
-	if err := fs.Rename(tmp, final); err != nil {
-		_ = fs.Remove(tmp)
+	if err := vfs.WriteFileAtomic(fs, filepath.Join(dir, snapName(index)), appendRecord(nil, payload)); err != nil {
 		return false, err
 	}
 	return true, fs.SyncDir(dir)
-}
-
-func writeSynced(fs vfs.FS, name string, data []byte) error {
-	f, err := fs.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, vfs.FileMode)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

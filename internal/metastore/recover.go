@@ -37,7 +37,7 @@ func (l *logFile) end() uint64 { return l.start + uint64(len(l.payloads)) }
 // corruption); only the last one may have a torn tail, which is cut off.
 // Everything it replays is durable when it returns.
 func recoverDir(fs vfs.FS, dir string) (*recovered, error) {
-	if err := ensureDir(fs, dir); err != nil {
+	if err := vfs.EnsureDir(fs, dir); err != nil {
 		return nil, err
 	}
 	logs, snaps, err := dirFiles(fs, dir)
@@ -54,17 +54,6 @@ func recoverDir(fs vfs.FS, dir string) (*recovered, error) {
 		return nil, err
 	}
 	return rec, nil
-}
-
-// ensureDir creates dir if needed and fsyncs its parent every time, not
-// only when it creates dir: a process killed between the two leaves a
-// directory that exists but whose entry is not durable, and no later Open
-// would otherwise make it so.
-func ensureDir(fs vfs.FS, dir string) error {
-	if err := fs.MkdirAll(dir, vfs.DirMode); err != nil {
-		return err
-	}
-	return fs.SyncDir(filepath.Dir(filepath.Clean(dir)))
 }
 
 // newestSnapshot loads the newest snapshot that checks out into rec, or an

@@ -190,6 +190,20 @@ func (h *Host) lookup(group uint64) (*group, error) {
 	return g, nil
 }
 
+// lookupLeading is lookup of a group this node leads, with its term.
+// REQUIRES: h.mu held.
+func (h *Host) lookupLeading(group uint64) (*group, uint64, error) {
+	g, err := h.lookup(group)
+	if err != nil {
+		return nil, 0, err
+	}
+	term, err := g.leading()
+	if err != nil {
+		return nil, 0, err
+	}
+	return g, term, nil
+}
+
 func (h *Host) deadline() uint64 { return h.ticks + uint64(h.opts.RequestTimeoutTicks) }
 
 // ProposeAsync is Propose without the wait: the returned Future completes
@@ -200,11 +214,7 @@ func (h *Host) ProposeAsync(group uint64, data []byte) (*Future, error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	g, err := h.lookup(group)
-	if err != nil {
-		return nil, err
-	}
-	term, err := g.leading()
+	g, term, err := h.lookupLeading(group)
 	if err != nil {
 		return nil, err
 	}
@@ -309,11 +319,7 @@ func (c ReplicaChange) check(cs *pb.ConfState) (pb.ConfChangeType, error) {
 func (h *Host) ChangeReplicasAsync(group uint64, c ReplicaChange) (*Future, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	g, err := h.lookup(group)
-	if err != nil {
-		return nil, err
-	}
-	term, err := g.leading()
+	g, term, err := h.lookupLeading(group)
 	if err != nil {
 		return nil, err
 	}

@@ -2,15 +2,9 @@ package server
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,48 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/testpki"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
-// testCA is a certificate authority made for one test; nothing secret is
-// kept in the repository.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+// testCA is a certificate authority made for one test.
+type testCA struct{ *testpki.CA }
 
 func newTestCA(t *testing.T, name string) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return &testCA{testpki.NewCA(t, name)}
 }
 
-func (ca *testCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
-}
+func (ca *testCA) pool() *x509.CertPool { return ca.Pool() }
 
 // leaf describes a certificate to issue.
 type leaf struct {
@@ -73,52 +38,30 @@ type leaf struct {
 // certificates name 127.0.0.1 and localhost.
 func (ca *testCA) issue(t *testing.T, l leaf) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return ca.Issue(t, l.spec())
+}
+
+func (l leaf) spec() testpki.Leaf {
 	if l.validFor == 0 {
 		l.validFor = 24 * time.Hour
 	}
 	start := time.Now().Add(-time.Hour)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(max(l.serial, 2)),
-		Subject:      pkix.Name{CommonName: l.name},
-		NotBefore:    start,
-		NotAfter:     start.Add(l.validFor),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
+	s := testpki.Leaf{CommonName: l.name, Serial: max(l.serial, 2), NotBefore: start, NotAfter: start.Add(l.validFor)}
 	if l.validFor < 0 {
-		tmpl.NotBefore, tmpl.NotAfter = start.Add(-24*time.Hour), start
+		s.NotBefore, s.NotAfter = start.Add(-24*time.Hour), start
 	}
 	if l.client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		s.Usage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	} else {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.DNSNames = []string{"localhost"}
+		s.IPs, s.DNSNames = testpki.LocalhostIPs, testpki.LocalhostNames
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return s
 }
 
 // clientCert is a tls.Certificate for a client.
 func (ca *testCA) clientCert(t *testing.T, name string) tls.Certificate {
 	t.Helper()
-	c, k := ca.issue(t, leaf{name: name, client: true})
-	cert, err := tls.X509KeyPair(c, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
+	return ca.KeyPair(t, leaf{name: name, client: true}.spec())
 }
 
 // writeFile replaces path with data through a rename, as certificate
@@ -373,7 +316,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	rogue := newTestCA(t, "rogue CA")
 	cfg := tlsFilesFor(t, ca, leaf{name: "node"})
 	cfg.TLSClientCAFile = filepath.Join(t.TempDir(), "clients.pem")
-	writeFile(t, cfg.TLSClientCAFile, clients.pem)
+	writeFile(t, cfg.TLSClientCAFile, clients.PEM)
 	s := serveOn(t, cfg, loopbackListener(t))
 	if !s.verifiesClientCerts() {
 		t.Fatal("verifiesClientCerts is false with a client CA")
@@ -386,7 +329,7 @@ func TestTLSClientCertificates(t *testing.T) {
 		if st == nil || len(st.VerifiedChains) == 0 || st.VerifiedChains[0][0].Subject.CommonName != "alice" {
 			t.Fatalf("server-side TLS state has no verified chain for alice: %+v", st)
 		}
-		if root := st.VerifiedChains[0][len(st.VerifiedChains[0])-1]; !root.Equal(clients.cert) {
+		if root := st.VerifiedChains[0][len(st.VerifiedChains[0])-1]; !root.Equal(clients.Cert) {
 			t.Fatalf("chain ends at %s, want the client CA", root.Subject)
 		}
 		c.nc.Close()

@@ -32,14 +32,7 @@ func memberListed(t *testing.T, c *client.Client, topic, group, member string) b
 // leave the group, as Close promises, so the member's slices pass to the
 // others at once rather than after the session timeout.
 func TestConsumerCloseDuringFirstPollLeavesGroup(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "orders", client.WithRanges(2))
-	cs, err := client.NewConsumer(c, client.ConsumerOptions{
-		Topic: "orders", Group: "g", Member: "m", MaxWait: time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cs := startMember(t)
 	polled := make(chan error, 1)
 	go func() {
 		_, err := cs.Poll(t.Context())
@@ -48,9 +41,7 @@ func TestConsumerCloseDuringFirstPollLeavesGroup(t *testing.T) {
 	awaitCond(t, "the first fetch to join the member", func() bool {
 		return memberListed(t, c, "orders", "g", "m")
 	})
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := cs.Close(ctx); err != nil {
+	if err := closeWithin(t, cs, 10*time.Second); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	if err := <-polled; !errors.Is(err, client.ErrClosed) {
@@ -65,6 +56,22 @@ func TestConsumerCloseDuringFirstPollLeavesGroup(t *testing.T) {
 // shutdown of a consumer of an idle topic (its Poll's context ends, then
 // Close) leaves the group too.
 func TestConsumerCloseAfterCancelledFirstPollLeavesGroup(t *testing.T) {
+	c, cs := startMember(t)
+	pollCancelledOnce(t, cs, "the first fetch to join the member", func() bool {
+		return memberListed(t, c, "orders", "g", "m")
+	})
+	if err := closeWithin(t, cs, 10*time.Second); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if memberListed(t, c, "orders", "g", "m") {
+		t.Fatal("the member is still in the group after Close returned: it never left")
+	}
+}
+
+// startMember starts a node with the topic orders of two ranges, and a
+// consumer of it, member m of group g, that the test closes itself.
+func startMember(t *testing.T) (*client.Client, *client.Consumer) {
+	t.Helper()
 	_, c := start(t)
 	createTopic(t, c, "orders", client.WithRanges(2))
 	cs, err := client.NewConsumer(c, client.ConsumerOptions{
@@ -73,24 +80,28 @@ func TestConsumerCloseAfterCancelledFirstPollLeavesGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, cs
+}
+
+// pollCancelledOnce runs one Poll of cs and cancels it once cond holds
+// (the condition names what it waits for); the Poll must end cancelled.
+func pollCancelledOnce(t *testing.T, cs *client.Consumer, what string, cond func() bool) {
+	t.Helper()
 	pctx, stop := context.WithCancel(t.Context())
 	go func() {
-		awaitCond(t, "the first fetch to join the member", func() bool {
-			return memberListed(t, c, "orders", "g", "m")
-		})
+		awaitCond(t, what, cond)
 		stop()
 	}()
 	if _, err := cs.Poll(pctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("poll: %v, want cancelled", err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+}
+
+// closeWithin closes cs, giving it d.
+func closeWithin(t *testing.T, cs *client.Consumer, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
-	if err := cs.Close(ctx); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	if memberListed(t, c, "orders", "g", "m") {
-		t.Fatal("the member is still in the group after Close returned: it never left")
-	}
+	return cs.Close(ctx)
 }
 
 // TestConsumerCommitFromOnRevokedReturns: committing in the revocation
@@ -98,9 +109,7 @@ func TestConsumerCloseAfterCancelledFirstPollLeavesGroup(t *testing.T) {
 // callback runs inside Close, under the lock Commit takes; the call must
 // fail with an error rather than hang Close for good.
 func TestConsumerCommitFromOnRevokedReturns(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "orders")
-	produce(t, c, "orders", keyedBy(5, 1, 0)...)
+	c := startTopic(t, "orders", keyedBy(5, 1, 0))
 	var cs *client.Consumer
 	commitErr := make(chan error, 1)
 	cs, err := client.NewConsumer(c, client.ConsumerOptions{
@@ -167,9 +176,7 @@ func TestConsumerStartAtEndKeepsOtherMembersRecords(t *testing.T) {
 // MaxWait. Close, given less time than that, must still leave the group:
 // it is what lets the member's slices pass to the others at once.
 func TestConsumerCloseDoesNotWaitOutLongPoll(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "orders")
-	produce(t, c, "orders", keyedBy(1, 1, 0)...)
+	c := startTopic(t, "orders", keyedBy(1, 1, 0))
 	cs, err := client.NewConsumer(c, client.ConsumerOptions{
 		Topic: "orders", Group: "g", Member: "m", MaxWait: 20 * time.Second,
 	})
@@ -177,18 +184,9 @@ func TestConsumerCloseDoesNotWaitOutLongPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	pollN(t, cs, 1)
-	pctx, stop := context.WithCancel(t.Context())
-	go func() {
-		// The next Poll commits the page, then waits in a long poll.
-		awaitCond(t, "the page to be committed", func() bool { return groupLag(t, c, "orders", "g") == 0 })
-		stop()
-	}()
-	if _, err := cs.Poll(pctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("poll: %v, want cancelled", err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-	defer cancel()
-	if err := cs.Close(ctx); err != nil {
+	// The next Poll commits the page, then waits in a long poll.
+	pollCancelledOnce(t, cs, "the page to be committed", func() bool { return groupLag(t, c, "orders", "g") == 0 })
+	if err := closeWithin(t, cs, 2*time.Second); err != nil {
 		t.Errorf("close within 2 s of a consumer with MaxWait 20 s: %v", err)
 	}
 	if memberListed(t, c, "orders", "g", "m") {

@@ -84,6 +84,16 @@ func closeConsumer(t *testing.T, cs *client.Consumer) {
 	}
 }
 
+// startTopic starts a node, creates topic with opts and produces recs to
+// it, and returns the admin's client.
+func startTopic(t *testing.T, topic string, recs []client.Record, opts ...client.TopicOption) *client.Client {
+	t.Helper()
+	_, c := start(t)
+	createTopic(t, c, topic, opts...)
+	produce(t, c, topic, recs...)
+	return c
+}
+
 func groupLag(t *testing.T, c *client.Client, topic, group string) uint64 {
 	t.Helper()
 	g, err := c.DescribeGroup(t.Context(), topic, group)
@@ -122,9 +132,7 @@ func TestConsumerOptionsChecked(t *testing.T) {
 // Poll returned is committed by Close; a consumer of the group that comes
 // after reads nothing again.
 func TestConsumerPollCommitsOnClose(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "orders", client.WithRanges(4))
-	produce(t, c, "orders", keyedBy(100, 10, 0)...)
+	c := startTopic(t, "orders", keyedBy(100, 10, 0), client.WithRanges(4))
 	var assigned, revoked []client.Assignment
 	cs := newConsumer(t, c, client.ConsumerOptions{
 		Topic: "orders", Group: "billing", MaxRecords: 30,
@@ -166,9 +174,7 @@ func TestConsumerPollCommitsOnClose(t *testing.T) {
 // Close, twenty times each, a new group every time; the position is
 // always there after Close returns.
 func TestConsumerCloseNeverLosesCommit(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "acks", client.WithRanges(2))
-	produce(t, c, "acks", keyedBy(10, 5, 0)...)
+	c := startTopic(t, "acks", keyedBy(10, 5, 0), client.WithRanges(2))
 	for round := range 20 {
 		for _, manual := range []bool{false, true} {
 			group := fmt.Sprintf("g%d-%v", round, manual)
@@ -190,9 +196,7 @@ func TestConsumerCloseNeverLosesCommit(t *testing.T) {
 // TestConsumerManualCommit: a page not marked is given again; a marked
 // one is committed by the next Poll.
 func TestConsumerManualCommit(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "jobs")
-	produce(t, c, "jobs", keyedBy(6, 1, 0)...)
+	c := startTopic(t, "jobs", keyedBy(6, 1, 0))
 	cs := newConsumer(t, c, client.ConsumerOptions{Topic: "jobs", Group: "g", ManualCommit: true, MaxRecords: 3})
 	first := pollN(t, cs, 3)
 	again := pollN(t, cs, 3)
@@ -216,9 +220,7 @@ func TestConsumerManualCommit(t *testing.T) {
 // TestConsumerRecordsStopsOnCancel: the iterator ends without an error
 // when its context ends, and what it went through is committed.
 func TestConsumerRecordsStopsOnCancel(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "feed", client.WithRanges(2))
-	produce(t, c, "feed", keyedBy(40, 4, 0)...)
+	c := startTopic(t, "feed", keyedBy(40, 4, 0), client.WithRanges(2))
 	cs := newConsumer(t, c, client.ConsumerOptions{Topic: "feed", Group: "g", MaxRecords: 10})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -245,9 +247,7 @@ func TestConsumerRecordsStopsOnCancel(t *testing.T) {
 // TestConsumerRecordsBreakKeepsPage: a loop that breaks inside a page
 // leaves that page uncommitted, and it is given again.
 func TestConsumerRecordsBreakKeepsPage(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "feed")
-	produce(t, c, "feed", keyedBy(10, 1, 0)...)
+	c := startTopic(t, "feed", keyedBy(10, 1, 0))
 	cs := newConsumer(t, c, client.ConsumerOptions{Topic: "feed", Group: "g", MaxRecords: 5})
 	seen := 0
 	for r, err := range cs.Records(t.Context()) {
@@ -268,9 +268,7 @@ func TestConsumerRecordsBreakKeepsPage(t *testing.T) {
 }
 
 func TestConsumerStartPositions(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "events", client.WithRanges(2))
-	produce(t, c, "events", keyedBy(10, 1, 0)...)
+	c := startTopic(t, "events", keyedBy(10, 1, 0), client.WithRanges(2))
 
 	end := newConsumer(t, c, client.ConsumerOptions{Topic: "events", Group: "tail", Start: client.StartAtEnd()})
 	pollNothing(t, end, 300*time.Millisecond)
@@ -383,9 +381,7 @@ func TestConsumerHeartbeatsKeepSlices(t *testing.T) {
 // TestConsumerCallbacksOnGoroutineOfCaller: callbacks run inside Poll and
 // Close, never concurrently with the application's loop.
 func TestConsumerCallbacksOnGoroutineOfCaller(t *testing.T) {
-	_, c := start(t)
-	createTopic(t, c, "orders")
-	produce(t, c, "orders", keyedBy(5, 1, 0)...)
+	c := startTopic(t, "orders", keyedBy(5, 1, 0))
 	var inCall sync.Mutex
 	check := func(client.Assignment) {
 		if inCall.TryLock() {

@@ -15,6 +15,21 @@ import (
 // The examples run against a real broker started in process by
 // clienttest; against a deployment, dial its address instead.
 
+// connect starts a broker in process and dials it as its first user, as
+// Example does step by step.
+func connect(ctx context.Context) (*clienttest.Node, *client.Client) {
+	node, err := clienttest.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		node.Close()
+		log.Fatal(err)
+	}
+	return node, c
+}
+
 func Example() {
 	node, err := clienttest.New()
 	if err != nil {
@@ -58,16 +73,9 @@ func Example() {
 }
 
 func ExampleProducer() {
-	node, err := clienttest.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	node, c := connect(ctx)
+	defer node.Close()
 	defer c.Close()
 	if err := c.CreateTopic(ctx, "clicks", client.WithRanges(4)); err != nil {
 		log.Fatal(err)
@@ -94,16 +102,9 @@ func ExampleProducer() {
 }
 
 func ExampleClient_Subscribe() {
-	node, err := clienttest.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	node, c := connect(ctx)
+	defer node.Close()
 	defer c.Close()
 	if err := c.CreateTopic(ctx, "events"); err != nil {
 		log.Fatal(err)
@@ -140,19 +141,12 @@ func ExampleClient_Subscribe() {
 }
 
 func ExampleError() {
-	node, err := clienttest.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	node, c := connect(ctx)
+	defer node.Close()
 	defer c.Close()
 
-	_, err = c.Produce(ctx, "no-such-topic", client.Record{Value: []byte("x")})
+	_, err := c.Produce(ctx, "no-such-topic", client.Record{Value: []byte("x")})
 	var e *client.Error
 	if errors.As(err, &e) {
 		fmt.Println(e.Reason, e.Retriable)
@@ -204,16 +198,9 @@ func ExampleWithTokenSource() {
 // only what comes next) and long-poll for more. Each page's cursor is
 // where the next fetch goes on; an empty page after the wait is normal.
 func Example_followTopic() {
-	node, err := clienttest.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	node, c := connect(ctx)
+	defer node.Close()
 	defer c.Close()
 	if err := c.CreateTopic(ctx, "logs"); err != nil {
 		log.Fatal(err)
@@ -250,16 +237,9 @@ func Example_followTopic() {
 // A group's lag: the records after its committed position, in total and
 // per range.
 func ExampleClient_DescribeGroup() {
-	node, err := clienttest.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	node, c := connect(ctx)
+	defer node.Close()
 	defer c.Close()
 	if err := c.CreateTopic(ctx, "orders"); err != nil {
 		log.Fatal(err)
@@ -291,20 +271,9 @@ func ExampleClient_DescribeGroup() {
 // when it comes back (at-least-once): make processing idempotent, or keep
 // the cursor with the results, in one transaction, and fetch from it.
 func Example_resumeAfterCrash() {
-	node, err := clienttest.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer node.Close()
 	ctx := context.Background()
-	dial := func() *client.Client {
-		c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
-		if err != nil {
-			log.Fatal(err)
-		}
-		return c
-	}
-	c := dial()
+	node, c := connect(ctx)
+	defer node.Close()
 	if err := c.CreateTopic(ctx, "payments"); err != nil {
 		log.Fatal(err)
 	}
@@ -332,7 +301,10 @@ func Example_resumeAfterCrash() {
 	c.Close()
 
 	fmt.Println("restarted")
-	c = dial()
+	c, err := client.Dial(ctx, node.Addr(), client.WithCredentials("admin", "admin123"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer c.Close()
 	process(c, true) // the group's committed position: after payment 1
 	// Output:

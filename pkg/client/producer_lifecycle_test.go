@@ -15,11 +15,8 @@ import (
 // request is kept unanswered and handed to the test on first; every
 // later one is stored at once.
 type holdFirstProduce struct {
+	produceStore
 	first chan func(reason string) // answers the first request: "" stores it
-
-	mu     sync.Mutex
-	seen   int
-	stored []string
 }
 
 func newHoldFirstProduce() *holdFirstProduce {
@@ -27,9 +24,8 @@ func newHoldFirstProduce() *holdFirstProduce {
 }
 
 func (s *holdFirstProduce) handle(fc *fakeConn, corr uint32, req wire.Request) {
-	pr, ok := req.(*wire.ProduceRequest)
+	pr, ok := produceOf(fc, corr, req)
 	if !ok {
-		fc.refuse(corr, wire.ReasonUnknownAPIKey)
 		return
 	}
 	s.mu.Lock()
@@ -42,26 +38,12 @@ func (s *holdFirstProduce) handle(fc *fakeConn, corr uint32, req wire.Request) {
 				return
 			}
 			s.mu.Lock()
-			s.storeLocked(pr)
-			s.mu.Unlock()
-			fc.ok(corr, wire.CountResponse{Count: uint32(len(pr.Records))})
+			defer s.mu.Unlock()
+			s.acceptLocked(fc, corr, pr)
 		}
 		return
 	}
-	s.storeLocked(pr)
-	fc.ok(corr, wire.CountResponse{Count: uint32(len(pr.Records))})
-}
-
-func (s *holdFirstProduce) storeLocked(pr *wire.ProduceRequest) {
-	for _, r := range pr.Records {
-		s.stored = append(s.stored, string(r.Value))
-	}
-}
-
-func (s *holdFirstProduce) result() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.stored)
+	s.acceptLocked(fc, corr, pr)
 }
 
 // firstRequest waits for the first produce request to reach the fake.
@@ -119,7 +101,7 @@ func TestProducerOneInFlightRetriesRefusal(t *testing.T) {
 	if errs[0] != nil || errs[1] != nil {
 		t.Errorf("promises got %v, want both stored (a retried)", errs)
 	}
-	if got := s.result(); !slices.Equal(got, []string{"a", "b"}) {
+	if got, _ := s.result(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("node stored %q, want [a b]", got)
 	}
 }

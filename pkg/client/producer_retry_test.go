@@ -20,12 +20,41 @@ import (
 // each as first says ("" stores it, a reason refuses it, "drop" closes
 // the connection); later ones are stored at once.
 type produceScript struct {
+	produceStore
 	first []string
+	held  []heldProduce // guarded by mu
+}
 
+// produceStore is what a fake node stored of the produce requests it
+// answered: their values, in order.
+type produceStore struct {
 	mu     sync.Mutex
-	held   []heldProduce
-	seen   int
-	stored []string // values, in the order stored
+	seen   int // produce requests received
+	stored []string
+}
+
+// produceOf returns req as a produce request, refusing any other.
+func produceOf(fc *fakeConn, corr uint32, req wire.Request) (*wire.ProduceRequest, bool) {
+	pr, ok := req.(*wire.ProduceRequest)
+	if !ok {
+		fc.refuse(corr, wire.ReasonUnknownAPIKey)
+	}
+	return pr, ok
+}
+
+// acceptLocked stores pr and answers it. REQUIRES: s.mu held.
+func (s *produceStore) acceptLocked(fc *fakeConn, corr uint32, pr *wire.ProduceRequest) {
+	for _, r := range pr.Records {
+		s.stored = append(s.stored, string(r.Value))
+	}
+	fc.ok(corr, wire.CountResponse{Count: uint32(len(pr.Records))})
+}
+
+// result is what was stored and how many produce requests came.
+func (s *produceStore) result() (stored []string, requests int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.stored), s.seen
 }
 
 type heldProduce struct {
@@ -35,17 +64,15 @@ type heldProduce struct {
 }
 
 func (s *produceScript) handle(fc *fakeConn, corr uint32, req wire.Request) {
-	pr, ok := req.(*wire.ProduceRequest)
+	pr, ok := produceOf(fc, corr, req)
 	if !ok {
-		fc.refuse(corr, wire.ReasonUnknownAPIKey)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seen++
 	if s.seen > len(s.first) {
-		s.storeLocked(pr)
-		fc.ok(corr, wire.CountResponse{Count: uint32(len(pr.Records))})
+		s.acceptLocked(fc, corr, pr)
 		return
 	}
 	s.held = append(s.held, heldProduce{fc, corr, pr})
@@ -55,26 +82,13 @@ func (s *produceScript) handle(fc *fakeConn, corr uint32, req wire.Request) {
 	for i, h := range s.held {
 		switch s.first[i] {
 		case "":
-			s.storeLocked(h.req)
-			h.fc.ok(h.corr, wire.CountResponse{Count: uint32(len(h.req.Records))})
+			s.acceptLocked(h.fc, h.corr, h.req)
 		case "drop":
 			h.fc.nc.Close()
 		default:
 			h.fc.refuse(h.corr, s.first[i])
 		}
 	}
-}
-
-func (s *produceScript) storeLocked(pr *wire.ProduceRequest) {
-	for _, r := range pr.Records {
-		s.stored = append(s.stored, string(r.Value))
-	}
-}
-
-func (s *produceScript) result() (stored []string, requests int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.stored), s.seen
 }
 
 // produceEach sends one record per value, each its own batch, and returns

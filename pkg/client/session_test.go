@@ -68,25 +68,14 @@ func TestStormRefusalWaitsTheHint(t *testing.T) {
 		}
 	})
 	c := dialFake(t, f, recordPauses(&mu, &pauses, &events))
-	if _, err := c.Status(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	f.dropAll()
-	if _, err := c.Status(t.Context()); err != nil {
-		t.Fatalf("call after the connection dropped: %v", err)
-	}
+	callAcrossDrop(t, c, f)
 	if !c.cur.resumed {
 		t.Fatal("the redial did not resume")
 	}
 
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"session_auth", "pause", "session_auth"}; !slices.Equal(events, want) {
-		t.Fatalf("events %v, want %v", events, want)
-	}
-	if len(pauses) != 1 || pauses[0] < hint || pauses[0] > hint+hint/2 {
-		t.Fatalf("paused %v, want one pause in [%v, %v]", pauses, hint, hint+hint/2)
-	}
+	wantHintPause(t, events, pauses, hint)
 	// The fake's v1 auth answered "t": both session_auth frames carry it.
 	if !slices.Equal(tokens, []string{"t", "t"}) {
 		t.Fatalf("tokens sent %q, want the login's twice", tokens)
@@ -118,18 +107,44 @@ func TestTokenOnlyResumeFallsBack(t *testing.T) {
 				}
 			})
 			c := dialFake(t, f, WithToken("jwt"))
-			if _, err := c.Status(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			f.dropAll()
-			if _, err := c.Status(t.Context()); err != nil {
-				t.Fatalf("call after the connection dropped: %v", err)
-			}
-			want := []uint16{wire.KeyTokenAuth, wire.KeySessionAuth, wire.KeyTokenAuth}
-			if keys := firstKeys(f); !slices.Equal(keys, want) {
-				t.Fatalf("first frames %v, want %v", keys, want)
-			}
+			callAcrossDrop(t, c, f)
+			wantFirstKeys(t, f, wire.KeyTokenAuth, wire.KeySessionAuth, wire.KeyTokenAuth)
 		})
+	}
+}
+
+// wantHintPause fails unless the client sent session_auth, paused once
+// for the node's hint (at most half as much again) and sent it again.
+// events and pauses are those recordPauses recorded, read under its lock.
+func wantHintPause(t *testing.T, events []string, pauses []time.Duration, hint time.Duration) {
+	t.Helper()
+	if want := []string{"session_auth", "pause", "session_auth"}; !slices.Equal(events, want) {
+		t.Fatalf("events %v, want %v", events, want)
+	}
+	if len(pauses) != 1 || pauses[0] < hint || pauses[0] > hint+hint/2 {
+		t.Fatalf("paused %v, want one pause in [%v, %v]", pauses, hint, hint+hint/2)
+	}
+}
+
+// callAcrossDrop calls c before and after f drops every connection: the
+// second call must succeed on a new one.
+func callAcrossDrop(t *testing.T, c *Client, f *fakeBroker) {
+	t.Helper()
+	if _, err := c.Status(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.dropAll()
+	if _, err := c.Status(t.Context()); err != nil {
+		t.Fatalf("call after the connection dropped: %v", err)
+	}
+}
+
+// wantFirstKeys fails unless the first frames of f's connections had
+// the request keys want, in order.
+func wantFirstKeys(t *testing.T, f *fakeBroker, want ...uint16) {
+	t.Helper()
+	if keys := firstKeys(f); !slices.Equal(keys, want) {
+		t.Fatalf("first frames %v, want %v", keys, want)
 	}
 }
 
@@ -181,12 +196,7 @@ func TestFirstDialWaitsTheHint(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"session_auth", "pause", "session_auth"}; !slices.Equal(events, want) {
-		t.Fatalf("events %v, want %v", events, want)
-	}
-	if len(pauses) != 1 || pauses[0] < hint || pauses[0] > hint+hint/2 {
-		t.Fatalf("paused %v, want one pause in [%v, %v]", pauses, hint, hint+hint/2)
-	}
+	wantHintPause(t, events, pauses, hint)
 	if f.authCount() != 0 {
 		t.Fatalf("%d auth (key 0) logins, want none", f.authCount())
 	}
@@ -239,17 +249,8 @@ func TestFirstDialWithoutSessionAuth(t *testing.T) {
 		events []string
 	)
 	c := dialFake(t, f, WithDialRetry(), recordPauses(&mu, &pauses, &events))
-	if _, err := c.Status(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	f.dropAll()
-	if _, err := c.Status(t.Context()); err != nil {
-		t.Fatalf("call after the connection dropped: %v", err)
-	}
-	want := []uint16{wire.KeySessionAuth, wire.KeyAuth, wire.KeyAuth}
-	if keys := firstKeys(f); !slices.Equal(keys, want) {
-		t.Fatalf("first frames %v, want %v", keys, want)
-	}
+	callAcrossDrop(t, c, f)
+	wantFirstKeys(t, f, wire.KeySessionAuth, wire.KeyAuth, wire.KeyAuth)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(pauses) != 0 {
@@ -265,9 +266,7 @@ func TestPlainDialKeepsItsLogin(t *testing.T) {
 		fc.ok(corr, wire.StatusResponse{NodeID: "n"})
 	})
 	dialFake(t, f)
-	if keys := firstKeys(f); !slices.Equal(keys, []uint16{wire.KeyAuth}) {
-		t.Fatalf("first frames %v, want auth alone", keys)
-	}
+	wantFirstKeys(t, f, wire.KeyAuth)
 }
 
 // refuseAll is a node past its connection limit: every connection is

@@ -15,42 +15,14 @@ import (
 // group of its own.
 func TestSubscriptionAckThenCloseKeepsCommit(t *testing.T) {
 	_, c := start(t)
-	createTopic(t, c, "acks")
-	const n = 10
-	recs := make([]client.Record, n)
-	for i := range recs {
-		recs[i] = client.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value(i)}
-	}
-	produce(t, c, "acks", recs...)
+	produceKeyed(t, c, "acks", ackRecords)
 	for round := range 20 {
 		group := fmt.Sprintf("g%d", round)
-		sub, err := c.Subscribe(t.Context(), "acks", client.SubscribeOptions{Group: group, Window: 100, PageMax: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, cursor := 0, ""
-		for got < n {
-			page, err := sub.Next(t.Context())
-			if err != nil {
-				t.Fatalf("round %d: next after %d records: %v", round, got, err)
-			}
-			got += len(page.Records)
-			cursor = page.Cursor
-		}
-		if err := sub.Ack(t.Context(), cursor, got); err != nil {
-			t.Fatal(err)
-		}
+		sub := subscribeAckAll(t, c, "acks", group, round)
 		if err := sub.Close(); err != nil {
 			t.Fatalf("round %d: close: %v", round, err)
 		}
-		g, err := c.DescribeGroup(t.Context(), "acks", group)
-		if err != nil {
-			t.Errorf("round %d: describe: %v (the acknowledged position was never committed)", round, err)
-			continue
-		}
-		if g.Lag != 0 {
-			t.Errorf("round %d: lag %d after Ack of every record and Close", round, g.Lag)
-		}
+		wantNoLag(t, c, "acks", group, round, "Close")
 	}
 }
 
@@ -60,40 +32,63 @@ func TestSubscriptionAckThenCloseKeepsCommit(t *testing.T) {
 // connection. Twenty rounds, each with a client and a group of its own.
 func TestClientCloseKeepsSubscriptionCommit(t *testing.T) {
 	n, admin := start(t)
-	createTopic(t, admin, "acks")
-	const records = 10
-	recs := make([]client.Record, records)
-	for i := range recs {
-		recs[i] = client.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value(i)}
-	}
-	produce(t, admin, "acks", recs...)
+	produceKeyed(t, admin, "acks", ackRecords)
 	for round := range 20 {
 		group := fmt.Sprintf("g%d", round)
 		c := n.Client(t, "admin", "admin123", client.WithRequestTimeout(10*time.Second))
-		sub, err := c.Subscribe(t.Context(), "acks", client.SubscribeOptions{Group: group, Window: 100, PageMax: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, cursor := 0, ""
-		for got < records {
-			page, err := sub.Next(t.Context())
-			if err != nil {
-				t.Fatalf("round %d: next after %d records: %v", round, got, err)
-			}
-			got += len(page.Records)
-			cursor = page.Cursor
-		}
-		if err := sub.Ack(t.Context(), cursor, got); err != nil {
-			t.Fatal(err)
-		}
+		subscribeAckAll(t, c, "acks", group, round)
 		c.Close()
-		g, err := admin.DescribeGroup(t.Context(), "acks", group)
+		wantNoLag(t, admin, "acks", group, round, "Client.Close")
+	}
+}
+
+// ackRecords is how many records the rounds above read and acknowledge.
+const ackRecords = 10
+
+// produceKeyed creates topic and produces n records to it, keyed k<i>.
+func produceKeyed(t *testing.T, c *client.Client, topic string, n int) {
+	t.Helper()
+	createTopic(t, c, topic)
+	recs := make([]client.Record, n)
+	for i := range recs {
+		recs[i] = client.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value(i)}
+	}
+	produce(t, c, topic, recs...)
+}
+
+// subscribeAckAll subscribes to topic as group, reads its ackRecords
+// records and acknowledges them all in one Ack.
+func subscribeAckAll(t *testing.T, c *client.Client, topic, group string, round int) *client.Subscription {
+	t.Helper()
+	sub, err := c.Subscribe(t.Context(), topic, client.SubscribeOptions{Group: group, Window: 100, PageMax: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, cursor := 0, ""
+	for got < ackRecords {
+		page, err := sub.Next(t.Context())
 		if err != nil {
-			t.Errorf("round %d: describe: %v (the acknowledged position was never committed)", round, err)
-			continue
+			t.Fatalf("round %d: next after %d records: %v", round, got, err)
 		}
-		if g.Lag != 0 {
-			t.Errorf("round %d: lag %d after Ack of every record and Client.Close", round, g.Lag)
-		}
+		got += len(page.Records)
+		cursor = page.Cursor
+	}
+	if err := sub.Ack(t.Context(), cursor, got); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// wantNoLag fails unless group has committed every record of topic by
+// the time closing returned.
+func wantNoLag(t *testing.T, c *client.Client, topic, group string, round int, closing string) {
+	t.Helper()
+	g, err := c.DescribeGroup(t.Context(), topic, group)
+	if err != nil {
+		t.Errorf("round %d: describe: %v (the acknowledged position was never committed)", round, err)
+		return
+	}
+	if g.Lag != 0 {
+		t.Errorf("round %d: lag %d after Ack of every record and %s", round, g.Lag, closing)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // name.
 const (
 	filePrefix = "raftlog-"
-	tmpSuffix  = ".tmp"
+	tmpSuffix  = vfs.TempSuffix
 	// dumpChunk is the size past which a dump starts a new entries
 	// record, so that a group with a long log does not make one record
 	// near the format's limit.
@@ -58,16 +58,6 @@ func listFiles(fs vfs.FS, dir string) ([]uint64, error) {
 	return seqs, nil
 }
 
-// ensureDir creates dir if needed and fsyncs its parent every time: a
-// process killed between the two leaves a directory whose entry is not
-// durable, and no later Open would otherwise make it so.
-func ensureDir(fs vfs.FS, dir string) error {
-	if err := fs.MkdirAll(dir, vfs.DirMode); err != nil {
-		return err
-	}
-	return fs.SyncDir(filepath.Dir(filepath.Clean(dir)))
-}
-
 // dumpFile returns a whole new file: its header, then every group's live
 // state as one committed batch. Recovery needs nothing older.
 func dumpFile(seq uint64, groups map[uint64]*groupState) []byte {
@@ -104,20 +94,14 @@ func appendGroup(dst []byte, id uint64, g *groupState) []byte {
 	return dst
 }
 
-// installFile writes a file under a temporary name, fsyncs it, renames it
-// into place, fsyncs the directory and opens it for appends. A named file
+// installFile writes a file atomically (vfs.WriteFileAtomic), fsyncs the
+// directory and opens the file for appends. A named file
 // is therefore always whole up to the end of its dump. renamed reports
 // whether the rename happened: after it, a failure leaves in doubt which
 // file recovery would use.
 func installFile(fs vfs.FS, dir string, seq uint64, data []byte) (f vfs.File, renamed bool, err error) {
 	final := filepath.Join(dir, fileName(seq))
-	tmp := final + tmpSuffix
-	if err := writeSynced(fs, tmp, data); err != nil {
-		_ = fs.Remove(tmp) // best effort; Open removes leftovers too
-		return nil, false, err
-	}
-	if err := fs.Rename(tmp, final); err != nil {
-		_ = fs.Remove(tmp)
+	if err := vfs.WriteFileAtomic(fs, final, data); err != nil {
 		return nil, false, err
 	}
 	if err := fs.SyncDir(dir); err != nil {
@@ -125,21 +109,6 @@ func installFile(fs vfs.FS, dir string, seq uint64, data []byte) (f vfs.File, re
 	}
 	f, err = fs.OpenFile(final, os.O_RDWR, 0)
 	return f, true, err
-}
-
-func writeSynced(fs vfs.FS, name string, data []byte) error {
-	f, err := fs.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, vfs.FileMode)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // maybeRotate starts a new file when the active one has passed

@@ -21,7 +21,7 @@ func Open(fs vfs.FS, dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ensureDir(fs, dir); err != nil {
+	if err := vfs.EnsureDir(fs, dir); err != nil {
 		return nil, err
 	}
 	seqs, err := listFiles(fs, dir)

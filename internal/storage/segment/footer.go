@@ -86,31 +86,12 @@ func ReadFooter(fs vfs.FS, path string) (id uint64, f Footer, err error) {
 
 // TempSuffix ends the names of files being written atomically; a crash can
 // leave them behind, and they are safe to remove.
-const TempSuffix = ".tmp"
+const TempSuffix = vfs.TempSuffix
 
-// WriteFileAtomic replaces path with data: write a temporary file, fsync
-// it, rename it over path. The caller must SyncDir to make the rename
-// durable; until then a crash leaves the old file or none.
+// WriteFileAtomic is vfs.WriteFileAtomic, for the packages that write
+// beside segments.
 func WriteFileAtomic(fs vfs.FS, path string, data []byte) error {
-	tmp := path + TempSuffix
-	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, vfs.FileMode)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fs.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = fs.Remove(tmp)
-	}
-	return err
+	return vfs.WriteFileAtomic(fs, path, data)
 }
 
 // readSmallFile reads a whole file of at most limit bytes.
