@@ -16,11 +16,12 @@ import (
 )
 
 func newClusterCmd(a *app) *cobra.Command {
-	return parentCmd("cluster", "Show the cluster's nodes and metadata groups; remove a node",
+	return parentCmd("cluster", "Show the cluster's nodes and metadata groups; rebalance them; remove a node",
 		`  malachi cluster status
   malachi cluster vnodes -o json
+  malachi cluster rebalance --plan
   malachi cluster remove 3 --yes`,
-		newClusterStatusCmd(a), newClusterVnodesCmd(a), newClusterRemoveCmd(a))
+		newClusterStatusCmd(a), newClusterVnodesCmd(a), newClusterRebalanceCmd(a), newClusterRemoveCmd(a))
 }
 
 // errSingleNode answers cluster commands sent to a node that runs alone.
@@ -49,8 +50,10 @@ func newClusterStatusCmd(a *app) *cobra.Command {
 (from gossip: alive, suspect, leaving, left, dead, or unknown while gossip has
 not heard of it), whether the control plane has registered it, its addresses
 and attributes; then the metadata groups (the root and each vnode) with their
-leader, voters, learners and the index this node has applied. Administrators
-only.`,
+leader, voters, learners and the index this node has applied; then this node's
+traffic with each other node on the peer port since it started (frames are
+messages; writes are the batched writes that carried them). Read the counters
+twice to get rates. Administrators only.`,
 		Example: `  malachi cluster status
   malachi --server 127.0.0.1:4050 cluster status -o json | jq '.groups[] | {name, leader}'`,
 		Args: exactArgs(0),
@@ -92,7 +95,18 @@ func printClusterStatus(p *printer, st *client.ClusterStatus) error {
 	for _, g := range st.Groups {
 		rows = append(rows, []string{g.Name, leaderText(g.Leader), joinUints(g.Voters), joinUints(g.Learners), itoa(g.Applied)})
 	}
-	return p.table([]string{"GROUP", "LEADER", "VOTERS", "LEARNERS", "APPLIED"}, rows)
+	if err := p.table([]string{"GROUP", "LEADER", "VOTERS", "LEARNERS", "APPLIED"}, rows); err != nil {
+		return err
+	}
+	p.textf("\nPeer traffic since this node started")
+	rows = rows[:0]
+	for _, pe := range st.Peers {
+		rows = append(rows, []string{
+			itoa(pe.Node), yesNo(pe.Connected), itoa(pe.FramesSent), itoa(pe.BytesSent), itoa(pe.Writes),
+			itoa(pe.FramesReceived), itoa(pe.BytesReceived),
+		})
+	}
+	return p.table([]string{"PEER", "CONNECTED", "FRAMES SENT", "BYTES SENT", "WRITES", "FRAMES RECEIVED", "BYTES RECEIVED"}, rows)
 }
 
 func newClusterVnodesCmd(a *app) *cobra.Command {
@@ -102,7 +116,8 @@ func newClusterVnodesCmd(a *app) *cobra.Command {
 		Long: `Show each metadata group (the root group of users, ACLs and the node registry,
 and the vnodes that hold the topics) as the replica on the node at --server
 sees it: the leader, the term, that replica's role, the voters and learners,
-the voters placement picks (the voters move towards them), and the commit
+the committed voters (PLACED: the voters move towards them; nodes joining and
+leaving, and 'malachi cluster rebalance --apply', change them), and the commit
 and applied indexes. Administrators only.`,
 		Example: `  malachi cluster vnodes
   malachi cluster vnodes -o json`,
@@ -217,4 +232,91 @@ func attrText(attrs map[string]string) string {
 		pairs = append(pairs, k+"="+attrs[k])
 	}
 	return strings.Join(pairs, " ")
+}
+
+func newClusterRebalanceCmd(a *app) *cobra.Command {
+	var planOnly, apply bool
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Show, or apply, the plan that balances the metadata groups' voters and leaders",
+		Long: `Show the rebalance plan the leader of the root group stages (--plan, the
+default): for every metadata group, the voters placement picks over the live
+nodes and the moves to get there (voters to add, then voters to remove), and a
+leader for every group so that each live node leads about as many groups as
+the others. A group whose moves would leave its voters without a live quorum
+stays as it is, and the plan says why.
+
+Nodes joining a cluster whose groups have all their voters become learners
+everywhere: they take voter slots only when a rebalance is applied (or by
+itself with serve --auto-rebalance).
+
+--apply commits the plan; the groups' leaders then carry it out in the
+background, adding before removing and checking each step for a live quorum,
+and hand leadership to the chosen voters. Watch it with 'malachi cluster
+vnodes'. Administrators only.`,
+		Example: `  malachi cluster rebalance --plan
+  malachi cluster rebalance --apply
+  malachi cluster rebalance -o json | jq '.groups[] | select(.add) | {name, add, remove}'`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if planOnly && apply {
+				return usageErr("--plan shows the plan and --apply commits it: pass one")
+			}
+			return a.run(cmd, errSubject{adminOnly: true}, func(ctx context.Context, s *session) error {
+				p, err := s.c.Rebalance(ctx, apply)
+				if errors.Is(err, client.ErrNotEnabled) {
+					return errSingleNode(s.set.Server)
+				}
+				if err != nil {
+					return err
+				}
+				if s.out.json {
+					return s.out.doc(p)
+				}
+				return printRebalancePlan(s.out, &p)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&planOnly, "plan", false, "show the plan without changing anything (the default)")
+	cmd.Flags().BoolVar(&apply, "apply", false, "commit the plan; the groups' leaders carry it out")
+	return cmd
+}
+
+func printRebalancePlan(p *printer, plan *client.RebalancePlan) error {
+	state := fmt.Sprintf("%d moves, not applied (run with --apply to commit it)", plan.Moves())
+	switch {
+	case plan.Moves() == 0:
+		state = "nothing to move: the voters and leaders are balanced"
+	case plan.Applied:
+		state = fmt.Sprintf("%d moves, applied: the groups' leaders are carrying it out ('malachi cluster vnodes' shows them)", plan.Moves())
+	}
+	if err := p.fields([][2]string{{"Plan", state}}); err != nil {
+		return err
+	}
+	p.textf("\nNodes")
+	rows := make([][]string, 0, len(plan.Nodes))
+	for _, n := range plan.Nodes {
+		rows = append(rows, []string{itoa(n.ID), yesNo(n.Live), arrow(n.Voter, n.VoterAfter), arrow(n.Leads, n.LeadsAfter)})
+	}
+	if err := p.table([]string{"ID", "LIVE", "VOTER IN", "LEADS"}, rows); err != nil {
+		return err
+	}
+	p.textf("\nGroups")
+	rows = rows[:0]
+	for _, g := range plan.Groups {
+		leader := leaderText(g.Leader)
+		if g.NewLeader != g.Leader {
+			leader += " → " + leaderText(g.NewLeader)
+		}
+		rows = append(rows, []string{g.Name, joinUints(g.Voters), joinUints(g.Target), joinUints(g.Add), joinUints(g.Remove), leader, dash(g.Held)})
+	}
+	return p.table([]string{"GROUP", "VOTERS", "TARGET", "ADD", "REMOVE", "LEADER", "HELD"}, rows)
+}
+
+// arrow is "3" when a count stays, "3 → 2" when it changes.
+func arrow(before, after int) string {
+	if before == after {
+		return strconv.Itoa(before)
+	}
+	return strconv.Itoa(before) + " → " + strconv.Itoa(after)
 }

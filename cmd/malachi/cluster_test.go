@@ -168,6 +168,7 @@ func TestDevClusterAndClusterCommands(t *testing.T) {
 	if text := n3.ok("cluster", "vnodes"); !strings.Contains(text, "THIS REPLICA") || !strings.Contains(text, "vnode-0") {
 		t.Errorf("cluster vnodes:\n%s", text)
 	}
+	clusterRebalance(t, n1, n2, n3)
 
 	// The dev users log in on every node, and metadata written through
 	// one node is read through another.
@@ -216,6 +217,59 @@ func TestDevClusterAndClusterCommands(t *testing.T) {
 	}
 }
 
+// clusterRebalance: the peer counters show traffic with both other
+// nodes; the plan shown through one node is applied through another, and
+// leadership ends up spread over the three nodes, three groups each (every
+// node votes in every group).
+func clusterRebalance(t *testing.T, n1, n2, n3 *cli) {
+	t.Helper()
+	st, err := clusterStatusJSON(n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Peers) != 2 {
+		t.Errorf("peers %+v, want nodes 2 and 3", st.Peers)
+	}
+	for _, p := range st.Peers {
+		if p.FramesSent == 0 || p.FramesReceived == 0 || p.BytesSent == 0 || p.Writes == 0 {
+			t.Errorf("peer %+v: no traffic counted", p)
+		}
+	}
+	if text := n1.ok("cluster", "status"); !strings.Contains(text, "FRAMES SENT") {
+		t.Errorf("cluster status lacks the peer traffic:\n%s", text)
+	}
+	n1.fails(2, "cluster", "rebalance", "--plan", "--apply")
+	if text := n2.ok("cluster", "rebalance", "--plan"); !strings.Contains(text, "LEADS") || !strings.Contains(text, "vnode-7") {
+		t.Errorf("cluster rebalance --plan:\n%s", text)
+	}
+	var plan client.RebalancePlan
+	if err := json.Unmarshal([]byte(n3.ok("cluster", "rebalance", "--apply", "-o", "json")), &plan); err != nil || !plan.Applied || len(plan.Groups) != 9 {
+		t.Fatalf("cluster rebalance --apply -o json: %+v, %v", plan, err)
+	}
+	for _, n := range plan.Nodes {
+		if !n.Live || n.LeadsAfter != 3 || n.VoterAfter != 9 {
+			t.Errorf("planned node %+v, want live, 9 groups, leading 3", n)
+		}
+	}
+	eventually(t, "each node leading three groups", func() error {
+		st, err := clusterStatusJSON(n2)
+		if err != nil {
+			return err
+		}
+		leads := map[uint64]int{}
+		for _, g := range st.Groups {
+			leads[g.Leader]++
+		}
+		if leads[1] != 3 || leads[2] != 3 || leads[3] != 3 {
+			return fmt.Errorf("leaders %v", leads)
+		}
+		return nil
+	})
+	if text := n1.ok("cluster", "rebalance"); !strings.Contains(text, "nothing to move") {
+		t.Errorf("cluster rebalance after it was carried out:\n%s", text)
+	}
+}
+
 // TestClusterCommandsOnASingleNode: a node without --node-id has no
 // cluster; the commands say so instead of printing an empty one.
 func TestClusterCommandsOnASingleNode(t *testing.T) {
@@ -223,6 +277,7 @@ func TestClusterCommandsOnASingleNode(t *testing.T) {
 	c, _ := withNode(t)
 	for _, args := range [][]string{
 		{"cluster", "status"}, {"cluster", "vnodes", "-o", "json"}, {"cluster", "remove", "2", "--yes"},
+		{"cluster", "rebalance"}, {"cluster", "rebalance", "--apply"},
 	} {
 		if stderr := c.fails(1, args...); !strings.Contains(stderr, "runs alone") || !strings.Contains(stderr, "--node-id") {
 			t.Errorf("%v: %q", args, stderr)

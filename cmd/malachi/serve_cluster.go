@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -40,6 +41,9 @@ type clusterFlags struct {
 	peerCert     string
 	peerKey      string
 	peerCA       string
+	// autoRebalance and rebalanceStable turn the automatic rebalance on.
+	autoRebalance   bool
+	rebalanceStable time.Duration
 	// nodeIDSet is true when --node-id came from the command line or
 	// the environment: that is what turns cluster mode on.
 	nodeIDSet bool
@@ -57,6 +61,8 @@ func (c *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&c.peerCert, "peer-tls-cert", envString("MALACHI_PEER_TLS_CERTFILE", ""), "PEM certificate this node presents to other nodes, naming it (CN node-N or URI SAN malachi-node://N) and its advertised host; with --peer-tls-key and --peer-tls-ca turns mutual TLS on (env MALACHI_PEER_TLS_CERTFILE)")
 	fl.StringVar(&c.peerKey, "peer-tls-key", envString("MALACHI_PEER_TLS_KEYFILE", ""), "PEM private key of --peer-tls-cert (env MALACHI_PEER_TLS_KEYFILE)")
 	fl.StringVar(&c.peerCA, "peer-tls-ca", envString("MALACHI_PEER_TLS_CAFILE", ""), "PEM CA every other node's certificate must chain to (env MALACHI_PEER_TLS_CAFILE)")
+	fl.BoolVar(&c.autoRebalance, "auto-rebalance", envBool("MALACHI_AUTO_REBALANCE"), "apply the metadata rebalance plan without an operator once the nodes have been stable for --rebalance-stable; the cluster acts on the setting of the node leading the root group (env MALACHI_AUTO_REBALANCE)")
+	fl.DurationVar(&c.rebalanceStable, "rebalance-stable", envDuration("MALACHI_REBALANCE_STABLE", 5*time.Minute), "how long the registered nodes, and which of them are live, must stay unchanged before --auto-rebalance acts (env MALACHI_REBALANCE_STABLE)")
 }
 
 // envList reads a comma-separated list; empty items are dropped.
@@ -96,7 +102,10 @@ func (c *clusterFlags) clusterConfig(listen, http string) (*clusterSetting, erro
 	if err != nil {
 		return nil, err
 	}
-	cc := &broker.ClusterConfig{NodeID: id, Join: c.join, Vnodes: c.vnodes, Factor: c.factor}
+	cc := &broker.ClusterConfig{
+		NodeID: id, Join: c.join, Vnodes: c.vnodes, Factor: c.factor,
+		AutoRebalance: c.autoRebalance, RebalanceStable: c.rebalanceStable,
+	}
 	if cc.PeerListen, cc.PeerAdvertise, err = listenPair("--peer-listen", c.peerListen, listenHost, host); err != nil {
 		return nil, err
 	}
@@ -130,8 +139,8 @@ func (c *clusterFlags) clusterConfig(listen, http string) (*clusterSetting, erro
 // would be ignored, and the node would start alone when a cluster was
 // meant.
 func (c *clusterFlags) singleNodeMistake() error {
-	if len(c.join) > 0 || len(c.attrs) > 0 || c.advertise != "" || c.peerCert != "" || c.peerKey != "" || c.peerCA != "" {
-		return usageErr("--join, --attr, --advertise and --peer-tls-* need --node-id: without it the node runs alone and cannot join a cluster")
+	if len(c.join) > 0 || len(c.attrs) > 0 || c.advertise != "" || c.peerCert != "" || c.peerKey != "" || c.peerCA != "" || c.autoRebalance {
+		return usageErr("--join, --attr, --advertise, --auto-rebalance and --peer-tls-* need --node-id: without it the node runs alone and cannot join a cluster")
 	}
 	return nil
 }
@@ -142,6 +151,8 @@ func (c *clusterFlags) checkSizes() error {
 		return usageErr("--vnodes %d: want 1 to %d", c.vnodes, maxVnodes)
 	case c.factor < 1:
 		return usageErr("--replication-factor %d: want at least 1", c.factor)
+	case c.rebalanceStable < 0:
+		return usageErr("--rebalance-stable %s: want a positive duration such as 5m", c.rebalanceStable)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/broker"
 )
@@ -88,6 +89,8 @@ func TestClusterFlagMistakes(t *testing.T) {
 		{"attr bad key", func(f *clusterFlags) { f.attrs = []string{"Rack=a"} }, "", "attribute key"},
 		{"vnodes", func(f *clusterFlags) { f.vnodes = 0 }, "", "--vnodes"},
 		{"factor", func(f *clusterFlags) { f.factor = 0 }, "", "--replication-factor"},
+		{"auto-rebalance without a node id", func(f *clusterFlags) { f.nodeIDSet, f.autoRebalance = false, true }, "", "need --node-id"},
+		{"negative stable period", func(f *clusterFlags) { f.rebalanceStable = -time.Second }, "", "--rebalance-stable"},
 		{"half the TLS files", func(f *clusterFlags) { f.peerCert, f.peerKey = cert, cert }, "", "all three or none"},
 		{"unreadable TLS files", func(f *clusterFlags) { f.peerCert, f.peerKey, f.peerCA = cert, cert, cert }, "", "peer-tls"},
 	}
@@ -114,6 +117,7 @@ func TestClusterFlagsFromEnvironment(t *testing.T) {
 		"MALACHI_NODE_ID": "3", "MALACHI_PEER_LISTEN": ":5042", "MALACHI_GOSSIP_LISTEN": ":5043",
 		"MALACHI_ADVERTISE": "10.1.1.1", "MALACHI_JOIN": "10.1.1.2:5043, 10.1.1.3:5043",
 		"MALACHI_ATTRS": "rack=b,zone=z2", "MALACHI_VNODES": "64", "MALACHI_REPLICATION_FACTOR": "5",
+		"MALACHI_AUTO_REBALANCE": "true", "MALACHI_REBALANCE_STABLE": "90s",
 	} {
 		t.Setenv(k, v)
 	}
@@ -130,7 +134,8 @@ func TestClusterFlagsFromEnvironment(t *testing.T) {
 	c := got.cfg
 	if c.NodeID != 3 || c.PeerAdvertise != "10.1.1.1:5042" || c.GossipListen != "0.0.0.0:5043" ||
 		!reflect.DeepEqual(c.Join, []string{"10.1.1.2:5043", "10.1.1.3:5043"}) ||
-		!reflect.DeepEqual(c.Attrs, map[string]string{"rack": "b", "zone": "z2"}) || c.Vnodes != 64 || c.Factor != 5 {
+		!reflect.DeepEqual(c.Attrs, map[string]string{"rack": "b", "zone": "z2"}) || c.Vnodes != 64 || c.Factor != 5 ||
+		!c.AutoRebalance || c.RebalanceStable != 90*time.Second {
 		t.Errorf("%+v", c)
 	}
 }

@@ -53,6 +53,7 @@ type RangeBatch struct {
 type checkedBatch struct {
 	RangeBatch
 	records int
+	span    keyspace.Span // its range's keys
 	direct  bool
 }
 
@@ -87,8 +88,10 @@ func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches 
 	rerouted := 0
 	wait := newProduceWait(total, func(n int, err error) { done(n, rerouted, err) })
 	for _, c := range checked {
-		if c.direct {
-			err := b.appendBatch(ctx, topicID, c, wait)
+		// While a forward queue of a range retired over c's range holds
+		// produces, c's records go behind them, record by record.
+		if c.direct && !b.queuedOver(topicID, c) {
+			err := b.appendBatch(ctx, topic, topicID, c, wait)
 			if err == nil {
 				continue
 			}
@@ -96,8 +99,10 @@ func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches 
 				wait.setErr(err)
 				continue
 			}
+			rerouted++
+		} else if !c.direct {
+			rerouted++
 		}
-		rerouted++
 		recs, err := segment.DecodeRecords(c.Batch, nil)
 		if err != nil {
 			wait.setErr(fmt.Errorf("%w: %v", ErrInvalidBatch, err))
@@ -107,6 +112,12 @@ func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches 
 	}
 	wait.sealed()
 	return nil
+}
+
+// queuedOver reports whether a forward queue of another range holds
+// produces for some of c's keys (c's range took over from it).
+func (b *Broker) queuedOver(topicID uint64, c checkedBatch) bool {
+	return b.data != nil && len(b.data.queuesOver(topicID, c.Range, c.span, 0)) > 0
 }
 
 // rangeSpan is what checking a batch needs to know of its range.
@@ -162,7 +173,7 @@ func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatc
 		if h.Length > segment.HeaderSize+h.RawLength+h.RawLength/8+1<<10 {
 			return nil, 0, fmt.Errorf("%w: batch %d: %d bytes for a raw length of %d", ErrInvalidBatch, i, h.Length, h.RawLength)
 		}
-		out[i] = checkedBatch{RangeBatch: rb, records: int(h.RecordCount), direct: known && rs.active && keysInside}
+		out[i] = checkedBatch{RangeBatch: rb, records: int(h.RecordCount), span: rs.span, direct: known && rs.active && keysInside}
 	}
 	return out, topicID, nil
 }
@@ -189,15 +200,27 @@ func checkRawBudget(batches []RangeBatch) error {
 }
 
 // appendBatch stamps c's batch with its range's next offset and
-// enqueues it. errRetired means the range stopped taking writes and
-// nothing was enqueued.
-func (b *Broker) appendBatch(ctx context.Context, topicID uint64, c checkedBatch, wait *produceWait) error {
+// enqueues it, or queues it for the node writing the range. errRetired
+// means the range stopped taking writes and nothing was enqueued.
+func (b *Broker) appendBatch(ctx context.Context, topic string, topicID uint64, c checkedBatch, wait *produceWait) error {
 	h := b.headFor(topicID, c.Range)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	forward := func(node uint64) error {
+		return b.forwardLocked(h, node, newFwdItem(topic, [][]byte{c.Batch}, c.records, len(c.Batch), wait))
+	}
 	notify := b.watchFor(topicID)
 	for repairs := 0; ; repairs++ {
+		if h.fwd.busy {
+			return forward(0)
+		}
 		err := b.writableLocked(h)
+		if node, remote := isNotOwner(err); remote && b.data != nil {
+			return forward(node)
+		}
+		if errors.Is(err, metadata.ErrActiveSegmentExists) {
+			b.catchUpUnlocked(h) // another node opened the range's segment first
+		}
 		if err == nil {
 			if err = segment.Restamp(c.Batch, h.next); err != nil {
 				return fmt.Errorf("%w: %v", ErrInvalidBatch, err)

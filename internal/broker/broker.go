@@ -172,6 +172,7 @@ type Broker struct {
 	meta    *metastore.Store
 	plane   metaPlane
 	cluster *clusterNode // nil on a single node
+	data    *dataPlane   // the data path between nodes; nil on a single node
 	store   *storage.Store
 	authn   *authState // logins, revocation and the audit log
 	secret  []byte
@@ -285,8 +286,10 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 	b.done.Add(1)
 	go b.maintenanceLoop(loopCtx)
 	if b.cluster != nil {
-		b.done.Add(1)
+		b.done.Add(2)
 		go b.clusterLoop(loopCtx)
+		go b.dataLoop(loopCtx)
+		b.data.ready.Store(true)
 	}
 	return b, nil
 }
@@ -374,6 +377,9 @@ func (b *Broker) Close() error {
 	}
 	b.stop()
 	b.done.Wait()
+	if b.data != nil {
+		b.data.close()
+	}
 	b.endLife()
 	b.mu.Lock()
 	for _, w := range b.mu.watches {

@@ -53,6 +53,16 @@ func nodeOfName(name string) uint64 {
 	return id
 }
 
+// singleNodeID is how a single node names itself in its cluster status:
+// the id of a "node-<id>" name, else 1, since a single node may be named
+// freely and 0 means no node.
+func singleNodeID(name string) uint64 {
+	if id := nodeOfName(name); id != 0 {
+		return id
+	}
+	return 1
+}
+
 func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.MetadataTimeout <= 0 {
 		c.MetadataTimeout = 5 * time.Second
@@ -74,6 +84,9 @@ func (c ClusterConfig) validate() error {
 	case c.Vnodes < 0 || c.Factor < 0:
 		return errors.New("broker: Cluster.Vnodes and Cluster.Factor cannot be negative")
 	}
+	if _, ok := c.Attrs[clusterIDAttr]; ok || len(c.Attrs) >= membership.MaxAttributes {
+		return fmt.Errorf("broker: at most %d attributes, and %s is reserved (gossip carries the cluster id in it)", membership.MaxAttributes-1, clusterIDAttr)
+	}
 	return nil
 }
 
@@ -85,14 +98,16 @@ type clusterNode struct {
 	ctl         *control.Node
 	peerAddr    string // as advertised
 	incarnation string
+	clusterID   string // "" until a joining node learns it (cluster_start.go)
 
 	// applied carries metadata changes from the raft apply path (which
 	// must not block) to the broker's cluster loop; wake says resync or a
 	// full queue needs a look.
-	applied chan appliedCmd
-	wake    chan struct{}
-	mu      sync.Mutex
-	resync  bool // the queue overflowed or a group was restored
+	applied     chan appliedCmd
+	wake        chan struct{}
+	mu          sync.Mutex
+	resync      bool // the queue overflowed or a group was restored
+	joinPending bool // started from its log without reaching the cluster: retryJoin
 }
 
 type appliedCmd struct {
@@ -126,8 +141,12 @@ func (b *Broker) openCluster(ctx context.Context) (err error) {
 	}
 	raftDir := filepath.Join(dir, raftDirName)
 	fresh := !exists(b.cfg.FS, raftDir)
+	joining := len(cc.Join) > 0
 	c := &clusterNode{cfg: cc, applied: make(chan appliedCmd, appliedQueue), wake: make(chan struct{}, 1)}
 	if c.incarnation, err = loadIncarnation(b.cfg.FS, dir, fresh); err != nil {
+		return err
+	}
+	if err := c.prepareClusterID(b.cfg.FS, dir, joining); err != nil {
 		return err
 	}
 	b.cluster = c
@@ -147,20 +166,30 @@ func (b *Broker) openCluster(ctx context.Context) (err error) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	joining := len(cc.Join) > 0
 	var seeds map[uint64]string
 	if joining {
 		seeds = c.gossipIn(joinCtx, b, fresh)
+		if c.clusterID == "" {
+			if err := c.learnClusterID(joinCtx, b); err != nil {
+				return err
+			}
+		}
 	}
-	if err := c.openControl(joinCtx, b, raftDir, fresh && !joining, seeds); err != nil {
+	// Without Join, control bootstraps a log that holds no group yet (a
+	// first start, or one cut short before the bootstrap was recorded)
+	// and recovers any other.
+	if err := c.openControl(joinCtx, b, raftDir, !joining, seeds); err != nil {
 		return err
 	}
 	b.plane = c.ctl
+	if err := b.registerData(c.tr); err != nil {
+		return err
+	}
 	if err := c.tr.Start(); err != nil {
 		return fmt.Errorf("broker: peer transport: %w", err)
 	}
 	if joining {
-		if err := c.join(joinCtx, b); err != nil {
+		if err := c.joinOrCarryOn(joinCtx, b); err != nil {
 			return err
 		}
 	}
@@ -227,7 +256,7 @@ func writeDurable(fs vfs.FS, name string, data []byte) error {
 // openTransport binds the peer listener first, so that a node on port 0
 // knows the address it advertises before the control plane records it.
 func (c *clusterNode) openTransport(b *Broker) error {
-	tr, err := peer.NewTCP(peer.Config{NodeID: c.cfg.NodeID, ListenAddr: c.cfg.PeerListen, TLS: c.cfg.PeerTLS, Logger: b.log})
+	tr, err := peer.NewTCP(peer.Config{NodeID: c.cfg.NodeID, ClusterID: c.clusterID, ListenAddr: c.cfg.PeerListen, TLS: c.cfg.PeerTLS, Logger: b.log})
 	if err != nil {
 		return fmt.Errorf("broker: peer transport: %w", err)
 	}
@@ -267,7 +296,7 @@ func (c *clusterNode) openGossip(ctx context.Context, b *Broker) error {
 	g, err := membership.New(membership.Config{
 		Node: membership.NodeInfo{
 			ID: c.cfg.NodeID, ClientAddr: c.cfg.ClientAdvertise, PeerAddr: c.peerAddr,
-			HTTPAddr: c.cfg.HTTPAdvertise, Attributes: c.cfg.Attrs, Version: Version,
+			HTTPAddr: c.cfg.HTTPAdvertise, Attributes: c.gossipAttrs(), Version: Version,
 		},
 		BindAddr: c.cfg.GossipListen, AdvertiseAddr: c.cfg.GossipAdvertise, Join: c.cfg.Join, Logger: b.log,
 	})
@@ -335,24 +364,20 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 func (c *clusterNode) openControl(ctx context.Context, b *Broker, raftDir string, bootstrap bool, seeds map[uint64]string) error {
 	var secret []byte
-	var clusterID string
 	if bootstrap {
+		// Used only when the log holds no group yet.
 		secret = make([]byte, 32)
 		if _, err := rand.Read(secret); err != nil {
 			return fmt.Errorf("broker: cluster secret: %w", err)
 		}
-		var id [8]byte
-		if _, err := rand.Read(id[:]); err != nil {
-			return fmt.Errorf("broker: cluster id: %w", err)
-		}
-		clusterID = hex.EncodeToString(id[:])
 	}
 	ctl, err := control.Open(ctx, control.Config{
 		NodeID: c.cfg.NodeID, Addr: c.peerAddr, Attrs: c.cfg.Attrs, Incarnation: c.incarnation,
 		FS: b.cfg.FS, Dir: raftDir, Transport: c.tr,
 		Bootstrap: bootstrap, Vnodes: c.cfg.Vnodes, Factor: c.cfg.Factor,
-		ClusterID: clusterID, ClusterSecret: secret, Seeds: seeds,
+		ClusterID: c.clusterID, ClusterSecret: secret, Seeds: seeds,
 		TickInterval: c.cfg.TickInterval, Logger: b.log,
+		AutoRebalance: c.cfg.AutoRebalance, RebalanceStable: c.cfg.RebalanceStable,
 		OnApplied: c.onApplied, OnRestored: c.onRestored,
 	})
 	if err != nil {

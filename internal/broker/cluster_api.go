@@ -15,9 +15,11 @@ import (
 
 // Reasons of a cluster node. Their text is the wire reason.
 var (
-	// ErrNotOwner: the data a produce or fetch needs is on another node
-	// (segments are not replicated yet). Retriable: the client may try
-	// the owner, whose address the error names (NotOwnerError).
+	// ErrNotOwner: a split or merge asked of a node that does not write
+	// the range (produces and fetches are served through any node: see
+	// cluster_data.go). Retriable: the client may ask the owner, whose
+	// address the error names (NotOwnerError). Inside the broker it also
+	// tells a write head that another node writes its range.
 	ErrNotOwner = errors.New("not_owner")
 	// ErrMetadataUnavailable: the metadata group the request needs had no
 	// leader with a quorum within the node's MetadataTimeout. Retriable;
@@ -82,6 +84,7 @@ type ClusterStatus struct {
 	Vnodes int            `json:"vnodes"` // ring size; 0 on a single node
 	Nodes  []ClusterNode  `json:"nodes"`
 	Groups []ClusterGroup `json:"groups"`
+	Peers  []ClusterPeer  `json:"peers,omitempty"` // traffic with each other node
 }
 
 // ClusterNode is one node: registered by the control plane, known to
@@ -116,7 +119,7 @@ type ClusterGroup struct {
 // alone, alive, with no groups.
 func (b *Broker) ClusterStatus() ClusterStatus {
 	if b.cluster == nil {
-		return ClusterStatus{Nodes: []ClusterNode{{ID: nodeOfName(b.cfg.NodeID), Registered: true, Liveness: membership.StateAlive.String()}}}
+		return ClusterStatus{Nodes: []ClusterNode{{ID: singleNodeID(b.cfg.NodeID), Registered: true, Liveness: membership.StateAlive.String()}}}
 	}
 	c := b.cluster
 	st := c.ctl.Status()
@@ -137,6 +140,7 @@ func (b *Broker) ClusterStatus() ClusterStatus {
 	for _, id := range slices.Sorted(maps.Keys(byID)) {
 		out.Nodes = append(out.Nodes, *byID[id])
 	}
+	out.Peers = c.peerStats()
 	for _, g := range st.Groups {
 		out.Groups = append(out.Groups, ClusterGroup{
 			Group: g.Group, Name: g.Name, State: g.State, Leader: g.Leader, Term: g.Term, Commit: g.Commit,

@@ -47,4 +47,13 @@ type ClusterConfig struct {
 	// JoinTimeout bounds how long Open tries to gossip in, be registered
 	// by the cluster and receive its metadata. Default 2 min.
 	JoinTimeout time.Duration
+	// Data bounds the data path between nodes: forwarded produces,
+	// remote reads, and the interest that wakes readers across nodes.
+	Data DataLimits
+	// AutoRebalance lets the cluster apply a rebalance by itself once its
+	// nodes, and which of them are live, have not changed for
+	// RebalanceStable (default 5 min); off, only an operator's
+	// `malachi cluster rebalance --apply` moves voters for balance.
+	AutoRebalance   bool
+	RebalanceStable time.Duration
 }

@@ -33,7 +33,8 @@ import (
 const rejoinEvery = 5 * time.Second
 
 // clusterLoop is the broker's goroutine for cluster events: metadata
-// applied here, membership changes, and gossiping in again when alone. It
+// applied here, membership changes, gossiping in again when alone, and
+// joining again after a start without a quorum (retryJoin). It
 // exits when ctx (the broker's loop context) ends.
 func (b *Broker) clusterLoop(ctx context.Context) {
 	defer b.done.Done()
@@ -59,6 +60,7 @@ func (b *Broker) clusterLoop(ctx context.Context) {
 			b.onMember(ev)
 		case <-rejoin.C:
 			b.rejoinGossip(ctx)
+			b.retryJoin(ctx)
 		}
 	}
 }
@@ -115,7 +117,11 @@ func (b *Broker) applyRemote(a appliedCmd) {
 		b.fireWatch(a.res.TopicID)
 	case metadata.KindOpenSegment:
 		b.unreadyIdle(a.cmd.Range)
-		b.fireWatch(b.topicOfID(a.cmd.Range))
+		topic := b.topicOfID(a.cmd.Range)
+		if b.data != nil {
+			b.data.staleInterest(topic)
+		}
+		b.fireWatch(topic)
 	case metadata.KindSealSegment:
 		if a.res.Sealed != nil {
 			b.fireWatch(b.topicOfID(a.res.Sealed.Range))

@@ -3,7 +3,7 @@ package broker_test
 // Three brokers in cluster mode in one process, on real loopback sockets
 // (peer transport, gossip, client port) and real data directories: the
 // metadata is shared through the control plane, segments stay on the node
-// that opened them.
+// that opened them, and the others reach them over the data path.
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/placement"
 	"github.com/malachi-log/malachi/internal/server"
+	"github.com/malachi-log/malachi/internal/vfs"
 	"github.com/malachi-log/malachi/pkg/client"
 )
 
@@ -34,17 +35,21 @@ type clusterNode struct {
 	b                        *broker.Broker
 	srv                      *server.Server
 	served                   chan error
+	// fs and data, when set, replace the node's filesystem and data path
+	// limits.
+	fs   vfs.FS
+	data broker.DataLimits
 }
 
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*clusterNode
 	log   *slog.Logger
 }
 
 // freeAddr reserves a loopback port for a listener that is made later
 // (the client port must be advertised before the server exists).
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,13 +67,22 @@ func quietLogger() *slog.Logger {
 }
 
 // startCluster bootstraps node 1 and joins nodes 2..n through it.
-func startCluster(t *testing.T, n int) *testCluster {
+func startCluster(t testing.TB, n int) *testCluster {
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with each node's settings adjusted by
+// set (when not nil) before it starts.
+func startClusterWith(t testing.TB, n int, set func(nd *clusterNode)) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t, log: quietLogger()}
 	root := t.TempDir() // registered before closeAll, so removed after it
 	t.Cleanup(tc.closeAll)
 	for i := 1; i <= n; i++ {
 		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: "127.0.0.1:0", gossip: "127.0.0.1:0"}
+		if set != nil {
+			set(nd)
+		}
 		tc.nodes = append(tc.nodes, nd)
 		var join []string
 		if i > 1 {
@@ -96,11 +110,11 @@ func (tc *testCluster) open(nd *clusterNode, join []string) {
 
 func (tc *testCluster) config(nd *clusterNode, join []string) broker.Config {
 	return broker.Config{
-		DataDir: nd.dir, Logger: tc.log, ACLStrict: true,
+		DataDir: nd.dir, Logger: tc.log, ACLStrict: true, FS: nd.fs,
 		Cluster: &broker.ClusterConfig{
 			NodeID: nd.id, PeerListen: nd.peer, GossipListen: nd.gossip, ClientAdvertise: nd.clientAddr,
 			Join: join, Vnodes: 4, TickInterval: 20 * time.Millisecond,
-			MetadataTimeout: 2 * time.Second, JoinTimeout: 30 * time.Second,
+			MetadataTimeout: 2 * time.Second, JoinTimeout: 30 * time.Second, Data: nd.data,
 		},
 	}
 }
@@ -173,7 +187,7 @@ func (tc *testCluster) client(nd *clusterNode, user, password string, opts ...cl
 }
 
 // eventually retries fn until it returns nil or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, fn func() error) {
+func eventually(t testing.TB, within time.Duration, what string, fn func() error) {
 	t.Helper()
 	deadline := time.After(within)
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -206,9 +220,9 @@ func hasTopics(b *broker.Broker, names ...string) error {
 
 // Topics created through any node are seen by every node; a user and an
 // ACL created through node 1 are enforced on node 3; a cursor minted by
-// node 1 passes node 2's MAC check (its data is on node 1, so node 2
-// answers not_owner, not invalid_cursor); cluster_status lists every node
-// and group.
+// node 1 is accepted by node 2, which reads node 1's data for it; a
+// produce through node 2 lands in node 1's segment; cluster_status lists
+// every node and group.
 func TestClusterMetadataThroughAnyNode(t *testing.T) {
 	tc := startCluster(t, 3)
 	ctx := t.Context()
@@ -262,26 +276,27 @@ func TestClusterMetadataThroughAnyNode(t *testing.T) {
 		t.Fatalf("fetch on node 1: %+v, %v", page, err)
 	}
 	n2 := tc.nodes[1].b
-	eventually(t, 10*time.Second, "node 2 reads node 1's cursor", func() error {
-		_, err := n2.Fetch(ctx, broker.FetchRequest{Topic: "orders-1", Cursor: page.Cursor, Max: 10})
-		if errors.Is(err, broker.ErrNotOwner) {
-			return nil
+	eventually(t, 10*time.Second, "node 2 reads node 1's data", func() error {
+		p, err := n2.Fetch(ctx, broker.FetchRequest{Topic: "orders-1", Max: 10})
+		if err != nil || len(p.Records) != 1 || string(p.Records[0].Value) != "1" {
+			return fmt.Errorf("fetch of node 1's data through node 2: %d records, %v", len(p.Records), err)
 		}
-		return fmt.Errorf("fetch with node 1's cursor through node 2: %v, want not_owner", err)
+		return nil
 	})
-	var owner *broker.NotOwnerError
-	if _, err := n2.Fetch(ctx, broker.FetchRequest{Topic: "orders-1", Max: 10}); !errors.As(err, &owner) ||
-		owner.Node != "node-1" || owner.ClientAddr != tc.nodes[0].clientAddr {
-		t.Fatalf("fetch of node 1's data through node 2: %v, want not_owner naming node-1 at %s", err, tc.nodes[0].clientAddr)
+	if p, err := n2.Fetch(ctx, broker.FetchRequest{Topic: "orders-1", Cursor: page.Cursor, Max: 10}); err != nil || len(p.Records) != 0 {
+		t.Fatalf("fetch with node 1's cursor through node 2: %d records, %v; want none, after the one read", len(p.Records), err)
 	}
 	forged := *page.Cursor + "x"
 	if _, err := n2.Fetch(ctx, broker.FetchRequest{Topic: "orders-1", Cursor: &forged, Max: 10}); !errors.Is(err, broker.ErrInvalidCursor) {
 		t.Fatalf("forged cursor through node 2: %v, want invalid_cursor", err)
 	}
-	_, err = tc.client(tc.nodes[1], "admin", "admin123", client.WithRetry(1, 0)).
-		Produce(ctx, "orders-1", client.Record{Key: []byte("a"), Value: []byte("2")})
-	if !errors.Is(err, client.ErrNotOwner) {
-		t.Fatalf("produce to node 1's active segment through node 2: %v, want not_owner", err)
+	if _, err := tc.client(tc.nodes[1], "admin", "admin123", client.WithRetry(1, 0)).
+		Produce(ctx, "orders-1", client.Record{Key: []byte("a"), Value: []byte("2")}); err != nil {
+		t.Fatalf("produce to node 1's active segment through node 2: %v", err)
+	}
+	if p, err := n1.Fetch(ctx, broker.FetchRequest{Topic: "orders-1", Cursor: page.Cursor, Max: 10}); err != nil ||
+		len(p.Records) != 1 || string(p.Records[0].Value) != "2" {
+		t.Fatalf("node 1 reads what node 2 forwarded: %+v, %v", p.Records, err)
 	}
 
 	// A topic deleted through node 2 is gone from node 1, whose write head

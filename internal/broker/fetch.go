@@ -46,7 +46,7 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 	var recs []Record
 	pos, err := b.poll(ctx, req, func(pos *position, at seen) (bool, error) {
 		var err error
-		recs, pos.entries, err = b.readPage(*pos, req.Max, at)
+		recs, pos.entries, err = b.readPage(ctx, *pos, req.Max, at)
 		return len(recs) > 0, err
 	})
 	if errors.Is(err, metadata.ErrNoSuchTopic) {
@@ -83,14 +83,17 @@ func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *posi
 			return pos, nil
 		}
 		t := b.cfg.Clock.NewTimer(remaining)
+		awake := b.sleeping(w, pos.topicID)
 		select {
 		case <-woken:
 			t.Stop()
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
+			awake()
 			return pos, ctx.Err()
 		}
+		awake()
 	}
 }
 
@@ -275,8 +278,8 @@ func (bg *budget) hard() int {
 // pageRead.fill): each range visited gets an equal share of the page, so
 // one busy range cannot starve the others, and a page over many ranges
 // still reads in large pieces.
-func (b *Broker) readPage(pos position, maxRecords int, at seen) ([]Record, []cursor.Entry, error) {
-	pr, plans, first := b.startPage(pos, at)
+func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at seen) ([]Record, []cursor.Entry, error) {
+	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
 		return nil, pos.entries, nil
 	}
@@ -322,27 +325,25 @@ func sourceBase(src *source) uint64 {
 // plan's slice and were not delivered yet. It returns the offset below
 // which everything of src in the slice is now delivered, and whether src
 // is exhausted (sealed and read to its end).
-func (b *Broker) readSource(p *plan, src *source, entries []cursor.Entry, lin lineage, start uint64, bg *budget, out []Record) (uint64, bool, []Record, error) {
+func (b *Broker) readSource(pr *pageRead, p *plan, src *source, entries []cursor.Entry, start uint64, bg *budget, out []Record) (uint64, bool, []Record, error) {
 	self := src.id == p.rangeID
+	lin := pr.lin
 	for _, seg := range src.segments {
 		if !seg.Active && seg.End <= start {
 			continue
-		}
-		if err := b.local(seg); err != nil {
-			return start, false, out, err
 		}
 		if start < seg.Base {
 			start = seg.Base // a hole: retention or compaction removed it
 		}
 		for !bg.spent() {
-			buf, next, err := b.store.Read(storage.SegmentID(seg.ID), start, readSize(bg), ^uint64(0))
+			buf, next, err := b.readSegment(pr.ctx, seg, start, readSize(bg), ^uint64(0))
 			if seg.Active && errors.Is(err, storage.ErrNotFound) {
 				// Registered in the metadata a moment before its file is
 				// created: nothing in it can be durable yet.
 				return start, false, out, nil
 			}
 			if err != nil {
-				return start, false, out, fmt.Errorf("broker: read segment %d: %w", seg.ID, err)
+				return start, false, out, readFailed(seg.ID, err)
 			}
 			if len(buf) == 0 {
 				break
@@ -423,6 +424,14 @@ func toGroupEntries(c []cursor.Entry) []metadata.GroupEntry {
 // topic holds now: each active range at its end, which also marks its
 // ancestors done for its slice.
 func (b *Broker) EndCursor(topic string) (string, error) {
+	return b.EndCursorContext(context.Background(), topic)
+}
+
+// EndCursorContext is EndCursor whose calls to other nodes end when ctx
+// ends, or the broker closes.
+func (b *Broker) EndCursorContext(ctx context.Context, topic string) (string, error) {
+	ctx, cancel := b.readContext(ctx)
+	defer cancel()
 	topicID, err := b.topicID(topic)
 	if err != nil {
 		return "", err
@@ -431,33 +440,45 @@ func (b *Broker) EndCursor(topic string) (string, error) {
 	var entries []cursor.Entry
 	for i := range plans {
 		p := &plans[i]
-		self := &p.sources[len(p.sources)-1]
-		if n := len(self.segments); n > 0 && self.segments[n-1].Active {
-			// Only the node writing the active segment knows its end.
-			if err := b.local(self.segments[n-1]); err != nil {
-				return "", err
-			}
+		// Only the node writing the active segment knows its end.
+		end, err := b.durableEndOf(ctx, p.self())
+		if err != nil {
+			return "", err
 		}
-		end := b.durableEnd(self)
 		entries = cursor.Advance(entries, p.rangeID, p.slice.Start, p.slice.Log2Size(), end, lin.isAncestor)
 	}
 	return cursor.Encode(b.secret, cursor.Cursor{TopicID: topicID, Entries: entries}), nil
 }
 
-// durableEnd is the offset after the last durable record of a range.
+// durableEnd is the offset after the last durable record of a range, or
+// the base of its active segment when the node writing it cannot tell:
+// an estimate, for lag. What must not under-report uses durableEndOf.
 func (b *Broker) durableEnd(src *source) uint64 {
+	end, err := b.durableEndOf(b.life, src)
+	if err != nil {
+		return src.segments[len(src.segments)-1].Base
+	}
+	return end
+}
+
+// durableEndOf is the offset after the last durable record of a range,
+// asked of the node writing its active segment when that is another.
+func (b *Broker) durableEndOf(ctx context.Context, src *source) (uint64, error) {
 	if len(src.segments) == 0 {
-		return 0
+		return 0, nil
 	}
 	last := src.segments[len(src.segments)-1]
 	if !last.Active {
-		return last.End
+		return last.End, nil
 	}
-	info, err := b.store.Info(storage.SegmentID(last.ID))
+	ext, err := b.segmentExtent(ctx, last)
+	if errors.Is(err, storage.ErrNotFound) {
+		return last.Base, nil // registered a moment before its file: nothing durable yet
+	}
 	if err != nil {
-		return last.Base
+		return 0, err
 	}
-	return info.DurableEnd
+	return ext.durableEnd, nil
 }
 
 // recordSize is what one record costs a page's byte budget: its key,

@@ -46,7 +46,7 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 	}
 	pos, err := b.poll(ctx, req.FetchRequest, func(pos *position, at seen) (bool, error) {
 		var err error
-		out, pos.entries, err = b.readBatchPage(*pos, budget{records: maxRecords, bytes: maxBytes}, at)
+		out, pos.entries, err = b.readBatchPage(ctx, *pos, budget{records: maxRecords, bytes: maxBytes}, at)
 		return len(out) > 0, err
 	})
 	if err != nil && pos.topicID == 0 {
@@ -63,8 +63,8 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 // second lets the ranges that have more fill the rest. Pages take turns
 // over the ranges, so batches larger than a share do not favour the first
 // range either.
-func (b *Broker) readBatchPage(pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, error) {
-	pr, plans, first := b.startPage(pos, at)
+func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, error) {
+	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
 		return nil, pos.entries, nil
 	}
@@ -93,23 +93,20 @@ func (b *Broker) readBatchPage(pos position, total budget, at seen) ([]RangeBatc
 }
 
 // readSourceBatches is readSource for whole batches.
-func (b *Broker) readSourceBatches(p *plan, src *source, entries []cursor.Entry, lin lineage, start uint64, bg *budget, out []RangeBatch) (uint64, bool, []RangeBatch, error) {
-	f := newBatchFilter(p, src, entries, lin)
+func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries []cursor.Entry, start uint64, bg *budget, out []RangeBatch) (uint64, bool, []RangeBatch, error) {
+	f := newBatchFilter(p, src, entries, pr.lin)
 	for _, seg := range src.segments {
 		if !seg.Active && seg.End <= start {
 			continue
 		}
-		if err := b.local(seg); err != nil {
-			return start, false, out, err
-		}
 		start = max(start, seg.Base) // below Base: a hole retention or compaction left
 		for !bg.spent() {
-			buf, _, err := b.store.Read(storage.SegmentID(seg.ID), start, min(bg.bytes, 1<<20), ^uint64(0))
+			buf, _, err := b.readSegment(pr.ctx, seg, start, min(bg.bytes, 1<<20), ^uint64(0))
 			if seg.Active && errors.Is(err, storage.ErrNotFound) {
 				return start, false, out, nil // registered a moment before its file exists
 			}
 			if err != nil {
-				return start, false, out, fmt.Errorf("broker: read segment %d: %w", seg.ID, err)
+				return start, false, out, readFailed(seg.ID, err)
 			}
 			if len(buf) == 0 {
 				break

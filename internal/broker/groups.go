@@ -10,7 +10,6 @@ import (
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/keyspace"
 	"github.com/malachi-log/malachi/internal/metadata"
-	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/storage/segment"
 )
 
@@ -262,12 +261,9 @@ func (b *Broker) scanSlice(p *plan, src *source, start, end uint64, fn func(pos,
 		if seg.End <= start && !seg.Active {
 			continue
 		}
-		if err := b.local(seg); err != nil {
-			return err
-		}
 		from := max(start, seg.Base)
 		for from < end {
-			buf, next, err := b.store.Read(storage.SegmentID(seg.ID), from, 1<<20, end)
+			buf, next, err := b.readSegment(b.life, seg, from, 1<<20, end)
 			if err != nil {
 				return fmt.Errorf("broker: scan segment %d: %w", seg.ID, err)
 			}

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+
 	"github.com/malachi-log/malachi/internal/cursor"
 )
 
@@ -17,6 +19,8 @@ func share(total, n int) int { return max(total/min(n, pageRanges), 1) }
 
 // pageRead is what the reads of one page share.
 type pageRead struct {
+	// ctx bounds the page's reads of other nodes' segments.
+	ctx     context.Context
 	b       *Broker
 	reads   *topicReads
 	topicID uint64
@@ -31,11 +35,11 @@ type pageRead struct {
 // read, and the index of the one the page starts at. The state hangs off
 // the watch the reader holds, never one looked up again: a topic deleted
 // meanwhile must not get a new watch.
-func (b *Broker) startPage(pos position, at seen) (*pageRead, []*plan, int) {
+func (b *Broker) startPage(ctx context.Context, pos position, at seen) (*pageRead, []*plan, int) {
 	reads := b.readsFor(at, pos.topicID, pos.only)
 	plans, lin := reads.snapshot(pos.only)
 	first := firstRange(pos.entries, len(plans))
-	pr := &pageRead{b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen}
+	pr := &pageRead{ctx: ctx, b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen}
 	return pr, plans, first
 }
 
@@ -96,7 +100,9 @@ func (pr *pageRead) fill(plans []*plan, first int, spent func() bool, visit rang
 func (pr *pageRead) recheck(plans, dry []*plan, at []uint64, spent func() bool, visit rangeVisit) error {
 	if !pr.b.refresh(pr.reads, pr.topicID, dry) {
 		for i, p := range dry {
-			pr.reads.markIdle(p, at[i], pr.gen)
+			if pr.b.appendsFire(p) {
+				pr.reads.markIdle(p, at[i], pr.gen)
+			}
 		}
 		return nil
 	}
@@ -120,10 +126,25 @@ func (pr *pageRead) recheck(plans, dry []*plan, at []uint64, spent func() bool, 
 	return nil
 }
 
+// appendsFire says whether every append to p's own range after now fires
+// the topic's watch here, which is what clears an idle mark: appends this
+// node makes, and segments opened elsewhere (through the metadata). An
+// append on another node fires it only through a notification, which is
+// sent only while a reader here waits and may be lost, so such a range
+// is never marked idle: the next read asks its node again.
+func (b *Broker) appendsFire(p *plan) bool {
+	segs := p.self().segments
+	if len(segs) == 0 {
+		return true
+	}
+	last := segs[len(segs)-1]
+	return !last.Active || b.holds(last)
+}
+
 // sourceReader reads one source of a plan from start into out, and says
 // the offset reached and whether the source is exhausted: records for
 // wire v1, whole batches for v2.
-type sourceReader[T any] func(p *plan, src *source, entries []cursor.Entry, lin lineage, start uint64, bg *budget, out []T) (uint64, bool, []T, error)
+type sourceReader[T any] func(pr *pageRead, p *plan, src *source, entries []cursor.Entry, start uint64, bg *budget, out []T) (uint64, bool, []T, error)
 
 // walkRange reads a plan's sources in lineage order with read, skipping
 // those the entries mark done, and advances the entries past what it read.
@@ -147,7 +168,7 @@ func walkRange[T any](pr *pageRead, p *plan, bg *budget, out []T, read sourceRea
 			end.skipped = true
 		} else {
 			var err error
-			if next, exhausted, out, err = read(p, src, entries, pr.lin, start, bg, out); err != nil {
+			if next, exhausted, out, err = read(pr, p, src, entries, start, bg, out); err != nil {
 				return nil, walkEnd{}, err
 			}
 		}

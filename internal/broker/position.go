@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -23,6 +25,14 @@ import (
 // walked, and then the one batch found is decoded to place the cursor on
 // the exact record.
 func (b *Broker) CursorAt(topic string, atMs int64) (string, error) {
+	return b.CursorAtContext(context.Background(), topic, atMs)
+}
+
+// CursorAtContext is CursorAt whose calls to other nodes end when ctx
+// ends, or the broker closes.
+func (b *Broker) CursorAtContext(ctx context.Context, topic string, atMs int64) (string, error) {
+	ctx, cancel := b.readContext(ctx)
+	defer cancel()
 	topicID, err := b.topicID(topic)
 	if err != nil {
 		return "", err
@@ -35,7 +45,7 @@ func (b *Broker) CursorAt(topic string, atMs int64) (string, error) {
 		found := false
 		for j := range p.sources {
 			src := &p.sources[j]
-			off, ok, err := b.firstAtOrAfter(src, atMs)
+			off, ok, err := b.firstAtOrAfter(ctx, src, atMs)
 			if err != nil {
 				return "", err
 			}
@@ -48,42 +58,56 @@ func (b *Broker) CursorAt(topic string, atMs int64) (string, error) {
 			// range's slice. An explicit entry is needed because after a
 			// merge an earlier source need not be an ancestor of a later
 			// one, so the later one's entry would not imply it.
-			entries = cursor.Advance(entries, src.id, p.slice.Start, bits, b.durableEnd(src), lin.isAncestor)
+			end, err := b.durableEndOf(ctx, src)
+			if err != nil {
+				return "", err
+			}
+			entries = cursor.Advance(entries, src.id, p.slice.Start, bits, end, lin.isAncestor)
 		}
 		if !found {
-			self := &p.sources[len(p.sources)-1]
-			entries = cursor.Advance(entries, p.rangeID, p.slice.Start, bits, b.durableEnd(self), lin.isAncestor)
+			end, err := b.durableEndOf(ctx, p.self())
+			if err != nil {
+				return "", err
+			}
+			entries = cursor.Advance(entries, p.rangeID, p.slice.Start, bits, end, lin.isAncestor)
 		}
 	}
 	return cursor.Encode(b.secret, cursor.Cursor{TopicID: topicID, Entries: entries}), nil
 }
 
+// readContext is ctx, ended also when the broker closes: a read on a
+// client's behalf stops when either goes.
+func (b *Broker) readContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(b.life, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // firstAtOrAfter returns the offset of the first durable record of src
 // whose timestamp is at least atMs.
-func (b *Broker) firstAtOrAfter(src *source, atMs int64) (uint64, bool, error) {
+func (b *Broker) firstAtOrAfter(ctx context.Context, src *source, atMs int64) (uint64, bool, error) {
 	for _, seg := range src.segments {
-		if err := b.local(seg); err != nil {
-			return 0, false, err
-		}
-		id := storage.SegmentID(seg.ID)
-		info, err := b.store.Info(id)
+		info, err := b.segmentExtent(ctx, seg)
 		if err != nil {
-			if seg.Active {
+			if seg.Active && errors.Is(err, storage.ErrNotFound) {
 				return 0, false, nil // registered a moment before its file: nothing durable yet
 			}
 			return 0, false, fmt.Errorf("broker: segment %d: %w", seg.ID, err)
 		}
-		if info.Records == 0 || info.MaxTimestamp < atMs {
+		if info.records == 0 || info.maxTimestamp < atMs {
 			continue
 		}
-		base, ok, err := b.store.SeekTime(id, atMs)
+		base, ok, err := b.seekSegment(ctx, seg, atMs)
 		if err != nil {
 			return 0, false, fmt.Errorf("broker: seek segment %d by time: %w", seg.ID, err)
 		}
 		if !ok {
 			continue
 		}
-		buf, _, err := b.store.Read(id, base, 1, math.MaxUint64)
+		buf, _, err := b.readSegment(ctx, seg, base, 1, math.MaxUint64)
 		if err != nil {
 			return 0, false, fmt.Errorf("broker: read segment %d: %w", seg.ID, err)
 		}
@@ -111,9 +135,17 @@ func (b *Broker) firstAtOrAfter(src *source, atMs int64) (uint64, bool, error) {
 // ancestors, their records in the range's slice are counted by reading
 // them, newest source first.
 func (b *Broker) CursorFromEnd(topic string, n uint64) (string, error) {
+	return b.CursorFromEndContext(context.Background(), topic, n)
+}
+
+// CursorFromEndContext is CursorFromEnd whose calls to other nodes end
+// when ctx ends, or the broker closes.
+func (b *Broker) CursorFromEndContext(ctx context.Context, topic string, n uint64) (string, error) {
 	if n == 0 {
-		return b.EndCursor(topic)
+		return b.EndCursorContext(ctx, topic)
 	}
+	ctx, cancel := b.readContext(ctx)
+	defer cancel()
 	topicID, err := b.topicID(topic)
 	if err != nil {
 		return "", err
@@ -123,7 +155,7 @@ func (b *Broker) CursorFromEnd(topic string, n uint64) (string, error) {
 	for i := range plans {
 		p := &plans[i]
 		bits := p.slice.Log2Size()
-		at, off, err := b.fromEnd(p, n)
+		at, off, err := b.fromEnd(ctx, p, n)
 		if err != nil {
 			return "", err
 		}
@@ -132,7 +164,11 @@ func (b *Broker) CursorFromEnd(topic string, n uint64) (string, error) {
 		}
 		for j := range at {
 			src := &p.sources[j]
-			entries = cursor.Advance(entries, src.id, p.slice.Start, bits, b.durableEnd(src), lin.isAncestor)
+			end, err := b.durableEndOf(ctx, src)
+			if err != nil {
+				return "", err
+			}
+			entries = cursor.Advance(entries, src.id, p.slice.Start, bits, end, lin.isAncestor)
 		}
 		entries = cursor.Advance(entries, p.sources[at].id, p.slice.Start, bits, off, lin.isAncestor)
 	}
@@ -142,15 +178,19 @@ func (b *Broker) CursorFromEnd(topic string, n uint64) (string, error) {
 // fromEnd finds where the last n records of a plan's history begin: the
 // index of the source and the offset in it, or at = -1 when the history
 // holds fewer than n records.
-func (b *Broker) fromEnd(p *plan, n uint64) (at int, off uint64, err error) {
+func (b *Broker) fromEnd(ctx context.Context, p *plan, n uint64) (at int, off uint64, err error) {
 	// Each source holds at most end-base records of the slice: when even
 	// that bound does not exceed n, the whole history qualifies and
 	// nothing needs reading, however large n is.
+	ends := make([]uint64, len(p.sources))
 	var bound uint64
 	for j := range p.sources {
 		src := &p.sources[j]
-		if base, end := sourceBase(src), b.durableEnd(src); end > base {
-			bound += end - base
+		if ends[j], err = b.durableEndOf(ctx, src); err != nil {
+			return 0, 0, err
+		}
+		if base := sourceBase(src); ends[j] > base {
+			bound += ends[j] - base
 		}
 	}
 	if bound <= n {
@@ -159,7 +199,7 @@ func (b *Broker) fromEnd(p *plan, n uint64) (at int, off uint64, err error) {
 	remaining := n
 	for j := len(p.sources) - 1; j >= 0; j-- {
 		src := &p.sources[j]
-		base, end := sourceBase(src), b.durableEnd(src)
+		base, end := sourceBase(src), ends[j]
 		if end <= base {
 			continue
 		}

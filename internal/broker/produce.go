@@ -37,6 +37,9 @@ type head struct {
 	// metadata and the store, and cleared by any failure that may have left
 	// them behind (a half-done open or roll), so the next user finishes it.
 	ready bool
+	// fwd queues the produces this node forwards to the node writing the
+	// range, when that is another node (cluster_forward.go).
+	fwd fwdQueue
 }
 
 // errRetired tells the router a range stopped taking writes under it.
@@ -77,6 +80,14 @@ func (b *Broker) ProduceAsync(ctx context.Context, topic string, recs []Record, 
 // then reports it and wait is untouched); any other failure goes to wait.
 // The caller seals wait.
 func (b *Broker) routeInto(ctx context.Context, topic string, pending []Record, wait *produceWait, first bool) error {
+	return b.routeAfter(ctx, topic, pending, wait, first, 0)
+}
+
+// routeAfter is routeInto for records that a forward queue routes again
+// (after is that queue's place; 0 for a produce): records whose key a
+// younger forward queue of a retired range still holds go behind it
+// (cluster_forward.go), so they keep their order per key.
+func (b *Broker) routeAfter(ctx context.Context, topic string, pending []Record, wait *produceWait, first bool, after uint64) error {
 	tokens := 0
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt == maxRouteAttempts {
@@ -94,9 +105,13 @@ func (b *Broker) routeInto(ctx context.Context, topic string, pending []Record, 
 		pending = pending[:0:0]
 		for _, g := range groups {
 			tokens++
-			err := b.appendToRange(ctx, topicID, g.rangeID, g.recs, wait)
+			recs := b.queueBehind(topic, topicID, g, wait, after)
+			if len(recs) == 0 {
+				continue
+			}
+			err := b.appendToRange(ctx, topic, topicID, g.rangeID, recs, wait)
 			if errors.Is(err, errRetired) {
-				pending = append(pending, g.recs...) // nothing was enqueued for it
+				pending = append(pending, recs...) // nothing was enqueued for them
 				continue
 			}
 			if err != nil {
@@ -127,6 +142,8 @@ func (b *Broker) Produce(ctx context.Context, topic string, recs []Record) (int,
 
 type rangeGroup struct {
 	rangeID uint64
+	span    keyspace.Span // the range's keys
+	bits    uint8         // the topic's keyspace bits
 	recs    []Record
 }
 
@@ -152,7 +169,7 @@ func (b *Broker) route(topic string, recs []Record) ([]rangeGroup, uint64, error
 			return
 		}
 		if len(ranges) == 1 {
-			groups = []rangeGroup{{rangeID: ranges[0].ID, recs: recs}}
+			groups = []rangeGroup{{rangeID: ranges[0].ID, span: spanOf(ranges[0]), bits: t.Bits, recs: recs}}
 			return
 		}
 		index := make(map[uint64]int, len(ranges))
@@ -173,13 +190,15 @@ func (b *Broker) route(topic string, recs []Record) ([]rangeGroup, uint64, error
 			if !ok {
 				i = len(groups)
 				index[rg.ID] = i
-				groups = append(groups, rangeGroup{rangeID: rg.ID})
+				groups = append(groups, rangeGroup{rangeID: rg.ID, span: spanOf(rg), bits: t.Bits})
 			}
 			groups[i].recs = append(groups[i].recs, r)
 		}
 	})
 	return groups, topicID, err
 }
+
+func spanOf(r metadata.Range) keyspace.Span { return keyspace.Span{Start: r.Start, End: r.End} }
 
 // Stored batches are cut at these sizes: a fetch page (at most 1000
 // records on wire v1) then decodes about one batch rather than a client's
@@ -196,14 +215,18 @@ const maxHeadRepairs = 4
 
 // appendToRange encodes recs as batches at the range's next offsets and
 // enqueues them; wait receives one part per enqueued batch, after the
-// fsync that covers it.
-func (b *Broker) appendToRange(ctx context.Context, topicID, rangeID uint64, recs []Record, wait *produceWait) error {
+// fsync that covers it. When another node writes the range, the records
+// are queued for it instead (forwardRecordsLocked), in the same order.
+func (b *Broker) appendToRange(ctx context.Context, topic string, topicID, rangeID uint64, recs []Record, wait *produceWait) error {
 	h := b.headFor(topicID, rangeID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	notify := b.watchFor(topicID)
 	enqueued, repairs := 0, 0
 	for len(recs) > 0 {
+		if h.fwd.busy {
+			return b.forwardRecordsLocked(h, 0, topic, recs, wait, false)
+		}
 		err := b.writableLocked(h)
 		if err == nil {
 			var n int
@@ -211,8 +234,14 @@ func (b *Broker) appendToRange(ctx context.Context, topicID, rangeID uint64, rec
 			recs = recs[n:]
 			enqueued += n
 		}
+		node, remote := isNotOwner(err)
+		if errors.Is(err, metadata.ErrActiveSegmentExists) {
+			b.catchUpUnlocked(h) // another node opened the range's segment first
+		}
 		switch {
 		case err == nil:
+		case remote && b.data != nil:
+			return b.forwardRecordsLocked(h, node, topic, recs, wait, false)
 		case errors.Is(err, errRetired) && enqueued > 0:
 			// Part of the group is in: re-routing all of it would
 			// duplicate that part, so the produce fails instead.
@@ -268,9 +297,13 @@ func (b *Broker) enqueueLocked(ctx context.Context, h *head, recs []Record, wait
 // REQUIRES: h.mu held, h writable.
 func (b *Broker) enqueueBatchLocked(ctx context.Context, h *head, batch []byte, n int, wait *produceWait, notify *watch) error {
 	wait.add()
+	topicID, rangeID, end := h.topicID, h.rangeID, h.next+uint64(n)
 	err := b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
 		if err == nil {
 			notify.fire()
+			if b.data != nil {
+				b.data.appended(topicID, rangeID, end)
+			}
 		}
 		wait.part(err)
 	})

@@ -114,7 +114,7 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 			return err
 		}
 		if credit := min(s.max, s.window-inFlight); credit > 0 {
-			page, n, err := s.read(credit, at)
+			page, n, err := s.read(ctx, credit, at)
 			if err != nil {
 				return err
 			}
@@ -127,19 +127,23 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 			}
 		}
 		t := s.b.cfg.Clock.NewTimer(s.idleRefresh())
+		awake := s.b.sleeping(w, s.pos.topicID)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			awake()
 			return ctx.Err()
 		case <-woken:
 		case a := <-s.acks:
 			if err := s.applyAck(ctx, a); err != nil {
 				t.Stop()
+				awake()
 				return err
 			}
 			inFlight = max(inFlight-a.count, 0)
 		case <-t.C():
 		}
+		awake()
 		t.Stop()
 		if s.b.closed.Load() {
 			return ErrShuttingDown
@@ -150,16 +154,16 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 // read reads the next page within credit records, and says how many
 // records it holds; a v2 page ends inside a batch rather than pass it.
 // at is the topic's watch as taken before the read.
-func (s *Subscription) read(credit int, at seen) (Page, int, error) {
+func (s *Subscription) read(ctx context.Context, credit int, at seen) (Page, int, error) {
 	if s.maxBytes <= 0 {
-		recs, entries, err := s.b.readPage(s.pos, credit, at)
+		recs, entries, err := s.b.readPage(ctx, s.pos, credit, at)
 		if err != nil {
 			return Page{}, 0, err
 		}
 		s.pos.entries = entries
 		return s.b.page(s.pos, recs), len(recs), nil
 	}
-	batches, entries, err := s.b.readBatchPage(s.pos, budget{records: credit, bytes: s.maxBytes}, at)
+	batches, entries, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
 	if err != nil {
 		return Page{}, 0, err
 	}

@@ -19,6 +19,10 @@ type watch struct {
 	// reads is the topic's read state shared by its readers (see
 	// topicReads); nil until the first read.
 	reads *topicReads
+	// waiters counts the readers sleeping on it now: while there are, a
+	// cluster node keeps its interest in the topic registered with the
+	// nodes that write it (cluster_watch.go).
+	waiters int
 }
 
 func newWatch() *watch { return &watch{ch: make(chan struct{})} }
@@ -35,6 +39,30 @@ func (w *watch) waitGen() (<-chan struct{}, seen) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.ch, seen{w: w, gen: w.gen}
+}
+
+// sleep counts a reader going to sleep on w (+1) or waking (-1).
+func (w *watch) sleep(delta int) {
+	w.mu.Lock()
+	w.waiters += delta
+	w.mu.Unlock()
+}
+
+func (w *watch) waiting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiters > 0
+}
+
+// sleeping counts a reader asleep on w until the returned function is
+// called, and asks for the topic's interest to be registered with the
+// nodes writing it.
+func (b *Broker) sleeping(w *watch, topicID uint64) func() {
+	w.sleep(1)
+	if b.data != nil {
+		b.data.wantInterest(topicID)
+	}
+	return func() { w.sleep(-1) }
 }
 
 // fire wakes every current waiter.

@@ -12,10 +12,16 @@ import (
 )
 
 // Apply runs a metadata command in the cluster and returns its result
-// once its group's leader has applied it. It picks the group from the
-// command (route), proposes it here when this node leads the group and
-// otherwise forwards it over peer.ChannelForward to the leader, following
-// leadership changes until ctx ends. A command the metadata refuses comes
+// once its group's leader has applied it and so has this node's replica
+// of the group, so that a View on this node that follows sees the
+// command (read-your-writes on every node, not only the leader). It
+// picks the group from the command (route), proposes it here when this
+// node leads the group and otherwise forwards it over
+// peer.ChannelForward to the leader, following leadership changes until
+// ctx ends. The leader answers with the index its replica has applied;
+// this node then waits, within ctx, for its own replica to reach it.
+// When ctx ends first the result is returned all the same (the outcome
+// is known), and a View may not show it yet. A command the metadata refuses comes
 // back as a Result with Err set and a nil error; the error is for the
 // outcome being unknown: ErrUnavailable when no leader with a quorum
 // answered within ctx, ErrNotJoined, ErrClosed, or the host's failure.
@@ -65,14 +71,70 @@ func (n *Node) stamp(e entry) ([]byte, error) {
 }
 
 // propose gets data applied by group's leader, here or at the leader it
-// is forwarded to, retrying while ctx lasts.
+// is forwarded to, retrying while ctx lasts; then it waits for this
+// node's replica to apply it too (see Apply).
 func (n *Node) propose(ctx context.Context, group uint64, data []byte) ([]byte, error) {
-	return n.atLeader(ctx, group, func(ctx context.Context, target uint64) ([]byte, error) {
+	forwarded, index := false, uint64(0)
+	res, err := n.atLeader(ctx, group, func(ctx context.Context, target uint64) ([]byte, error) {
 		if target == n.cfg.NodeID {
-			return n.host.Propose(ctx, group, data)
+			forwarded = false
+			return n.host.Propose(ctx, group, data) // applied here when it returns
 		}
-		return n.forwardPropose(ctx, target, group, data)
+		forwarded = true
+		b, at, err := n.forwardPropose(ctx, target, group, data)
+		index = at
+		return b, err
 	})
+	if err != nil || !forwarded {
+		return res, err
+	}
+	if index == 0 {
+		// A leader that does not say its index: a barrier reaches at
+		// least as far.
+		err = n.Barrier(ctx, group)
+	} else {
+		err = n.waitApplied(ctx, group, index)
+	}
+	if err != nil {
+		n.cfg.Logger.Debug("control: answered before the local replica applied the write", "group", groupName(group), "err", err)
+	}
+	return res, nil
+}
+
+// waitApplied returns once this node's replica of group has applied
+// index, or fails when ctx ends or the node closes. The state machine
+// wakes it at each command it applies; a raft tick is the fallback for
+// entries that reach no state machine (a leader's empty entry, a replica
+// change).
+func (n *Node) waitApplied(ctx context.Context, group, index uint64) error {
+	sm := n.sm(group)
+	if sm == nil {
+		return ErrUnknownGroup
+	}
+	for {
+		moved := sm.changed()
+		st, err := n.host.Status(group)
+		switch {
+		case err != nil:
+			return err
+		case st.Applied >= index:
+			return nil
+		case st.Failed != nil:
+			return st.Failed
+		}
+		t := n.cfg.Clock.NewTimer(n.cfg.TickInterval)
+		select {
+		case <-moved:
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return unavailable(ctx, fmt.Errorf("replica of %s at %d, waiting for %d", groupName(group), st.Applied, index))
+		case <-n.closed:
+			t.Stop()
+			return ErrClosed
+		}
+		t.Stop()
+	}
 }
 
 // atLeader runs attempt at group's leader: here, or at the node it is

@@ -34,6 +34,7 @@ type testCluster struct {
 	clock  *clock.Manual
 	ticks  atomic.Int64
 	vnodes int
+	tune   func(*Config) // applied to every node's Config, when set
 
 	mu      sync.Mutex
 	nodes   map[uint64]*Node
@@ -126,7 +127,7 @@ func (c *testCluster) start(id uint64, bootstrap bool) *Node {
 	}
 	c.mu.Unlock()
 	tr := c.net.Transport(id)
-	n, err := Open(context.Background(), Config{
+	cfg := Config{
 		NodeID: id, Addr: peer.MemAddr(id), Transport: tr, LogStore: store,
 		Bootstrap: bootstrap, Vnodes: c.vnodes, ClusterID: "test", ClusterSecret: testSecret,
 		Seeds: map[uint64]string{1: peer.MemAddr(1), 2: peer.MemAddr(2), 3: peer.MemAddr(3)},
@@ -138,7 +139,11 @@ func (c *testCluster) start(id uint64, bootstrap bool) *Node {
 				log.mu.Unlock()
 			}
 		},
-	})
+	}
+	if c.tune != nil {
+		c.tune(&cfg)
+	}
+	n, err := Open(context.Background(), cfg)
 	if err != nil {
 		c.t.Fatalf("node %d: open: %v", id, err)
 	}

@@ -69,6 +69,13 @@ type Config struct {
 	ReconcileTicks int
 	// SnapshotEvery is raft's snapshot interval in entries [1024].
 	SnapshotEvery uint64
+	// AutoRebalance makes the root group's leader commit the rebalance
+	// plan by itself (see Rebalance) once the registered nodes, and
+	// which of them are live, have not changed for RebalanceStable
+	// [5 minutes]. Off, voters move for balance only when an operator
+	// applies a plan.
+	AutoRebalance   bool
+	RebalanceStable time.Duration
 
 	// OnApplied is called after every metadata command applied on this
 	// node, in log order per group, from the raft cycle: it must not
@@ -128,6 +135,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ReconcileTicks <= 0 {
 		c.ReconcileTicks = 5
+	}
+	if c.RebalanceStable <= 0 {
+		c.RebalanceStable = 5 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

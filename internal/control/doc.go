@@ -12,7 +12,8 @@
 //     ACLs, the cluster id and the secret that MACs cursors, through the
 //     existing metadata commands; and the Registry: the registered nodes
 //     with their peer addresses and attributes, the ring size, the vnode
-//     factor and the voter set placement picks for every group;
+//     factor, the committed voter set of every group and the leaders an
+//     applied rebalance chose;
 //   - vnode group v (VnodeGroup(v) = v+2), one per vnode of the ring
 //     (placement.Ring, 8 by default), holds the topics whose names hash to
 //     v, with their ranges, segments and consumer-group positions.
@@ -32,9 +33,9 @@
 // # Every node replicates every group
 //
 // Every registered node holds a replica of the root and of every vnode:
-// a voter where placement.VnodeReplicas picks it (Config.Factor voters per
-// vnode, 3 by default, clamped to the node count; up to 5 voters for the
-// root), a learner everywhere else. So every node has a complete local
+// a voter where the registry's committed voter set names it
+// (Config.Factor voters per vnode, 3 by default, clamped to the node
+// count; up to 5 voters for the root), a learner everywhere else. So every node has a complete local
 // view and serves reads without a hop; the view may be slightly behind
 // the leader, which W5 allows (a cache may be behind, never ahead of what
 // is committed), and Barrier (ReadIndex) makes a read linearizable where
@@ -102,12 +103,20 @@
 // and then the vnodes, each with this node as the only voter. A new node
 // calls Join: a seed forwards its registration to the root's leader and
 // answers with the registry; the node then hosts empty replicas of every
-// group. Every node runs a reconciler that, for the groups it leads,
-// moves the replicas towards the registry one change at a time (plan):
-// members become learners, learners placement picks are promoted once
-// caught up, and only then does a voter placement no longer picks step
-// down (removed, then added back as a learner): add before remove, the
-// factor kept. Remove deletes a node from the registry; the same steps
+// group. The registry's voter sets grow to their factor with it (the
+// best-ranked nodes by placement.VnodeReplicas fill a short set) but do
+// not move for balance: that is a rebalance (rebalance_plan.go), staged
+// and planned by the root's leader over the live nodes, committed by an
+// operator (Rebalance with apply) or, with Config.AutoRebalance, by the
+// root's leader once the nodes have been stable for
+// Config.RebalanceStable. Every node runs a reconciler that, for the
+// groups it leads, moves the replicas towards the registry one change at
+// a time (plan): members become learners, learners the registry names
+// are promoted once caught up, and only then does a voter it no longer
+// names step down (removed, then added back as a learner): add before
+// remove, the factor kept. Once a group's voters are settled, its leader
+// hands the leadership to the voter a rebalance chose, if any
+// (raft.Host.TransferLeadership). Remove deletes a node from the registry; the same steps
 // move its voter slots elsewhere and take it out of every group. A
 // reopened node recovers every group from its log and catches up from
 // the leaders (entries, or a snapshot when it lagged far).

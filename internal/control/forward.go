@@ -30,19 +30,27 @@ type fwdRequest struct {
 	Group uint64      `json:"group,omitempty"`
 	Data  []byte      `json:"data,omitempty"`
 	Node  *NodeRecord `json:"node,omitempty"`
+	Apply bool        `json:"apply,omitempty"` // rebalance: commit the plan
 }
 
 type fwdResponse struct {
 	Result json.RawMessage `json:"result,omitempty"`
-	Code   string          `json:"code,omitempty"`
-	Leader uint64          `json:"leader,omitempty"`
-	Msg    string          `json:"msg,omitempty"`
+	// Index is, for a propose, the index the leader's replica had
+	// applied when the entry's result was ready (at or past the entry):
+	// the proposer waits for its own replica to reach it.
+	Index  uint64 `json:"index,omitempty"`
+	Code   string `json:"code,omitempty"`
+	Leader uint64 `json:"leader,omitempty"`
+	Msg    string `json:"msg,omitempty"`
 }
 
 const (
 	opPropose = "propose"
 	opJoin    = "join"
 	opRemove  = "remove"
+	// opRebalance: at the root's leader, plan a rebalance and, with
+	// Apply, commit it; the answer is the plan. Never forwarded again.
+	opRebalance = "rebalance"
 
 	codeNotLeader = "not_leader"
 	codeRetry     = "retry"
@@ -75,11 +83,20 @@ func (n *Node) serveForward(ctx context.Context, from uint64, req []byte) ([]byt
 	case opPropose:
 		if n.sm(r.Group) == nil {
 			err = ErrUnknownGroup
-		} else {
-			res, err = n.host.Propose(ctx, r.Group, r.Data)
+		} else if res, err = n.host.Propose(ctx, r.Group, r.Data); err == nil {
+			st, serr := n.host.Status(r.Group)
+			if serr != nil {
+				err = serr
+				break
+			}
+			resp := responseFor(res, nil)
+			resp.Index = st.Applied
+			return json.Marshal(resp)
 		}
 	case opRemove:
 		res, err = n.removeHere(ctx, r.Data)
+	case opRebalance:
+		res, err = n.rebalanceHere(ctx, r.Apply)
 	case opJoin:
 		if r.Node == nil {
 			return nil, errors.New("control: join without a node record")
@@ -112,35 +129,50 @@ func responseFor(res []byte, err error) fwdResponse {
 	return fwdResponse{Code: codeFailed, Msg: err.Error()}
 }
 
-// forwardPropose asks node to propose data in group.
-func (n *Node) forwardPropose(ctx context.Context, node, group uint64, data []byte) ([]byte, error) {
-	return n.call(ctx, node, group, fwdRequest{Op: opPropose, Group: group, Data: data})
+// forwardPropose asks node to propose data in group; it returns the
+// result and the index the node's replica had applied with it (0 from a
+// node that does not say).
+func (n *Node) forwardPropose(ctx context.Context, node, group uint64, data []byte) ([]byte, uint64, error) {
+	resp, err := n.callResponse(ctx, node, group, fwdRequest{Op: opPropose, Group: group, Data: data})
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Result, resp.Index, nil
 }
 
 func (n *Node) call(ctx context.Context, node, group uint64, r fwdRequest) ([]byte, error) {
-	req, err := json.Marshal(r)
+	resp, err := n.callResponse(ctx, node, group, r)
 	if err != nil {
 		return nil, err
+	}
+	return resp.Result, nil
+}
+
+// callResponse sends r to node and turns an answer's code into an error.
+func (n *Node) callResponse(ctx context.Context, node, group uint64, r fwdRequest) (fwdResponse, error) {
+	req, err := json.Marshal(r)
+	if err != nil {
+		return fwdResponse{}, err
 	}
 	b, err := n.tr.Call(ctx, node, peer.ChannelForward, req)
 	if err != nil {
-		return nil, err
+		return fwdResponse{}, err
 	}
 	var resp fwdResponse
 	if err := json.Unmarshal(b, &resp); err != nil {
-		return nil, fmt.Errorf("control: bad answer from node %d: %v", node, err)
+		return fwdResponse{}, fmt.Errorf("control: bad answer from node %d: %v", node, err)
 	}
 	switch resp.Code {
 	case "":
-		return resp.Result, nil
+		return resp, nil
 	case codeNotLeader:
-		return nil, &raft.NotLeaderError{Group: group, Leader: resp.Leader}
+		return fwdResponse{}, &raft.NotLeaderError{Group: group, Leader: resp.Leader}
 	case codeRetry:
-		return nil, fmt.Errorf("%w: node %d: %s", errRemoteUnavailable, node, resp.Msg)
+		return fwdResponse{}, fmt.Errorf("%w: node %d: %s", errRemoteUnavailable, node, resp.Msg)
 	case codeRefused:
-		return nil, &refusal{msg: resp.Msg}
+		return fwdResponse{}, &refusal{msg: resp.Msg}
 	}
-	return nil, fmt.Errorf("control: node %d: %s", node, resp.Msg)
+	return fwdResponse{}, fmt.Errorf("control: node %d: %s", node, resp.Msg)
 }
 
 // withTicks is ctx, also cancelled after ticks raft ticks of the Node's

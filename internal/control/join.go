@@ -137,6 +137,9 @@ func (n *Node) namesSelf(reg *Registry) bool {
 // leaders check the same before every replica change they make, and
 // hold back (Status shows why) a change that would leave no live quorum.
 //
+// An id that is not registered is refused (a mistyped id), unless it was
+// removed before: a repeated removal succeeds.
+//
 // Remove returns once this node's replicas show the node in no group, or
 // ErrUnavailable when ctx ends first (the removal then carries on in the
 // background). A node cannot remove itself: its replicas stop hearing of
@@ -190,6 +193,9 @@ func (n *Node) removeHere(ctx context.Context, data []byte) ([]byte, error) {
 	if st.State != "StateLeader" {
 		return nil, &raft.NotLeaderError{Group: RootGroup, Leader: st.Leader}
 	}
+	if res, err := n.unregistered(e.Reg.Node.ID); res != nil || err != nil {
+		return res, err
+	}
 	since := n.cfg.Clock.Now()
 	wctx, cancel := n.withTicks(ctx, 2*n.cfg.ElectionTicks)
 	defer cancel()
@@ -211,6 +217,25 @@ func (n *Node) removeHere(ctx context.Context, data []byte) ([]byte, error) {
 		}
 	}
 	return n.host.Propose(ctx, RootGroup, data)
+}
+
+// unregistered answers the removal of a node id the leader's registry
+// does not hold: done already when the id was removed before (a repeated
+// removal), refused otherwise (a mistyped id must not be reported
+// removed while the node meant stays in every group). It returns nil,
+// nil for a registered node.
+func (n *Node) unregistered(node uint64) ([]byte, error) {
+	reg, err := n.Registry()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case reg.Has(node):
+		return nil, nil
+	case slices.Contains(reg.Removed, node):
+		return encodeOutcome(outcome{}), nil
+	}
+	return nil, &refusal{msg: fmt.Sprintf("control: remove node %d: node %d is not registered", node, node)}
 }
 
 // groupsWith lists the hosted groups whose configuration, as this node's

@@ -55,6 +55,8 @@ type Node struct {
 	waiting map[uint64]string   // why a group this node leads holds a replica change back (Status)
 	failure error               // the host stopped on this error
 
+	auto autoState // the automatic rebalancer's; reconciler goroutine only
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed chan struct{}

@@ -55,13 +55,22 @@ func (n *Node) reconcile(ctx context.Context) {
 		}
 	}
 	members := reg.NodeIDs()
+	var settled []uint64 // led here, voters as committed: leadership may move
 	for _, g := range n.groups() {
 		st, err := n.host.Status(g)
 		if err != nil || st.Leader != n.cfg.NodeID || st.State != "StateLeader" {
 			n.setWaiting(g, "")
 			continue
 		}
-		n.setWaiting(g, n.reconcileGroup(ctx, g, st.Voters, plan(reg.Voters[g], members, st.Voters, st.Learners), round))
+		changes := plan(reg.Voters[g], members, st.Voters, st.Learners)
+		if len(changes) == 0 {
+			settled = append(settled, g)
+		}
+		n.setWaiting(g, n.reconcileGroup(ctx, g, st.Voters, changes, round))
+	}
+	n.transferLeaders(ctx, reg, settled, round)
+	if n.cfg.AutoRebalance {
+		n.autoRebalance(ctx, reg)
 	}
 	n.forgetRemoved()
 }

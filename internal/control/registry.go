@@ -5,8 +5,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-
-	"github.com/malachi-log/malachi/internal/placement"
 )
 
 // Registry is the cluster's membership as the root group agreed it: the
@@ -20,9 +18,16 @@ type Registry struct {
 	Factor     int          `json:"factor"`      // voters per vnode (clamped to the nodes)
 	RootVoters int          `json:"root_voters"` // voters of the root group (clamped)
 	Nodes      []NodeRecord `json:"nodes"`       // sorted by id
-	// Voters is the voter set placement picks for each group over Nodes,
-	// by group id; every other node is a learner there.
+	// Voters is the committed voter set of each group, by group id; every
+	// other node is a learner there. It changes by growth and removal
+	// (settle) and by an applied rebalance, never by a node joining a
+	// group that already has its factor (see rebalance_plan.go).
 	Voters map[uint64][]uint64 `json:"voters"`
+	// Leaders names, by group id, the voter an applied rebalance chose to
+	// lead the group; the group's leader hands leadership to it when it is
+	// live and caught up. A group with no entry keeps whatever leader
+	// raft elected.
+	Leaders map[uint64]uint64 `json:"leaders,omitempty"`
 	// Removed lists the ids removed from the cluster, oldest first, at
 	// most maxRemoved (the oldest is forgotten beyond). A removed id is
 	// never registered again: its replicas may come back with their old
@@ -56,14 +61,17 @@ const (
 
 // Registry command kinds.
 const (
-	regRegister = "register_node"
-	regRemove   = "remove_node"
+	regRegister  = "register_node"
+	regRemove    = "remove_node"
+	regRebalance = "rebalance"
 )
 
 // regCommand changes the registry; it travels in a root group entry.
 type regCommand struct {
 	Kind string     `json:"k"`
 	Node NodeRecord `json:"node"`
+	// Rebalance is the committed plan of a rebalance command.
+	Rebalance *rebalanceCommand `json:"rebalance,omitempty"`
 }
 
 // Registry refusals (the text travels back to the proposer).
@@ -119,6 +127,10 @@ func (r *Registry) apply(c *regCommand) error {
 			r.Removed = slices.Delete(r.Removed, 0, len(r.Removed)-maxRemoved+1)
 		}
 		r.Removed = append(r.Removed, c.Node.ID)
+	case regRebalance:
+		if err := r.rebalance(c.Rebalance); err != nil {
+			return err
+		}
 	default:
 		return errUnknownReg
 	}
@@ -130,19 +142,9 @@ func (r *Registry) find(id uint64) (int, bool) {
 	return slices.BinarySearchFunc(r.Nodes, id, func(n NodeRecord, id uint64) int { return cmp.Compare(n.ID, id) })
 }
 
-// place recomputes every group's voters from the nodes (HRW: a node
-// joining takes a vnode's slot only where it outranks a member).
-func (r *Registry) place() {
-	nodes := make([]placement.Node, len(r.Nodes))
-	for i, n := range r.Nodes {
-		nodes[i] = placement.Node{ID: n.ID, Attributes: n.Attrs}
-	}
-	r.Voters = make(map[uint64][]uint64, r.Vnodes+1)
-	r.Voters[RootGroup] = sorted(placement.VnodeReplicas(rootKey, nodes, r.RootVoters))
-	for v := range r.Vnodes {
-		r.Voters[VnodeGroup(uint32(v))] = sorted(placement.VnodeReplicas(uint32(v), nodes, r.Factor))
-	}
-}
+// place brings every group's committed voters to its factor over the
+// registered nodes (settle); an applied rebalance moves them further.
+func (r *Registry) place() { r.settle() }
 
 func sorted(ids []uint64) []uint64 {
 	slices.Sort(ids)
@@ -184,6 +186,7 @@ func (r *Registry) Clone() *Registry {
 	for g, vs := range r.Voters {
 		c.Voters[g] = slices.Clone(vs)
 	}
+	c.Leaders = maps.Clone(r.Leaders)
 	c.Removed = slices.Clone(r.Removed)
 	return &c
 }

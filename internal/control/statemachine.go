@@ -23,6 +23,10 @@ type groupSM struct {
 	st    *metadata.State
 	reg   *Registry // root only; nil on a joining replica until its first snapshot
 	dedup dedupTable
+	// moved is closed by the next Apply or Restore, for callers waiting
+	// for the replica to reach an index (Node.waitApplied); nil while no
+	// one waits.
+	moved chan struct{}
 }
 
 // notifier carries what an applied entry tells the rest of the node. Its
@@ -54,6 +58,7 @@ func (sm *groupSM) Apply(_ uint64, data []byte) []byte {
 	key := dedupKey{origin: e.Origin, req: e.Req}
 	sm.mu.Lock()
 	if prev, ok := sm.dedup.get(key); ok {
+		sm.wakeLocked()
 		sm.mu.Unlock()
 		return prev
 	}
@@ -70,6 +75,7 @@ func (sm *groupSM) Apply(_ uint64, data []byte) []byte {
 	if e.Req != 0 {
 		sm.dedup.put(key, b)
 	}
+	sm.wakeLocked()
 	sm.mu.Unlock()
 	if e.Meta != nil && sm.notify.applied != nil {
 		sm.notify.applied(sm.group, *e.Meta, res)
@@ -149,7 +155,7 @@ func (sm *groupSM) Restore(data []byte) error {
 			return err
 		}
 		reg = img.Registry
-		reg.place() // derived: never trusted from the bytes
+		reg.place() // repairs voter sets the node list does not support
 	}
 	dedup, err := dedupFrom(img.Dedup, maxDedup)
 	if err != nil {
@@ -157,6 +163,7 @@ func (sm *groupSM) Restore(data []byte) error {
 	}
 	sm.mu.Lock()
 	sm.st, sm.reg, sm.dedup = st, reg, dedup
+	sm.wakeLocked()
 	sm.mu.Unlock()
 	if sm.notify.restored != nil {
 		sm.notify.restored(sm.group)
@@ -165,6 +172,24 @@ func (sm *groupSM) Restore(data []byte) error {
 		sm.notify.registry(reg.Clone())
 	}
 	return nil
+}
+
+// wakeLocked wakes the callers waiting for the replica to move on.
+func (sm *groupSM) wakeLocked() {
+	if sm.moved != nil {
+		close(sm.moved)
+		sm.moved = nil
+	}
+}
+
+// changed returns a channel closed at the next Apply or Restore.
+func (sm *groupSM) changed() <-chan struct{} {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	if sm.moved == nil {
+		sm.moved = make(chan struct{})
+	}
+	return sm.moved
 }
 
 // registry returns a copy of the root's registry, nil before it has one.

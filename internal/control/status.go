@@ -20,7 +20,8 @@ type GroupStatus struct {
 	Applied  uint64   `json:"applied"`
 	Voters   []uint64 `json:"voters"`
 	Learners []uint64 `json:"learners,omitempty"`
-	// Placed is the voter set placement picks; Voters converge to it.
+	// Placed is the committed voter set (growth, removals and applied
+	// rebalances move it); Voters converge to it.
 	Placed []uint64 `json:"placed,omitempty"`
 	// Waiting, on the group's leader, says why the next replica change
 	// towards Placed is held back: it would leave the voters without a

@@ -57,7 +57,7 @@
 //	                   counted (Stats.CorruptFrames) and not delivered
 //	kind       uint8   1 hello, 2 hello answer, 3 one-way message,
 //	                   4 request, 5 response, 6 error response
-//	chan       uint8   Channel (1 raft, 2 forward, 3 replication; below
+//	chan       uint8   Channel (1 raft, 2 forward, 3 replication, 4 data; below
 //	                   16); 0 on hello and answers
 //	flags      uint16  0; other values are refused
 //	request id uint64  a call's id, unique among the caller's calls to

@@ -5,25 +5,19 @@ package peer
 // conditions with a deadline; goroutine counting; a throwaway PKI.
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
+	"net/url"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/testpki"
 )
 
 const waitLimit = 10 * time.Second
@@ -194,87 +188,46 @@ func checkNoLeak(t *testing.T) func() {
 }
 
 // testPKI is a throwaway certificate authority issuing node certificates
-// for 127.0.0.1, good for both ends of a connection.
+// for 127.0.0.1, good for both ends of a connection, written as PEM files.
 type testPKI struct {
-	dir    string
+	*testpki.CA
 	caFile string
-	caCert *x509.Certificate
-	caKey  *ecdsa.PrivateKey
 }
 
 func newTestPKI(t *testing.T, name string) *testPKI {
 	t.Helper()
-	p := &testPKI{dir: t.TempDir(), caKey: newKey(t)}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &p.caKey.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.caCert, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	p.caFile = p.writePEM(t, "ca.pem", "CERTIFICATE", der)
-	return p
+	ca := testpki.NewCA(t, name)
+	return &testPKI{CA: ca, caFile: testpki.WriteFile(t, t.TempDir(), "ca.pem", ca.PEM)}
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// issue writes a node certificate and key and returns their files.
-func (p *testPKI) issue(t *testing.T, node uint64) (certFile, keyFile string) {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(int64(node) + 100),
-		Subject:      pkix.Name{CommonName: fmt.Sprintf("node-%d", node)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("node-%d", node)
-	return p.writePEM(t, name+".pem", "CERTIFICATE", der), p.writePEM(t, name+"-key.pem", "PRIVATE KEY", keyDER)
-}
-
-// config loads node's mutual TLS configuration trusting ca.
+// config is node's mutual TLS configuration, with a certificate from p
+// naming node-<node>, trusting ca.
 func (p *testPKI) config(t *testing.T, node uint64, ca *testPKI) *tls.Config {
 	t.Helper()
-	cert, key := p.issue(t, node)
-	cfg, err := LoadMutualTLS(cert, key, ca.caFile)
+	return p.tlsConfig(t, ca, fmt.Sprintf("node-%d", node))
+}
+
+// issueFor is a mutual TLS configuration trusting p, with a certificate
+// from p of common name cn and the URI SANs uris.
+func (p *testPKI) issueFor(t *testing.T, cn string, uris ...*url.URL) *tls.Config {
+	t.Helper()
+	return p.tlsConfig(t, p, cn, uris...)
+}
+
+// tlsConfig writes a certificate for 127.0.0.1, good for both ends of a
+// connection, and loads it as LoadMutualTLS does, trusting trust.
+func (p *testPKI) tlsConfig(t *testing.T, trust *testPKI, cn string, uris ...*url.URL) *tls.Config {
+	t.Helper()
+	c, k := p.Issue(t, testpki.Leaf{
+		CommonName: cn,
+		Usage:      []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPs:        testpki.LocalhostIPs,
+		URIs:       uris,
+	})
+	dir := t.TempDir()
+	cfg, err := LoadMutualTLS(testpki.WriteFile(t, dir, "cert.pem", c), testpki.WriteFile(t, dir, "key.pem", k), trust.caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-func (p *testPKI) writePEM(t *testing.T, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }

@@ -243,50 +243,19 @@ func (ic *inConn) readLoop(ctx context.Context, conn net.Conn, br *bufio.Reader)
 	}
 }
 
-func (t *TCPTransport) deliver(from uint64, f frame) {
-	if !f.ch.valid() || t.handlers[f.ch] == nil {
-		t.counters.unhandled.Add(1)
-		return
-	}
-	t.handlers[f.ch](from, f.payload)
-}
-
 // dispatch starts the call handler of f on a goroutine of its own, if the
 // pool admits it, or answers the refusal.
 func (ic *inConn) dispatch(ctx context.Context, f frame) {
 	t := ic.t
-	var h CallHandler
-	if f.ch.valid() {
-		h = t.callHandlers[f.ch]
-	}
+	h := t.admitCall(ic.from, f, ic.reply)
 	if h == nil {
-		ic.reply(f.id, kindError, errorPayload(CodeNoHandler, fmt.Sprintf("no call handler for channel %s", f.ch)))
-		return
-	}
-	if !t.pool.acquire(ic.from) {
-		t.counters.handlersBusy.Add(1)
-		ic.reply(f.id, kindError, errorPayload(CodeBusy, "call handlers busy"))
 		return
 	}
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		defer t.pool.release(ic.from)
-		resp, err := h(ctx, ic.from, f.payload)
-		k, payload := answer(resp, err, t.cfg.MaxFrameBytes)
-		ic.reply(f.id, k, payload)
+		t.runCall(ctx, h, ic.from, f, ic.reply)
 	}()
-}
-
-// answer is the frame a call handler's result travels in.
-func answer(resp []byte, err error, maxFrame int) (kind, []byte) {
-	switch {
-	case err != nil:
-		return kindError, errorPayload(CodeHandler, err.Error())
-	case frameBytes(len(resp)) > maxFrame:
-		return kindError, errorPayload(CodeTooLarge, fmt.Sprintf("response of %d bytes exceeds the frame bound", len(resp)))
-	}
-	return kindResponse, resp
 }
 
 // reply queues an answer. A source whose answers pile up beyond the

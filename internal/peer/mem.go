@@ -85,7 +85,8 @@ func (n *MemNetwork) NewTransport(cfg Config) (*MemTransport, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	t := &MemTransport{net: n, cfg: cfg, addr: MemAddr(cfg.NodeID), pool: newHandlerPool(cfg.MaxHandlers, cfg.MaxHandlersPerNode)}
+	t := &MemTransport{net: n, addr: MemAddr(cfg.NodeID)}
+	t.init(cfg)
 	t.mu.addrs = make(map[uint64]string)
 	t.mu.links = make(map[uint64]*memLink)
 	t.mu.replies = make(map[*MemTransport]*memLink)

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 )
@@ -11,35 +10,17 @@ import (
 // to one destination node (with its calls), or its answers to one
 // caller. Its goroutine plays the connection.
 type memLink struct {
+	outbox
 	owner  *MemTransport
-	to     uint64
 	target *MemTransport // answer links: the caller; nil: look up addr
-	q      *sendQueue
-	calls  *callTable // nil on answer links
-	stats  *nodeCounters
 	cancel context.CancelFunc
 
-	mu      sync.Mutex // guards addr and stopErr
-	addr    string
-	stopErr error
+	mu   sync.Mutex // guards addr
+	addr string
 
 	// held frames wait, in order, for Release; only run touches them.
 	held      []queued
 	heldBytes int
-}
-
-func (l *memLink) push(it queued) error {
-	err := l.q.push(it)
-	switch {
-	case errors.Is(err, ErrBackpressure):
-		l.stats.refused.Add(1)
-		return fmt.Errorf("node %d: %w", l.to, err)
-	case errors.Is(err, ErrClosed):
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.stopErr
-	}
-	return err
 }
 
 func (l *memLink) setAddr(addr string) {
@@ -49,9 +30,7 @@ func (l *memLink) setAddr(addr string) {
 }
 
 func (l *memLink) stop(err error) {
-	l.mu.Lock()
-	l.stopErr = err
-	l.mu.Unlock()
+	l.stopped(err)
 	if l.calls != nil {
 		l.calls.close(err)
 	}

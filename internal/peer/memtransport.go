@@ -2,21 +2,16 @@ package peer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 )
 
 // MemTransport is the in-memory Transport of a MemNetwork.
 type MemTransport struct {
-	net          *MemNetwork
-	cfg          Config
-	addr         string
-	handlers     [NumChannels]Handler
-	callHandlers [NumChannels]CallHandler
-	pool         *handlerPool
-	counters     counters
-	wg           sync.WaitGroup // delivery goroutines, call handlers, receives under way
+	endpoint
+	net  *MemNetwork
+	addr string
+	wg   sync.WaitGroup // delivery goroutines, call handlers, receives under way
 
 	mu struct {
 		sync.Mutex
@@ -41,33 +36,22 @@ func (t *MemTransport) Addr() string { return t.addr }
 func (t *MemTransport) Handle(ch Channel, h Handler) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := registrable(ch, t.mu.started || t.mu.closed, ch.valid() && t.handlers[ch] != nil); err != nil {
-		return err
-	}
-	t.handlers[ch] = h
-	return nil
+	return t.setHandler(ch, h, t.mu.started || t.mu.closed)
 }
 
 // HandleCall registers the call handler of ch; see Transport.
 func (t *MemTransport) HandleCall(ch Channel, h CallHandler) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := registrable(ch, t.mu.started || t.mu.closed, ch.valid() && t.callHandlers[ch] != nil); err != nil {
-		return err
-	}
-	t.callHandlers[ch] = h
-	return nil
+	return t.setCallHandler(ch, h, t.mu.started || t.mu.closed)
 }
 
 // Start makes the transport reachable at its address.
 func (t *MemTransport) Start() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch {
-	case t.mu.closed:
-		return ErrClosed
-	case t.mu.started:
-		return errors.New("peer: already started")
+	if err := startable(t.mu.started, t.mu.closed); err != nil {
+		return err
 	}
 	if err := t.net.register(t); err != nil {
 		return err
@@ -101,34 +85,12 @@ func (t *MemTransport) RemoveNode(node uint64) {
 
 // Send queues payload for to; see Transport. payload is copied.
 func (t *MemTransport) Send(to uint64, ch Channel, payload []byte) error {
-	if err := checkOut(t.cfg, ch, len(payload)); err != nil {
-		return err
-	}
-	l, err := t.link(to)
-	if err != nil {
-		return err
-	}
-	return l.push(queued{frame: encodeFrame(kindMessage, ch, 0, payload)})
+	return send(t.cfg, to, ch, payload, t.link)
 }
 
 // Call sends req to to and waits for the answer; see Transport.
 func (t *MemTransport) Call(ctx context.Context, to uint64, ch Channel, req []byte) ([]byte, error) {
-	if err := checkOut(t.cfg, ch, len(req)); err != nil {
-		return nil, err
-	}
-	l, err := t.link(to)
-	if err != nil {
-		return nil, err
-	}
-	id, c, err := l.calls.add()
-	if err != nil {
-		return nil, fmt.Errorf("node %d: %w", to, err)
-	}
-	if err := l.push(queued{frame: encodeFrame(kindRequest, ch, id, req), call: id}); err != nil {
-		l.calls.remove(id)
-		return nil, err
-	}
-	return l.calls.wait(ctx, id, c)
+	return call(ctx, t.cfg, to, ch, req, t.link)
 }
 
 // link returns the link to node, starting its delivery goroutine on
@@ -167,11 +129,13 @@ func (t *MemTransport) replyLinkLocked(caller *MemTransport) *memLink {
 // REQUIRES: t.mu held, t not closed.
 func (t *MemTransport) startLinkLocked(node uint64, target *MemTransport) *memLink {
 	l := &memLink{
+		outbox: outbox{
+			to:    node,
+			q:     newSendQueue(t.cfg.MaxQueueFrames, t.cfg.MaxQueueBytes),
+			stats: t.counters.node(node),
+		},
 		owner:  t,
-		to:     node,
 		target: target,
-		q:      newSendQueue(t.cfg.MaxQueueFrames, t.cfg.MaxQueueBytes),
-		stats:  t.counters.node(node),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
@@ -194,16 +158,6 @@ func (t *MemTransport) poke(node uint64) {
 	}
 }
 
-func checkOut(cfg Config, ch Channel, n int) error {
-	if !ch.valid() {
-		return ErrBadChannel
-	}
-	if frameBytes(n) > cfg.MaxFrameBytes {
-		return fmt.Errorf("%w: %d payload bytes", ErrFrameTooLarge, n)
-	}
-	return nil
-}
-
 // Stats returns the transport's counters.
 func (t *MemTransport) Stats() Stats {
 	return t.counters.snapshot(func(node uint64) (int, int, int) {
@@ -213,8 +167,7 @@ func (t *MemTransport) Stats() Stats {
 		if l == nil {
 			return 0, 0, 0
 		}
-		frames, bytes := l.q.depth()
-		return frames, bytes, l.calls.len()
+		return l.load()
 	})
 }
 
@@ -289,25 +242,16 @@ func (t *MemTransport) receive(ctx context.Context, src *MemTransport, f frame, 
 	stats.bytesReceived.Add(uint64(n))
 	switch f.kind {
 	case kindMessage:
-		if !f.ch.valid() || t.handlers[f.ch] == nil {
-			t.counters.unhandled.Add(1)
-			return true
-		}
-		t.handlers[f.ch](from, f.payload)
+		t.deliver(from, f)
 	case kindRequest:
 		t.dispatch(ctx, src, f)
 	case kindResponse, kindError:
 		t.mu.Lock()
 		l := t.mu.links[from]
 		t.mu.Unlock()
-		if l == nil {
-			return true
+		if l != nil {
+			l.answered(f)
 		}
-		r := callResult{resp: f.payload}
-		if f.kind == kindError {
-			r = callResult{err: decodeError(from, f.payload)}
-		}
-		l.calls.complete(f.id, r)
 	}
 	return true
 }
@@ -316,17 +260,9 @@ func (t *MemTransport) receive(ctx context.Context, src *MemTransport, f frame, 
 // pool admits it, or answers the refusal.
 func (t *MemTransport) dispatch(ctx context.Context, src *MemTransport, f frame) {
 	from := src.cfg.NodeID
-	var h CallHandler
-	if f.ch.valid() {
-		h = t.callHandlers[f.ch]
-	}
-	switch {
-	case h == nil:
-		t.reply(src, f.id, kindError, errorPayload(CodeNoHandler, fmt.Sprintf("no call handler for channel %s", f.ch)))
-		return
-	case !t.pool.acquire(from):
-		t.counters.handlersBusy.Add(1)
-		t.reply(src, f.id, kindError, errorPayload(CodeBusy, "call handlers busy"))
+	reply := func(id uint64, k kind, payload []byte) { t.reply(src, id, k, payload) }
+	h := t.admitCall(from, f, reply)
+	if h == nil {
 		return
 	}
 	t.mu.Lock()
@@ -341,16 +277,20 @@ func (t *MemTransport) dispatch(ctx context.Context, src *MemTransport, f frame)
 	t.mu.cancels[hid] = cancel
 	t.wg.Add(1)
 	t.mu.Unlock()
+	// The handler's context ends as soon as it returns, before the answer
+	// is queued.
+	tracked := func(ctx context.Context, from uint64, req []byte) ([]byte, error) {
+		defer func() {
+			t.mu.Lock()
+			delete(t.mu.cancels, hid)
+			t.mu.Unlock()
+			cancel()
+		}()
+		return h(ctx, from, req)
+	}
 	go func() {
 		defer t.wg.Done()
-		defer t.pool.release(from)
-		resp, err := h(ctx, from, f.payload)
-		t.mu.Lock()
-		delete(t.mu.cancels, hid)
-		t.mu.Unlock()
-		cancel()
-		k, payload := answer(resp, err, t.cfg.MaxFrameBytes)
-		t.reply(src, f.id, k, payload)
+		t.runCall(ctx, tracked, from, f, reply)
 	}()
 }
 

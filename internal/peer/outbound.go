@@ -24,45 +24,29 @@ var errReaderEnded = errors.New("peer: connection's reader ended")
 // dest is the outbound side of one destination node: its queue, its
 // calls in flight, and the writer goroutine that dials it.
 type dest struct {
+	outbox
 	t      *TCPTransport
-	id     uint64
-	q      *sendQueue
-	calls  *callTable
-	stats  *nodeCounters
 	cancel context.CancelFunc // ends run; set before run starts
 
 	mu struct {
 		sync.Mutex
-		addr    string
-		conn    net.Conn // the established or dialling connection
-		stopErr error    // why the destination was stopped
+		addr string
+		conn net.Conn // the established or dialling connection
 	}
 }
 
 func newDest(t *TCPTransport, id uint64, addr string) *dest {
 	d := &dest{
-		t:     t,
-		id:    id,
-		q:     newSendQueue(t.cfg.MaxQueueFrames, t.cfg.MaxQueueBytes),
-		calls: newCallTable(t.cfg.MaxCallsInFlight),
-		stats: t.counters.node(id),
+		outbox: outbox{
+			to:    id,
+			q:     newSendQueue(t.cfg.MaxQueueFrames, t.cfg.MaxQueueBytes),
+			calls: newCallTable(t.cfg.MaxCallsInFlight),
+			stats: t.counters.node(id),
+		},
+		t: t,
 	}
 	d.mu.addr = addr
 	return d
-}
-
-func (d *dest) push(it queued) error {
-	err := d.q.push(it)
-	switch {
-	case errors.Is(err, ErrBackpressure):
-		d.stats.refused.Add(1)
-		return fmt.Errorf("node %d: %w", d.id, err)
-	case errors.Is(err, ErrClosed):
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return d.mu.stopErr
-	}
-	return err
 }
 
 // setAddr points later dials at addr and drops the connection to the
@@ -81,9 +65,7 @@ func (d *dest) setAddr(addr string) {
 // closes, so they see err rather than a lost connection), the queue is
 // dropped, and run returns.
 func (d *dest) stop(err error) {
-	d.mu.Lock()
-	d.mu.stopErr = err
-	d.mu.Unlock()
+	d.stopped(err)
 	d.calls.close(err)
 	d.q.close()
 	d.cancel()
@@ -109,13 +91,13 @@ func (d *dest) run(ctx context.Context) {
 			err = d.serve(ctx, conn, br)
 		} else if ctx.Err() == nil {
 			d.stats.dialFailures.Add(1)
-			d.t.cfg.Logger.Debug("peer: connect failed", "node", d.id, "err", err)
+			d.t.cfg.Logger.Debug("peer: connect failed", "node", d.to, "err", err)
 		}
 		d.forget(conn)
 		if ctx.Err() != nil {
 			return
 		}
-		d.calls.failAll(fmt.Errorf("node %d: %w", d.id, ErrConnectionLost), fmt.Errorf("node %d: %w: %w", d.id, ErrUnreachable, err))
+		d.calls.failAll(fmt.Errorf("node %d: %w", d.to, ErrConnectionLost), fmt.Errorf("node %d: %w: %w", d.to, ErrUnreachable, err))
 		if !d.backoff(ctx, failures) {
 			return
 		}
@@ -165,12 +147,12 @@ func (d *dest) handshake(ctx context.Context, raw net.Conn, addr string) (net.Co
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, nil, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
 		}
-		if err := checkPeerNode(cfg, tc, d.id); err != nil {
+		if err := checkPeerNode(cfg, tc, d.to); err != nil {
 			return nil, nil, fmt.Errorf("%w: %s: %w", ErrHandshake, addr, err)
 		}
 		conn = tc
 	}
-	h := hello{version: protocolVersion, from: cfg.NodeID, to: d.id, cluster: cfg.ClusterID}
+	h := hello{version: protocolVersion, from: cfg.NodeID, to: d.to, cluster: cfg.ClusterID}
 	if _, err := conn.Write(encodeFrame(kindHello, 0, 0, h.encode())); err != nil {
 		return nil, nil, err
 	}
@@ -188,9 +170,9 @@ func (d *dest) handshake(ctx context.Context, raw net.Conn, addr string) (net.Co
 		return nil, nil, fmt.Errorf("%w: %w", ErrHandshake, err)
 	case !ack.ok:
 		return nil, nil, fmt.Errorf("%w by node %d at %s: %s", ErrHandshake, ack.node, addr, ack.reason)
-	case ack.version != protocolVersion || ack.node != d.id:
+	case ack.version != protocolVersion || ack.node != d.to:
 		return nil, nil, fmt.Errorf("%w: %s is node %d speaking version %d, want node %d version %d",
-			ErrHandshake, addr, ack.node, ack.version, d.id, protocolVersion)
+			ErrHandshake, addr, ack.node, ack.version, d.to, protocolVersion)
 	}
 	return conn, br, raw.SetDeadline(time.Time{})
 }
@@ -258,19 +240,17 @@ func (d *dest) readAnswers(conn net.Conn, br *bufio.Reader) {
 	for {
 		f, n, err := readFrameWithin(br, d.t.cfg.MaxFrameBytes, conn, d.t.cfg.FrameReadTimeout)
 		if err != nil {
-			d.t.noteReadError(d.id, err)
+			d.t.noteReadError(d.to, err)
 			return
 		}
 		d.stats.framesReceived.Add(1)
 		d.stats.bytesReceived.Add(uint64(n))
 		switch f.kind {
-		case kindResponse:
-			d.calls.complete(f.id, callResult{resp: f.payload})
-		case kindError:
-			d.calls.complete(f.id, callResult{err: decodeError(d.id, f.payload)})
+		case kindResponse, kindError:
+			d.answered(f)
 		default:
 			d.t.counters.protocolErrors.Add(1)
-			d.t.cfg.Logger.Warn("peer: unexpected frame on an outbound connection", "node", d.id, "kind", f.kind)
+			d.t.cfg.Logger.Warn("peer: unexpected frame on an outbound connection", "node", d.to, "kind", f.kind)
 			return
 		}
 	}

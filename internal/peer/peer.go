@@ -21,6 +21,10 @@ const (
 	ChannelForward Channel = 2
 	// ChannelReplication carries segment batches to followers.
 	ChannelReplication Channel = 3
+	// ChannelData carries the data path between nodes: produces
+	// forwarded to the node writing a range, reads of another node's
+	// segments (calls), and append notifications (one-way).
+	ChannelData Channel = 4
 )
 
 // NumChannels bounds the channel numbers: a Channel is valid when it is
@@ -37,6 +41,8 @@ func (c Channel) String() string {
 		return "forward"
 	case ChannelReplication:
 		return "replication"
+	case ChannelData:
+		return "data"
 	}
 	return fmt.Sprintf("channel-%d", uint8(c))
 }

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -12,13 +11,9 @@ import (
 // configured). See the package documentation for the frame format and
 // its goroutines.
 type TCPTransport struct {
-	cfg          Config
-	handlers     [NumChannels]Handler
-	callHandlers [NumChannels]CallHandler
-	pool         *handlerPool
-	counters     counters
-	wg           sync.WaitGroup // every goroutine of the transport
-	quit         chan struct{}  // closed by Close
+	endpoint
+	wg   sync.WaitGroup // every goroutine of the transport
+	quit chan struct{}  // closed by Close
 
 	mu struct {
 		sync.Mutex
@@ -42,7 +37,8 @@ func NewTCP(cfg Config) (*TCPTransport, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	t := &TCPTransport{cfg: cfg, pool: newHandlerPool(cfg.MaxHandlers, cfg.MaxHandlersPerNode), quit: make(chan struct{})}
+	t := &TCPTransport{quit: make(chan struct{})}
+	t.init(cfg)
 	t.mu.addrs = make(map[uint64]string)
 	t.mu.dests = make(map[uint64]*dest)
 	t.mu.inbound = make(map[*inConn]struct{})
@@ -57,34 +53,14 @@ func (t *TCPTransport) ID() uint64 { return t.cfg.NodeID }
 func (t *TCPTransport) Handle(ch Channel, h Handler) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := registrable(ch, t.mu.started || t.mu.closed, ch.valid() && t.handlers[ch] != nil); err != nil {
-		return err
-	}
-	t.handlers[ch] = h
-	return nil
+	return t.setHandler(ch, h, t.mu.started || t.mu.closed)
 }
 
 // HandleCall registers the call handler of ch; see Transport.
 func (t *TCPTransport) HandleCall(ch Channel, h CallHandler) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := registrable(ch, t.mu.started || t.mu.closed, ch.valid() && t.callHandlers[ch] != nil); err != nil {
-		return err
-	}
-	t.callHandlers[ch] = h
-	return nil
-}
-
-func registrable(ch Channel, started, taken bool) error {
-	switch {
-	case !ch.valid():
-		return ErrBadChannel
-	case started:
-		return ErrStarted
-	case taken:
-		return fmt.Errorf("peer: channel %s already has a handler", ch)
-	}
-	return nil
+	return t.setCallHandler(ch, h, t.mu.started || t.mu.closed)
 }
 
 // Listen binds ListenAddr without accepting yet, so that a node
@@ -117,11 +93,8 @@ func (t *TCPTransport) listenLocked() error {
 func (t *TCPTransport) Start() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch {
-	case t.mu.closed:
-		return ErrClosed
-	case t.mu.started:
-		return errors.New("peer: already started")
+	if err := startable(t.mu.started, t.mu.closed); err != nil {
+		return err
 	}
 	if err := t.listenLocked(); err != nil {
 		return err
@@ -196,34 +169,12 @@ func (t *TCPTransport) destFor(node uint64) (*dest, error) {
 
 // Send queues payload for to; see Transport. payload is copied.
 func (t *TCPTransport) Send(to uint64, ch Channel, payload []byte) error {
-	if err := checkOut(t.cfg, ch, len(payload)); err != nil {
-		return err
-	}
-	d, err := t.destFor(to)
-	if err != nil {
-		return err
-	}
-	return d.push(queued{frame: encodeFrame(kindMessage, ch, 0, payload)})
+	return send(t.cfg, to, ch, payload, t.destFor)
 }
 
 // Call sends req to to and waits for the answer; see Transport.
 func (t *TCPTransport) Call(ctx context.Context, to uint64, ch Channel, req []byte) ([]byte, error) {
-	if err := checkOut(t.cfg, ch, len(req)); err != nil {
-		return nil, err
-	}
-	d, err := t.destFor(to)
-	if err != nil {
-		return nil, err
-	}
-	id, c, err := d.calls.add()
-	if err != nil {
-		return nil, fmt.Errorf("node %d: %w", to, err)
-	}
-	if err := d.push(queued{frame: encodeFrame(kindRequest, ch, id, req), call: id}); err != nil {
-		d.calls.remove(id)
-		return nil, err
-	}
-	return d.calls.wait(ctx, id, c)
+	return call(ctx, t.cfg, to, ch, req, t.destFor)
 }
 
 // Stats returns the transport's counters.
@@ -235,8 +186,7 @@ func (t *TCPTransport) Stats() Stats {
 		if d == nil {
 			return 0, 0, 0
 		}
-		frames, bytes := d.q.depth()
-		return frames, bytes, d.calls.len()
+		return d.load()
 	})
 }
 

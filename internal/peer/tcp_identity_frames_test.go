@@ -7,55 +7,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"errors"
-	"math/big"
 	"net"
 	"net/url"
 	"sync"
 	"testing"
 	"time"
 )
-
-// issueFor writes a certificate for 127.0.0.1 with the given common name
-// and URI SANs, and returns node's mutual TLS configuration with it.
-func (p *testPKI) issueFor(t *testing.T, cn string, uris ...*url.URL) *tls.Config {
-	t.Helper()
-	key := newKey(t)
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		URIs:         uris,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile := p.writePEM(t, serial.String()+".pem", "CERTIFICATE", der)
-	keyFile := p.writePEM(t, serial.String()+"-key.pem", "PRIVATE KEY", keyDER)
-	cfg, err := LoadMutualTLS(certFile, keyFile, p.caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 func echoCalls(tr *TCPTransport) {
 	tr.HandleCall(ChannelForward, func(_ context.Context, _ uint64, req []byte) ([]byte, error) { return req, nil })

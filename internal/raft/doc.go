@@ -37,8 +37,9 @@
 //
 // The core (Tick, Receive, Process) has no goroutine and no clock: tests
 // drive it by hand, deterministically. Run drives it in production from one
-// goroutine on an internal/clock timer. Callers' Propose, ReadBarrier and
-// ChangeReplicas go through a mutex shared with the cycle, so a
+// goroutine on an internal/clock timer. Callers' Propose, ReadBarrier,
+// ChangeReplicas and TransferLeadership go through a mutex shared with
+// the cycle, so a
 // StateMachine, which runs inside the cycle, must not call the Host.
 //
 // Proposals are made only at a group's leader (DisableProposalForwarding);

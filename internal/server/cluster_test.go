@@ -8,7 +8,8 @@ import (
 )
 
 // On a single node, cluster_status answers the node alone and
-// cluster_remove is not enabled; both need the admin permission.
+// cluster_remove and cluster_rebalance are not enabled; all need the
+// admin permission.
 func TestClusterKeysOnASingleNode(t *testing.T) {
 	n := startAuthNode(t, broker.Config{NodeID: "node-7"}, Config{})
 	admin := n.login(t, "admin", "admin123")
@@ -21,8 +22,11 @@ func TestClusterKeysOnASingleNode(t *testing.T) {
 		t.Fatalf("single-node cluster status: %+v", st)
 	}
 	admin.refused(3, &wire.ClusterRemoveRequest{Node: 2}, wire.ReasonNotEnabled)
+	admin.refused(6, &wire.ClusterRebalanceRequest{}, wire.ReasonNotEnabled)
+	admin.refused(7, &wire.ClusterRebalanceRequest{Apply: true}, wire.ReasonNotEnabled)
 
 	producer := n.login(t, "producer", "producer123")
 	producer.refused(4, &wire.ClusterStatusRequest{}, wire.ReasonPermissionDenied)
 	producer.refused(5, &wire.ClusterRemoveRequest{Node: 2}, wire.ReasonPermissionDenied)
+	producer.refused(8, &wire.ClusterRebalanceRequest{Apply: true}, wire.ReasonPermissionDenied)
 }

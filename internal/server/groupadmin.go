@@ -20,7 +20,7 @@ func (c *conn) cursorAtTime(id broker.Identity, r *wire.CursorAtTimeRequest) (wi
 	}
 	// Times past the int64 range are later than any record: the end.
 	at := int64(min(r.TimeMs, math.MaxInt64))
-	cur, err := c.s.b.CursorAt(topic, at)
+	cur, err := c.s.b.CursorAtContext(c.reqCtx, topic, at)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +32,7 @@ func (c *conn) cursorFromEnd(id broker.Identity, r *wire.CursorFromEndRequest) (
 	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		return nil, err
 	}
-	cur, err := c.s.b.CursorFromEnd(topic, r.N)
+	cur, err := c.s.b.CursorFromEndContext(c.reqCtx, topic, r.N)
 	if err != nil {
 		return nil, err
 	}

@@ -80,6 +80,14 @@ func (c *conn) handleAdmin(id broker.Identity, req wire.Request) (wire.Response,
 		return &resp, nil
 	case *wire.ClusterStatusRequest:
 		return clusterStatus(c.s.b.ClusterStatus()), nil
+	case *wire.ClusterRebalanceRequest:
+		if !r.Apply {
+			p, err := c.s.b.Rebalance(c.reqCtx, false)
+			if err != nil {
+				return nil, err
+			}
+			return rebalancePlan(p), nil
+		}
 	}
 	return c.adminChange(id, req)
 }
@@ -131,6 +139,12 @@ func (c *conn) adminChange(id broker.Identity, req wire.Request) (wire.Response,
 	case *wire.ClusterRemoveRequest:
 		typ, target = auditNodeRemoved, fmt.Sprint(r.Node)
 		err = b.RemoveNode(ctx, r.Node)
+	case *wire.ClusterRebalanceRequest:
+		var p broker.RebalancePlan
+		typ, target = auditRebalanced, "cluster"
+		if p, err = b.Rebalance(ctx, true); err == nil {
+			detail, resp = map[string]string{"moves": fmt.Sprint(p.Moves())}, rebalancePlan(p)
+		}
 	default:
 		return nil, broker.ErrNotEnabled
 	}
@@ -308,7 +322,7 @@ func (c *conn) endCursor(id broker.Identity, r *wire.EndCursorRequest) (wire.Res
 	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		return nil, err
 	}
-	cur, err := c.s.b.EndCursor(topic)
+	cur, err := c.s.b.EndCursorContext(c.reqCtx, topic)
 	if err != nil {
 		return nil, err
 	}

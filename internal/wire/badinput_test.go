@@ -63,7 +63,7 @@ func TestTruncatedAndTrailing(t *testing.T) {
 }
 
 func TestUnknownAPIKey(t *testing.T) {
-	for _, key := range []uint16{17, 21, 22, 63, 89, 0xFFFF} {
+	for _, key := range []uint16{17, 21, 22, 63, 90, 0xFFFF} {
 		if _, err := DecodeRequest(key, nil); !errors.Is(err, ErrUnknownAPIKey) {
 			t.Errorf("key %d: err = %v, want ErrUnknownAPIKey", key, err)
 		}
@@ -134,8 +134,19 @@ func badCases() []badCase {
 			payload(be64(1), be32(8), be32(1), be64(2), oneByte(1), str("alive"), str(""), str(""), str(""), str(""), lots(big), zeros(10))},
 		{"cluster_status group count", into(new(ClusterStatusResponse)), payload(be64(1), be32(8), emptyList(), lots(huge), zeros(10))},
 		{"cluster_status bool 2", into(new(ClusterStatusResponse)),
-			payload(be64(1), be32(8), be32(1), be64(2), oneByte(2), str("alive"), str(""), str(""), str(""), str(""), emptyList(), emptyList())},
+			payload(be64(1), be32(8), be32(1), be64(2), oneByte(2), str("alive"), str(""), str(""), str(""), str(""), emptyList(), emptyList(), emptyList())},
+		{"cluster_status peer count", into(new(ClusterStatusResponse)), payload(be64(1), be32(8), emptyList(), emptyList(), lots(big), zeros(10))},
+		{"cluster_status without peers", into(new(ClusterStatusResponse)), payload(be64(1), be32(8), emptyList(), emptyList())},
+		{"cluster_status short peer", into(new(ClusterStatusResponse)), payload(be64(1), be32(8), emptyList(), emptyList(), be32(1), be64(2), oneByte(1), zeros(39))},
 		{"cluster_remove short id", decodeKey(KeyClusterRemove), zeros(7)},
+		{"cluster_rebalance empty", decodeKey(KeyClusterRebalance), payload()},
+		{"cluster_rebalance bool 2", decodeKey(KeyClusterRebalance), oneByte(2)},
+		{"cluster_rebalance trailing byte", decodeKey(KeyClusterRebalance), payload(oneByte(1), oneByte(0))},
+		{"cluster_rebalance node count", into(new(ClusterRebalanceResponse)), payload(oneByte(1), lots(big), zeros(10))},
+		{"cluster_rebalance group count", into(new(ClusterRebalanceResponse)), payload(oneByte(0), emptyList(), lots(huge), zeros(10))},
+		{"cluster_rebalance live 2", into(new(ClusterRebalanceResponse)), payload(oneByte(0), be32(1), be64(1), oneByte(2), zeros(16), emptyList())},
+		{"cluster_rebalance absent name", into(new(ClusterRebalanceResponse)),
+			payload(oneByte(0), emptyList(), be32(1), be64(2), absent(), emptyList(), emptyList(), emptyList(), emptyList(), be64(0), be64(0), str(""))},
 		{"group_seek str tag 2", decodeKey(KeyGroupSeek), payload(str("t"), str("g"), oneByte(2))},
 		{"cursor_at_time short time", decodeKey(KeyCursorAtTime), payload(str("t"), zeros(7))},
 		{"str tag 2", decodeKey(KeyDeleteUser), payload(oneByte(2))},

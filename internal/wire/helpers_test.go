@@ -21,7 +21,7 @@ var allKeys = []uint16{
 	KeyCursorAtTime, KeyGroupSeek, KeyGroupDelete, KeyDescribeGroupMembers, KeyCursorFromEnd,
 	KeyAPIVersions, KeyTopicRoutes, KeyProduceBatches, KeyFetchBatches, KeySubscribeBatches,
 	KeySessionAuth, KeyMemberHeartbeat, KeyMemberCommit,
-	KeyClusterStatus, KeyClusterRemove,
+	KeyClusterStatus, KeyClusterRemove, KeyClusterRebalance,
 }
 
 // sampleBatch stands for a storage batch: the wire carries it as opaque
@@ -82,6 +82,7 @@ func sampleRequests() []Request {
 		&MemberCommitRequest{Topic: new("orders"), Group: new("g"), Member: new("m1"), Generation: math.MaxUint64, Cursor: nil},
 		&ClusterStatusRequest{},
 		&ClusterRemoveRequest{Node: 3},
+		&ClusterRebalanceRequest{Apply: true},
 	}
 }
 
@@ -129,6 +130,16 @@ func sampleResponses() []responseDecoder {
 			Groups: []ClusterGroup{
 				{Group: 1, Name: "root", State: "StateLeader", Leader: 1, Term: 2, Commit: 30, Applied: 30, Voters: []uint64{1, 2, 3}, Placed: []uint64{1, 2, 3}},
 				{Group: 2, Name: "vnode-0", State: "StateFollower", Leader: 0, Learners: []uint64{4}},
+			},
+			Peers: []ClusterPeer{
+				{Node: 2, Connected: true, Writes: 10, FramesSent: 30, BytesSent: 4096, FramesReceived: 29, BytesReceived: math.MaxUint64},
+				{Node: 3},
+			}},
+		&ClusterRebalanceResponse{Applied: true,
+			Nodes: []RebalanceNode{{ID: 1, Live: true, Voter: 9, VoterAfter: 6, Leads: 9, LeadsAfter: 2}, {ID: 5, Voter: 1, LeadsAfter: math.MaxUint32}},
+			Groups: []RebalanceGroup{
+				{Group: 2, Name: "vnode-0", Voters: []uint64{1, 2, 3}, Target: []uint64{1, 4, 5}, Add: []uint64{4, 5}, Remove: []uint64{2, 3}, Leader: 1, NewLeader: 4},
+				{Group: 3, Name: "vnode-1", Voters: []uint64{1, 2, 3}, Target: []uint64{1, 2, 3}, Leader: 1, Held: "voters [1 2 3] would have no live quorum"},
 			}},
 	}
 }

@@ -52,6 +52,8 @@ const (
 
 	KeyClusterStatus uint16 = 87
 	KeyClusterRemove uint16 = 88
+	// KeyClusterRebalance shows or commits the metadata groups' rebalance.
+	KeyClusterRebalance uint16 = 89
 )
 
 var keyNames = map[uint16]string{
@@ -70,6 +72,7 @@ var keyNames = map[uint16]string{
 	KeyFetchBatches: "fetch_batches", KeySubscribeBatches: "subscribe_batches", KeySessionAuth: "session_auth",
 	KeyMemberHeartbeat: "member_heartbeat", KeyMemberCommit: "member_commit",
 	KeyClusterStatus: "cluster_status", KeyClusterRemove: "cluster_remove",
+	KeyClusterRebalance: "cluster_rebalance",
 }
 
 // KeyName returns the snake_case name of an api key ("produce"), or

@@ -174,6 +174,9 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	}),
 	KeyClusterStatus: rapid.Just[Request](&ClusterStatusRequest{}),
 	KeyClusterRemove: req(func(t *rapid.T) Request { return &ClusterRemoveRequest{Node: genU64.Draw(t, "node")} }),
+	KeyClusterRebalance: req(func(t *rapid.T) Request {
+		return &ClusterRebalanceRequest{Apply: genBool.Draw(t, "apply")}
+	}),
 }
 
 var genRangeBatch = rapid.Custom(func(t *rapid.T) RangeBatch {
@@ -231,6 +234,31 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 					Leader: genU64.Draw(t, "leader"), Term: genU64.Draw(t, "term"), Commit: genU64.Draw(t, "commit"),
 					Applied: genU64.Draw(t, "applied"), Voters: listOf(t, "voters", genU64),
 					Learners: listOf(t, "learners", genU64), Placed: listOf(t, "placed", genU64),
+				}
+			})),
+			Peers: listOf(t, "peers", rapid.Custom(func(t *rapid.T) ClusterPeer {
+				return ClusterPeer{
+					Node: genU64.Draw(t, "node"), Connected: genBool.Draw(t, "connected"), Writes: genU64.Draw(t, "writes"),
+					FramesSent: genU64.Draw(t, "frames_sent"), BytesSent: genU64.Draw(t, "bytes_sent"),
+					FramesReceived: genU64.Draw(t, "frames_received"), BytesReceived: genU64.Draw(t, "bytes_received"),
+				}
+			})),
+		}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		return &ClusterRebalanceResponse{
+			Applied: genBool.Draw(t, "applied"),
+			Nodes: listOf(t, "nodes", rapid.Custom(func(t *rapid.T) RebalanceNode {
+				return RebalanceNode{
+					ID: genU64.Draw(t, "id"), Live: genBool.Draw(t, "live"), Voter: genU32.Draw(t, "voter"),
+					VoterAfter: genU32.Draw(t, "voter_after"), Leads: genU32.Draw(t, "leads"), LeadsAfter: genU32.Draw(t, "leads_after"),
+				}
+			})),
+			Groups: listOf(t, "groups", rapid.Custom(func(t *rapid.T) RebalanceGroup {
+				return RebalanceGroup{
+					Group: genU64.Draw(t, "group"), Name: genString.Draw(t, "name"), Voters: listOf(t, "voters", genU64),
+					Target: listOf(t, "target", genU64), Add: listOf(t, "add", genU64), Remove: listOf(t, "remove", genU64),
+					Leader: genU64.Draw(t, "leader"), NewLeader: genU64.Draw(t, "new_leader"), Held: genString.Draw(t, "held"),
 				}
 			})),
 		}

@@ -14,6 +14,7 @@ type ClusterStatus struct {
 	Vnodes int            `json:"vnodes"` // ring size; 0 on a single node
 	Nodes  []ClusterNode  `json:"nodes"`
 	Groups []ClusterGroup `json:"groups"`
+	Peers  []ClusterPeer  `json:"peers,omitempty"` // traffic with each other node
 }
 
 // ClusterNode is one node: registered by the control plane, known to
@@ -41,8 +42,24 @@ type ClusterGroup struct {
 	Applied  uint64   `json:"applied"`
 	Voters   []uint64 `json:"voters"`
 	Learners []uint64 `json:"learners,omitempty"`
-	// Placed is the voter set placement picks; Voters converge to it.
+	// Placed is the committed voter set (growth, removals and applied
+	// rebalances move it); Voters converge to it.
 	Placed []uint64 `json:"placed,omitempty"`
+}
+
+// ClusterPeer is the answering node's traffic with one other node on the
+// peer transport since it started (raft, forwarded requests, the data
+// path). A frame is one message; Writes are the batched writes that
+// carried the frames sent, so FramesSent/Writes is the batching factor.
+// Two readings some seconds apart give the rates.
+type ClusterPeer struct {
+	Node           uint64 `json:"node"`
+	Connected      bool   `json:"connected"`
+	Writes         uint64 `json:"writes"`
+	FramesSent     uint64 `json:"frames_sent"`
+	BytesSent      uint64 `json:"bytes_sent"`
+	FramesReceived uint64 `json:"frames_received"`
+	BytesReceived  uint64 `json:"bytes_received"`
 }
 
 // ClusterStatus reports the cluster's nodes with their liveness and the
@@ -73,6 +90,12 @@ func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 			Applied: g.Applied, Voters: g.Voters, Learners: g.Learners, Placed: g.Placed,
 		})
 	}
+	for _, p := range resp.Peers {
+		out.Peers = append(out.Peers, ClusterPeer{
+			Node: p.Node, Connected: p.Connected, Writes: p.Writes, FramesSent: p.FramesSent, BytesSent: p.BytesSent,
+			FramesReceived: p.FramesReceived, BytesReceived: p.BytesReceived,
+		})
+	}
 	return out, nil
 }
 
@@ -84,4 +107,83 @@ func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 // answers ErrMetadataUnavailable and carries on; asking again is safe.
 func (c *Client) RemoveNode(ctx context.Context, node uint64) error {
 	return c.do(ctx, request{req: wire.ClusterRemoveRequest{Node: node}, resend: true})
+}
+
+// RebalancePlan is a rebalance of the metadata groups as the root
+// group's leader staged it: for every group, the voters placement picks
+// over the live nodes and a leader chosen so that each live node leads
+// about as many groups, with the moves from the present configuration.
+// The JSON field names are stable, for `malachi cluster rebalance -o json`.
+type RebalancePlan struct {
+	Applied bool             `json:"applied"` // the plan was committed
+	Nodes   []RebalanceNode  `json:"nodes"`
+	Groups  []RebalanceGroup `json:"groups"`
+}
+
+// RebalanceNode is one registered node in a plan: whether the root's
+// leader hears from it, and the groups it votes in and leads, now and
+// once the plan is carried out.
+type RebalanceNode struct {
+	ID         uint64 `json:"id"`
+	Live       bool   `json:"live"`
+	Voter      int    `json:"voter"`
+	VoterAfter int    `json:"voter_after"`
+	Leads      int    `json:"leads"`
+	LeadsAfter int    `json:"leads_after"`
+}
+
+// RebalanceGroup is one metadata group in a plan. Add and Remove are the
+// voters it gains and loses (added first, removed after); NewLeader is
+// the leader the plan picks (0: no live voter). Held, when set, says why
+// the group's voters stay: a move would leave them without a live quorum.
+type RebalanceGroup struct {
+	Group     uint64   `json:"group"`
+	Name      string   `json:"name"`
+	Voters    []uint64 `json:"voters"`
+	Target    []uint64 `json:"target"`
+	Add       []uint64 `json:"add,omitempty"`
+	Remove    []uint64 `json:"remove,omitempty"`
+	Leader    uint64   `json:"leader"`
+	NewLeader uint64   `json:"new_leader"`
+	Held      string   `json:"held,omitempty"`
+}
+
+// Moves counts the voter changes and leadership changes the plan makes.
+func (p *RebalancePlan) Moves() int {
+	n := 0
+	for _, g := range p.Groups {
+		n += len(g.Add) + len(g.Remove)
+		if g.NewLeader != 0 && g.NewLeader != g.Leader {
+			n++
+		}
+	}
+	return n
+}
+
+// Rebalance returns the cluster's rebalance plan and, with apply,
+// commits it: the metadata groups' leaders then move the voters (adding
+// before removing, never leaving a group without a live quorum) and hand
+// leadership to the chosen voters. It returns once the plan is committed;
+// ClusterStatus shows the progress. A single node answers ErrNotEnabled;
+// a root group without a quorum ErrMetadataUnavailable (an apply may then
+// have been committed: ask for the plan again). It needs the admin
+// permission.
+func (c *Client) Rebalance(ctx context.Context, apply bool) (RebalancePlan, error) {
+	var resp wire.ClusterRebalanceResponse
+	if err := c.do(ctx, request{req: wire.ClusterRebalanceRequest{Apply: apply}, resp: &resp, resend: true}); err != nil {
+		return RebalancePlan{}, err
+	}
+	out := RebalancePlan{Applied: resp.Applied}
+	for _, n := range resp.Nodes {
+		out.Nodes = append(out.Nodes, RebalanceNode{
+			ID: n.ID, Live: n.Live, Voter: int(n.Voter), VoterAfter: int(n.VoterAfter), Leads: int(n.Leads), LeadsAfter: int(n.LeadsAfter),
+		})
+	}
+	for _, g := range resp.Groups {
+		out.Groups = append(out.Groups, RebalanceGroup{
+			Group: g.Group, Name: g.Name, Voters: g.Voters, Target: g.Target, Add: g.Add, Remove: g.Remove,
+			Leader: g.Leader, NewLeader: g.NewLeader, Held: g.Held,
+		})
+	}
+	return out, nil
 }

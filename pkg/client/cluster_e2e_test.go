@@ -9,7 +9,7 @@ import (
 )
 
 // A single node answers ClusterStatus with itself alone and refuses
-// RemoveNode as not enabled; both are for administrators.
+// RemoveNode and Rebalance as not enabled; all are for administrators.
 func TestClusterStatusOfASingleNode(t *testing.T) {
 	n := clienttest.Start(t)
 	ctx := t.Context()
@@ -25,7 +25,15 @@ func TestClusterStatusOfASingleNode(t *testing.T) {
 	if err := admin.RemoveNode(ctx, 2); !errors.Is(err, client.ErrNotEnabled) {
 		t.Fatalf("RemoveNode on a single node: %v, want not_enabled", err)
 	}
+	for _, apply := range []bool{false, true} {
+		if _, err := admin.Rebalance(ctx, apply); !errors.Is(err, client.ErrNotEnabled) {
+			t.Fatalf("Rebalance(apply %v) on a single node: %v, want not_enabled", apply, err)
+		}
+	}
 	producer := n.Client(t, "producer", "producer123")
+	if _, err := producer.Rebalance(ctx, false); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("Rebalance as a producer: %v, want permission_denied", err)
+	}
 	if _, err := producer.ClusterStatus(ctx); !errors.Is(err, client.ErrPermissionDenied) {
 		t.Fatalf("ClusterStatus as a producer: %v, want permission_denied", err)
 	}

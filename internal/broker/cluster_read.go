@@ -1,0 +1,195 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/malachi-log/malachi/internal/dataplane"
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage"
+	"github.com/malachi-log/malachi/internal/storage/segment"
+)
+
+// Reads of segments wherever they are. The read plan, cursors and lineage
+// are worked out on the node serving the reader; only the storage read
+// is local or a call to the segment's primary, which answers the batches
+// as stored, never past its durable end (R1: with one replica, its
+// watermark). The reader checks every batch's checksum before using it
+// (S1), as the store does for its own reads.
+
+// segExtent is what a reader needs of a segment's extent.
+type segExtent struct {
+	durableEnd   uint64
+	records      uint64
+	maxTimestamp int64
+}
+
+// readSegment reads seg's batches from from: at most maxBytes (the first
+// batch whole), none at or past upTo. It returns the batches and the
+// offset after the last one.
+func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
+	if b.holds(seg) {
+		return b.store.Read(storage.SegmentID(seg.ID), from, maxBytes, upTo)
+	}
+	d := b.data
+	node := primaryOf(seg)
+	if d == nil || node == 0 {
+		return nil, from, b.local(seg)
+	}
+	if err := d.reserveRead(); err != nil {
+		return nil, from, err
+	}
+	defer d.readDone()
+	req := dataplane.Read{Segment: seg.ID, From: from, MaxBytes: uint64(max(min(maxBytes, d.lim.ReadBytes), 1)), UpTo: upTo}
+	resp, err := d.call(ctx, node, req.Encode())
+	if err != nil {
+		return nil, from, err
+	}
+	ans, err := dataplane.DecodeReadAnswer(resp)
+	if err != nil {
+		return nil, from, segRefusal(node, seg.ID, err)
+	}
+	if err := verifyBatches(ans.Batches, from, upTo); err != nil {
+		return nil, from, fmt.Errorf("broker: segment %d as node-%d sent it: %w", seg.ID, node, err)
+	}
+	return ans.Batches, ans.Next, nil
+}
+
+// verifyBatches checks what another node sent: whole batches, each with
+// a good checksum, none wholly below from nor starting at or past upTo.
+func verifyBatches(buf []byte, from, upTo uint64) error {
+	batches, err := segment.SplitBatches(buf)
+	if err != nil {
+		return err
+	}
+	for _, batch := range batches {
+		if err := segment.Verify(batch); err != nil {
+			return err
+		}
+		h, err := segment.ParseHeader(batch)
+		if err != nil {
+			return err
+		}
+		if h.LastOffset() < from || h.BaseOffset >= upTo {
+			return fmt.Errorf("batch [%d, %d] outside the read [%d, %d)", h.BaseOffset, h.LastOffset(), from, upTo)
+		}
+	}
+	return nil
+}
+
+// segRefusal maps another node's refusal of a segment request: a segment
+// it has no file of is storage.ErrNotFound, as a local read would say.
+func segRefusal(node, segID uint64, err error) error {
+	var r *dataplane.Refusal
+	if !errors.As(err, &r) {
+		return fmt.Errorf("broker: node-%d answered a read of segment %d: %w", node, segID, err)
+	}
+	if r.Status == dataplane.StatusNotFound {
+		return fmt.Errorf("%w: segment %d on node-%d", storage.ErrNotFound, segID, node)
+	}
+	return remoteError(node, r)
+}
+
+// segmentExtent returns seg's durable extent from whichever node holds it.
+func (b *Broker) segmentExtent(ctx context.Context, seg metadata.Segment) (segExtent, error) {
+	if b.holds(seg) {
+		info, err := b.store.Info(storage.SegmentID(seg.ID))
+		if err != nil {
+			return segExtent{}, err
+		}
+		return segExtent{durableEnd: info.DurableEnd, records: info.Records, maxTimestamp: info.MaxTimestamp}, nil
+	}
+	d := b.data
+	node := primaryOf(seg)
+	if d == nil || node == 0 {
+		return segExtent{}, b.local(seg)
+	}
+	resp, err := d.call(ctx, node, (&dataplane.Info{Segment: seg.ID}).Encode())
+	if err != nil {
+		return segExtent{}, err
+	}
+	ans, err := dataplane.DecodeInfoAnswer(resp)
+	if err != nil {
+		return segExtent{}, segRefusal(node, seg.ID, err)
+	}
+	return segExtent{durableEnd: ans.DurableEnd, records: ans.Records, maxTimestamp: ans.MaxTimestamp}, nil
+}
+
+// seekSegment is storage.Store.SeekTime on whichever node holds seg.
+func (b *Broker) seekSegment(ctx context.Context, seg metadata.Segment, atMs int64) (uint64, bool, error) {
+	if b.holds(seg) {
+		return b.store.SeekTime(storage.SegmentID(seg.ID), atMs)
+	}
+	d := b.data
+	node := primaryOf(seg)
+	if d == nil || node == 0 {
+		return 0, false, b.local(seg)
+	}
+	resp, err := d.call(ctx, node, (&dataplane.Seek{Segment: seg.ID, AtMs: atMs}).Encode())
+	if err != nil {
+		return 0, false, err
+	}
+	ans, err := dataplane.DecodeSeekAnswer(resp)
+	if err != nil {
+		return 0, false, segRefusal(node, seg.ID, err)
+	}
+	return ans.Base, ans.Found, nil
+}
+
+// storeRefusal answers a segment request the local store failed.
+func storeRefusal(segID uint64, err error) []byte {
+	if errors.Is(err, storage.ErrNotFound) {
+		return (&dataplane.Refusal{Status: dataplane.StatusNotFound, Reason: "no_such_segment", Message: err.Error()}).Encode()
+	}
+	return refusal(dataplane.StatusRefused, err, "segment %d: %v", segID, err)
+}
+
+// serveRead answers a read of a segment of this node's store.
+func (d *dataPlane) serveRead(req []byte) ([]byte, error) {
+	m, err := dataplane.DecodeRead(req)
+	if err != nil {
+		return nil, err
+	}
+	id := storage.SegmentID(m.Segment)
+	maxBytes := int(min(m.MaxBytes, uint64(d.lim.ReadBytes)))
+	buf, next, err := d.b.store.Read(id, m.From, maxBytes, m.UpTo)
+	if err != nil {
+		return storeRefusal(m.Segment, err), nil
+	}
+	info, err := d.b.store.Info(id)
+	if err != nil {
+		return storeRefusal(m.Segment, err), nil
+	}
+	return (&dataplane.ReadAnswer{Next: next, DurableEnd: info.DurableEnd, Sealed: info.Sealed, Batches: buf}).Encode(), nil
+}
+
+func (d *dataPlane) serveInfo(req []byte) ([]byte, error) {
+	m, err := dataplane.DecodeInfo(req)
+	if err != nil {
+		return nil, err
+	}
+	info, err := d.b.store.Info(storage.SegmentID(m.Segment))
+	if err != nil {
+		return storeRefusal(m.Segment, err), nil
+	}
+	return (&dataplane.InfoAnswer{Base: info.Base, DurableEnd: info.DurableEnd, Records: info.Records,
+		MaxTimestamp: info.MaxTimestamp, Sealed: info.Sealed}).Encode(), nil
+}
+
+func (d *dataPlane) serveSeek(req []byte) ([]byte, error) {
+	m, err := dataplane.DecodeSeek(req)
+	if err != nil {
+		return nil, err
+	}
+	base, ok, err := d.b.store.SeekTime(storage.SegmentID(m.Segment), m.AtMs)
+	if err != nil {
+		return storeRefusal(m.Segment, err), nil
+	}
+	return (&dataplane.SeekAnswer{Found: ok, Base: base}).Encode(), nil
+}
+
+// readFailed wraps a failed segment read, keeping its reason.
+func readFailed(segID uint64, err error) error {
+	return fmt.Errorf("broker: read segment %d: %w", segID, err)
+}
