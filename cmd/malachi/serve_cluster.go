@@ -151,7 +151,9 @@ func (c *clusterFlags) checkSizes() error {
 		return usageErr("--vnodes %d: want 1 to %d", c.vnodes, maxVnodes)
 	case c.factor < 1:
 		return usageErr("--replication-factor %d: want at least 1", c.factor)
-	case c.rebalanceStable < 0:
+	case c.rebalanceStable < 0 || c.rebalanceStable == 0 && c.autoRebalance:
+		// Zero would reach the control plane as "unset" and become its
+		// 5 min default, not the "at once" it reads as.
 		return usageErr("--rebalance-stable %s: want a positive duration such as 5m", c.rebalanceStable)
 	}
 	return nil

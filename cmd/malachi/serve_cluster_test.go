@@ -91,6 +91,7 @@ func TestClusterFlagMistakes(t *testing.T) {
 		{"factor", func(f *clusterFlags) { f.factor = 0 }, "", "--replication-factor"},
 		{"auto-rebalance without a node id", func(f *clusterFlags) { f.nodeIDSet, f.autoRebalance = false, true }, "", "need --node-id"},
 		{"negative stable period", func(f *clusterFlags) { f.rebalanceStable = -time.Second }, "", "--rebalance-stable"},
+		{"zero stable period", func(f *clusterFlags) { f.autoRebalance = true }, "", "--rebalance-stable"},
 		{"half the TLS files", func(f *clusterFlags) { f.peerCert, f.peerKey = cert, cert }, "", "all three or none"},
 		{"unreadable TLS files", func(f *clusterFlags) { f.peerCert, f.peerKey, f.peerCA = cert, cert, cert }, "", "peer-tls"},
 	}

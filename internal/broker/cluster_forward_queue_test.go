@@ -286,9 +286,12 @@ func TestClusterForwardedProducesKeepKeyOrderAcrossAMerge(t *testing.T) {
 	if errors.Is(merr, broker.ErrNotOwner) {
 		// Node 2 opened a segment of one range after node 1 sealed its
 		// own, and no node can seal both to merge them: the merge is
-		// refused, and there is no order across a merge to check.
-		p.finish(t)
-		t.Skipf("the merge was refused, the ranges' segments being on different nodes: %v", merr)
+		// refused (a known limit, docs/architecture.md). The records of
+		// each key must still be in order in the unmerged ranges.
+		t.Logf("the merge was refused, the ranges' segments being on different nodes: %v", merr)
+		n := p.finish(t)
+		p.checkKeyOrder(t, drain(t, n1, "mergeorder"), n)
+		return
 	}
 	if merr != nil {
 		p.finish(t)

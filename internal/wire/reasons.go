@@ -129,7 +129,7 @@ var Reasons = map[string]ReasonInfo{
 	ReasonTimeout:             {true, "The server gave up waiting on an internal step (quorum, metadata); the request may or may not have taken effect. Retrying is safe under at-least-once delivery."},
 	ReasonShuttingDown:        {true, "The node is draining for shutdown; retry, possibly on another node."},
 	ReasonMigrating:           {true, "The topic's metadata is moving between shards; retry after a short back-off."},
-	ReasonNotOwner:            {true, "The request reached a node that no longer owns the topic's coordinator; retry (after about 200 ms)."},
+	ReasonNotOwner:            {true, "The request reached a node that does not own what it acts on. In a cluster: a split or merge of a range sent to a node other than the one writing it; the message names that node and its client address, where the request succeeds. Otherwise retry after about 200 ms."},
 	ReasonNoQuorum:            {true, "Fewer than a quorum of replicas made the write durable in time; no record of the request is visible. Retry."},
 	ReasonMetadataUnavailable: {true, "The metadata shard has no leader or is recovering; retry."},
 	ReasonUnreachable:         {true, "The node that must serve the request is unreachable; retry after failover."},
