@@ -213,7 +213,9 @@ func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 // range holding the most bytes. Admin only.
 func (c *Client) SplitRange(ctx context.Context, topic string, rangeID uint64) ([]uint64, error) {
 	var resp wire.SplitRangeResponse
-	err := c.do(ctx, request{req: wire.SplitRangeRequest{Topic: str(topic), Range: rangeID}, resp: &resp})
+	// In a cluster, not_owner names the node writing the range: only
+	// that node can split it, so asking this one again is no use.
+	err := c.do(ctx, request{req: wire.SplitRangeRequest{Topic: str(topic), Range: rangeID}, resp: &resp, stopOn: ErrNotOwner})
 	return resp.Children, err
 }
 
@@ -221,7 +223,7 @@ func (c *Client) SplitRange(ctx context.Context, topic string, rangeID uint64) (
 // topic into one, online, and returns the new range. Admin only.
 func (c *Client) MergeRanges(ctx context.Context, topic string, a, b uint64) (uint64, error) {
 	var resp wire.MergeRangesResponse
-	err := c.do(ctx, request{req: wire.MergeRangesRequest{Topic: str(topic), A: a, B: b}, resp: &resp})
+	err := c.do(ctx, request{req: wire.MergeRangesRequest{Topic: str(topic), A: a, B: b}, resp: &resp, stopOn: ErrNotOwner})
 	return resp.Child, err
 }
 

@@ -246,6 +246,9 @@ type request struct {
 	// broke under them, because repeating them is harmless (reads,
 	// commits) or allowed (produce is at-least-once).
 	resend bool
+	// stopOn is a retriable reason that this request must not retry:
+	// retrying it on the same node cannot succeed.
+	stopOn error
 }
 
 // do sends r, retrying retriable failures with capped exponential
@@ -282,7 +285,8 @@ func (c *Client) doPicked(ctx context.Context, poll bool, pick func(cn *conn) (r
 	)
 	for attempt := 1; ; attempt++ {
 		r, payload, sent, err = c.once(ctx, poll, pick)
-		if err == nil || attempt >= c.cfg.retryAttempts || !shouldRetry(err, sent, r.resend) {
+		if err == nil || attempt >= c.cfg.retryAttempts || !shouldRetry(err, sent, r.resend) ||
+			(r.stopOn != nil && errors.Is(err, r.stopOn)) {
 			break
 		}
 		c.cfg.logger.Debug("malachi: request retried", "attempt", attempt, "err", err)

@@ -472,3 +472,30 @@ func TestDialUnreachable(t *testing.T) {
 		t.Fatalf("dial of a closed port: %v, want ErrDisconnected", err)
 	}
 }
+
+// A split or merge refused not_owner went to a node that does not write
+// the range: it is answered at once, not retried on the same node.
+func TestSplitAndMergeDoNotRetryNotOwner(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		calls int
+	)
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		fc.refuse(corr, wire.ReasonNotOwner)
+	})
+	c := dialFake(t, f, WithRetry(5, 1))
+	if _, err := c.SplitRange(t.Context(), "t", 1); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("split: %v, want ErrNotOwner", err)
+	}
+	if _, err := c.MergeRanges(t.Context(), "t", 1, 2); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("merge: %v, want ErrNotOwner", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Fatalf("broker saw %d attempts, want 2 (one each)", calls)
+	}
+}
