@@ -53,7 +53,7 @@ func TestTouchUnknownMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.Touch(1, "g", "m1", 2*timeout+1); !errors.Is(err, ErrUnknownMember) {
-		t.Fatalf("touch after the session timeout: %v", err)
+		t.Fatalf("touch after the group member timeout: %v", err)
 	}
 }
 

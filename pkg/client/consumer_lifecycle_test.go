@@ -30,7 +30,7 @@ func memberListed(t *testing.T, c *client.Client, topic, group, member string) b
 // TestConsumerCloseDuringFirstPollLeavesGroup: Close while the first
 // fetch (the one that joins the group) is still waiting on the node must
 // leave the group, as Close promises, so the member's slices pass to the
-// others at once rather than after the session timeout.
+// others at once rather than after the group member timeout.
 func TestConsumerCloseDuringFirstPollLeavesGroup(t *testing.T) {
 	c, cs := startMember(t)
 	polled := make(chan error, 1)
