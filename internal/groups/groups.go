@@ -301,7 +301,7 @@ func (c *Coordinator) Answer(p *Plan, member string, assign map[string][]uint64)
 
 // Heartbeat records member as alive and returns its assignment, so a member
 // learns of a rebalance without fetching. A member that is not in the group,
-// or has been silent longer than their session timeout, gets ErrUnknownMember.
+// or has been silent longer than their member timeout, gets ErrUnknownMember.
 func (c *Coordinator) Heartbeat(topic uint64, groupName, member string, now int64) (Assignment, error) {
 	k, g, err := c.alive(topic, groupName, member, now)
 	if err != nil {

@@ -56,8 +56,8 @@ type ConsumerOptions struct {
 	// HeartbeatInterval is how often the consumer tells the node it is
 	// alive while the application works through a page (default 3 s;
 	// negative: never, so a member that takes longer than the group
-	// session timeout over a page loses its ranges). Keep it well under
-	// the group session timeout.
+	// member timeout over a page loses its ranges). Keep it well under
+	// the group member timeout.
 	HeartbeatInterval time.Duration
 	// ManualCommit makes the application say which pages it processed,
 	// with Commit or MarkProcessed. Without it, a page Poll returned is

@@ -328,7 +328,7 @@ func TestConsumerStaleCommitRefused(t *testing.T) {
 }
 
 // TestConsumerHeartbeatsKeepSlices: a member that takes longer than the
-// session timeout over a page keeps its slices while it heartbeats; a
+// member timeout over a page keeps its slices while it heartbeats; a
 // member that joined meanwhile gets them once it polls again. Without
 // heartbeats, the same member loses them.
 func TestConsumerHeartbeatsKeepSlices(t *testing.T) {
@@ -347,7 +347,7 @@ func TestConsumerHeartbeatsKeepSlices(t *testing.T) {
 			})
 			pollN(t, busy, 20)
 			other := newConsumer(t, c, client.ConsumerOptions{Topic: "orders", Group: "g", Member: "other"})
-			// busy "processes" its page for three session timeouts, timed
+			// busy "processes" its page for three member timeouts, timed
 			// by the other member's polls.
 			began := time.Now()
 			got := 0
@@ -364,7 +364,7 @@ func TestConsumerHeartbeatsKeepSlices(t *testing.T) {
 				t.Fatalf("the other member read %d records of a page the heartbeating member still held", got)
 			}
 			if !beat && got == 0 {
-				t.Fatal("a member silent for three session timeouts kept its slices")
+				t.Fatal("a member silent for three member timeouts kept its slices")
 			}
 			if !beat {
 				return

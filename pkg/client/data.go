@@ -261,7 +261,7 @@ func (c *Client) Commit(ctx context.Context, topic string, opt CommitOptions) er
 }
 
 // LeaveGroup removes member from group so its ranges pass to the other
-// members now rather than after their session timeout. (It keeps its
+// members now rather than after their member timeout. (It keeps its
 // positional arguments: a Consumer leaves its group when closed.)
 func (c *Client) LeaveGroup(ctx context.Context, topic, group, member string) error {
 	req := wire.LeaveGroupRequest{Topic: str(topic), Group: str(group), Member: str(member)}
