@@ -100,19 +100,9 @@ type ClusterNode struct {
 	Attrs      map[string]string `json:"attrs,omitempty"`
 }
 
-// ClusterGroup is one raft group of the control plane on this node.
-type ClusterGroup struct {
-	Group    uint64   `json:"group"`
-	Name     string   `json:"name"`  // "root", "vnode-3"
-	State    string   `json:"state"` // this replica's raft role
-	Leader   uint64   `json:"leader"`
-	Term     uint64   `json:"term"`
-	Commit   uint64   `json:"commit"`
-	Applied  uint64   `json:"applied"`
-	Voters   []uint64 `json:"voters"`
-	Learners []uint64 `json:"learners,omitempty"`
-	Placed   []uint64 `json:"placed,omitempty"`
-}
+// ClusterGroup is one raft group of the control plane on this node, as
+// the control plane reports it.
+type ClusterGroup = control.GroupStatus
 
 // ClusterStatus reports the registered and gossiped nodes with their
 // liveness, and every control plane group. A single node answers itself
@@ -141,12 +131,7 @@ func (b *Broker) ClusterStatus() ClusterStatus {
 		out.Nodes = append(out.Nodes, *byID[id])
 	}
 	out.Peers = c.peerStats()
-	for _, g := range st.Groups {
-		out.Groups = append(out.Groups, ClusterGroup{
-			Group: g.Group, Name: g.Name, State: g.State, Leader: g.Leader, Term: g.Term, Commit: g.Commit,
-			Applied: g.Applied, Voters: g.Voters, Learners: g.Learners, Placed: g.Placed,
-		})
-	}
+	out.Groups = st.Groups
 	return out
 }
 
