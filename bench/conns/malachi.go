@@ -100,7 +100,7 @@ func (c *mconn) call(corr uint32, req wire.Request) ([]byte, error) {
 	return payload, nil
 }
 
-// login logs in with the password and returns the session token.
+// login logs in with the password and returns the token it was given.
 func (c *mconn) login() (string, error) {
 	user, pass := benchUser, benchPassword
 	payload, err := c.call(1, wire.AuthRequest{User: &user, Password: &pass})

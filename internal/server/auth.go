@@ -47,7 +47,7 @@ func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
 	return c.reply(authAnswer(req, corr, id, resumed))
 }
 
-// authAnswer is the answer to a successful login: the session token, with
+// authAnswer is the answer to a successful login: its resumption token, with
 // its expiry for session_auth.
 func authAnswer(req wire.Request, corr uint32, id *broker.Identity, resumed bool) []byte {
 	if _, ok := req.(*wire.SessionAuthRequest); ok {

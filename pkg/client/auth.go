@@ -133,7 +133,7 @@ func (cfg *config) prepare(addr string) error {
 }
 
 // authRequest is the first frame of a new connection. With p.session it
-// is session_auth: the session token, and the user and password when the
+// is session_auth: the resumption token, and the user and password when the
 // client logs in with them.
 func (cfg *config) authRequest(ctx context.Context, p authPlan) (wire.Request, error) {
 	if p.session {

@@ -44,7 +44,7 @@ type config struct {
 	wireVersion int
 	// dialRetry makes Dial dial again while the node refuses it for load.
 	dialRetry bool
-	// sess is the session token and what the node serves; prepare makes
+	// sess holds the resumption token and what the node serves; prepare makes
 	// it, and every connection of the Client shares it.
 	sess *session
 	// pause waits between paced redials (sleep; tests count instead).

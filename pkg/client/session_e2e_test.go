@@ -36,7 +36,7 @@ func TestReconnectResumesSession(t *testing.T) {
 		t.Fatalf("call after the restart: %v", err)
 	}
 	if !client.Resumed(app) {
-		t.Fatal("the redial did not resume the session")
+		t.Fatal("the redial did not resume its login")
 	}
 	if st := n.AuthStats(); st.HashesPeak != 0 {
 		t.Fatalf("resuming hashed a password: %+v", st)
