@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -228,26 +227,10 @@ func loadIncarnation(fs vfs.FS, dir string, fresh bool) (string, error) {
 	return id, nil
 }
 
-// writeDurable writes a small file whole: a temporary file, synced, then
-// renamed over name and the directory synced.
+// writeDurable writes a small file whole (vfs.WriteFileAtomic) and syncs
+// its directory, so the new name survives a power loss.
 func writeDurable(fs vfs.FS, name string, data []byte) error {
-	tmp := name + ".tmp"
-	f, err := fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, vfs.FileMode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := fs.Rename(tmp, name); err != nil {
+	if err := vfs.WriteFileAtomic(fs, name, data); err != nil {
 		return err
 	}
 	return fs.SyncDir(filepath.Dir(name))
