@@ -102,10 +102,30 @@ func testSyncErrorFailsRound(t *testing.T, noJournal bool, syncSuffix string) {
 // durable in the journal and replayed; TestJournalSegmentWriteTorn.)
 func TestTornWriteRecovered(t *testing.T) {
 	ctx := context.Background()
+	mem := tornSegmentWrite(t, true)
+	// A process crash keeps the torn bytes in the page cache.
+	r := openMem(t, mem.Clone())
+	if st := r.Stats(); st.TruncatedBytes != 20 {
+		t.Fatalf("truncated %d bytes, want 20", st.TruncatedBytes)
+	}
+	if got := readOffsets(t, r, 1); len(got) != 15 || got[14] != 14 {
+		t.Fatalf("recovered %v", got)
+	}
+	if err := r.Append(ctx, 1, span(t, 15, 3)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tornSegmentWrite stores five batches of three records in segment 1,
+// then tears the next segment-file write after 20 bytes and checks the
+// append fails; it returns the filesystem as the failed store left it.
+func tornSegmentWrite(t *testing.T, noJournal bool) *vfs.MemFS {
+	t.Helper()
+	ctx := context.Background()
 	mem := vfs.NewMem()
 	fs := vfs.NewFaulty(mem, nil)
-	s, _ := Open(Config{Dir: "/data", FS: fs, NoJournal: true})
-	defer s.Close()
+	s, _ := Open(Config{Dir: "/data", FS: fs, NoJournal: noJournal})
+	t.Cleanup(func() { s.Close() })
 	_ = s.Create(1, 0)
 	for i := uint64(0); i < 5; i++ {
 		if err := s.Append(ctx, 1, span(t, 3*i, 3)); err != nil {
@@ -121,17 +141,7 @@ func TestTornWriteRecovered(t *testing.T) {
 	if err := s.Append(ctx, 1, span(t, 15, 3)); !errors.Is(err, ErrFailed) {
 		t.Fatalf("torn append: %v", err)
 	}
-	// A process crash keeps the torn bytes in the page cache.
-	r := openMem(t, mem.Clone())
-	if st := r.Stats(); st.TruncatedBytes != 20 {
-		t.Fatalf("truncated %d bytes, want 20", st.TruncatedBytes)
-	}
-	if got := readOffsets(t, r, 1); len(got) != 15 || got[14] != 14 {
-		t.Fatalf("recovered %v", got)
-	}
-	if err := r.Append(ctx, 1, span(t, 15, 3)); err != nil {
-		t.Fatal(err)
-	}
+	return mem
 }
 
 func flipFileByte(t *testing.T, path string, pos int64) {

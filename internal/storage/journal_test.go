@@ -115,25 +115,7 @@ func TestJournalCloseLeavesNothingToReplay(t *testing.T) {
 // -9 and after a power loss alike; acknowledged batches are all there.
 func TestJournalSegmentWriteTorn(t *testing.T) {
 	ctx := context.Background()
-	mem := vfs.NewMem()
-	fs := vfs.NewFaulty(mem, nil)
-	s, _ := Open(Config{Dir: "/data", FS: fs})
-	defer s.Close()
-	_ = s.Create(1, 0)
-	for i := uint64(0); i < 5; i++ {
-		if err := s.Append(ctx, 1, span(t, 3*i, 3)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fs.SetRule(func(op vfs.Op, name string) error {
-		if op == vfs.OpWrite && strings.HasSuffix(name, ".log") {
-			return vfs.Torn(20, nil)
-		}
-		return nil
-	})
-	if err := s.Append(ctx, 1, span(t, 15, 3)); !errors.Is(err, ErrFailed) {
-		t.Fatalf("torn append: %v", err)
-	}
+	mem := tornSegmentWrite(t, false)
 	for name, fs := range map[string]*vfs.MemFS{"kill": mem.Clone(), "power loss": mem.CrashClone()} {
 		r := openMem(t, fs)
 		if got := readOffsets(t, r, 1); len(got) != 18 || got[17] != 17 {
