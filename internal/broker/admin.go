@@ -62,7 +62,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 			h.mu.Unlock()
 		}
 	}
-	res, err := b.apply(ctx, metadata.Command{Kind: "delete_topic", Topic: name})
+	res, err := b.apply(ctx, metadata.Command{Kind: "delete_topic", Topic: name, TopicID: topicID})
 	if err != nil {
 		return err
 	}

@@ -49,9 +49,13 @@ type principal struct {
 	// the generation of the current password: a password identity issued
 	// before a password change is stale.
 	created, cred uint64
-	fingerprint   [8]byte // of the stored hash: what session tokens are bound to
-	perms         []string
-	grants        []auth.Grant
+	// serial is the metadata's User.Serial: a user deleted and created
+	// again between two refreshes (changes this node saw only together)
+	// has another serial, and so counts as a new user.
+	serial      uint64
+	fingerprint [8]byte // of the stored hash: what session tokens are bound to
+	perms       []string
+	grants      []auth.Grant
 }
 
 type principals struct {
@@ -135,13 +139,14 @@ func (b *Broker) refreshPrincipals() {
 			for _, g := range st.ACLs(u.Name) {
 				p.grants = append(p.grants, auth.Grant{Operation: g.Operation, Pattern: g.Pattern})
 			}
-			if o, ok := old[u.Name]; ok {
+			p.serial = u.Serial
+			if o, ok := old[u.Name]; ok && o.serial == u.Serial {
 				p.created, p.cred = o.created, o.cred
 			} else {
 				next.gen++
 				p.created, p.cred = next.gen, next.gen
 			}
-			if o, ok := old[u.Name]; ok && o.hash != u.PasswordHash {
+			if o, ok := old[u.Name]; ok && o.serial == u.Serial && o.hash != u.PasswordHash {
 				next.gen++
 				p.cred = next.gen
 			}

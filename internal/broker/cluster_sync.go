@@ -246,7 +246,47 @@ func (b *Broker) resyncAll() {
 	for _, h := range heads {
 		unreadyIdleHead(h)
 	}
+	b.dropDeleted(heads)
 	for _, w := range watches {
 		w.fire()
 	}
+}
+
+// dropDeleted does what dropTopic would have done for deletes this node
+// missed (a resync): heads still writing a segment of a range the
+// metadata no longer has are fenced and retired, and the local files of
+// segments the metadata deleted are deleted. Only what the metadata says
+// is gone is deleted (S4): a segment id the local view does not know yet
+// is left alone (SegmentDeleted).
+func (b *Broker) dropDeleted(heads []*head) {
+	for _, h := range heads {
+		h.mu.Lock()
+		if h.segment != 0 && !h.retired && b.rangeGone(h.rangeID) {
+			if _, err := b.store.Seal(b.life, storage.SegmentID(h.segment)); err != nil {
+				b.log.Warn("fence of a deleted range's segment failed", "segment", h.segment, "err", err)
+			}
+			b.retireLocked(h)
+		}
+		h.mu.Unlock()
+	}
+	for _, info := range b.store.List() {
+		id := uint64(info.ID)
+		gone := false
+		if err := b.plane.ViewID(id, func(st *metadata.State) { gone = st.SegmentDeleted(id) }); err != nil || !gone {
+			continue
+		}
+		if err := b.store.Delete(info.ID); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			b.log.Warn("deleting a deleted segment's file failed", "segment", id, "err", err)
+		}
+	}
+}
+
+// rangeGone reports whether the metadata no longer has range id at all
+// (its topic was deleted), as opposed to having sealed it.
+func (b *Broker) rangeGone(id uint64) bool {
+	gone := false
+	if err := b.plane.ViewID(id, func(st *metadata.State) { _, ok := st.Range(id); gone = !ok }); err != nil {
+		return false
+	}
+	return gone
 }

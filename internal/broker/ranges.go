@@ -12,8 +12,9 @@ import (
 // rangeID 0 picks the active range holding the most bytes.
 //
 // Seal-first: under the range's write-head lock the active segment is
-// fenced in the store and its seal recorded, and only then does the
-// metadata split the range. A produce that routed to the parent before the
+// fenced in the store and its seal recorded (by the node writing the
+// range, in a cluster: cluster_roll.go), and only then does the metadata
+// split the range. A produce that routed to the parent before the
 // split either enqueued before the fence (and is in the parent) or finds
 // the head retired and re-routes to a child: never lost, never in both.
 func (b *Broker) SplitRange(ctx context.Context, topic string, rangeID uint64) ([]uint64, error) {
@@ -24,7 +25,7 @@ func (b *Broker) SplitRange(ctx context.Context, topic string, rangeID uint64) (
 	h := b.headFor(topicID, rangeID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := b.readyLocked(h); err != nil {
+	if err := b.readyLocked(h); err != nil && !b.writtenElsewhere(err) {
 		return nil, err
 	}
 	if h.retired {
@@ -33,11 +34,16 @@ func (b *Broker) SplitRange(ctx context.Context, topic string, rangeID uint64) (
 	if err := b.checkRangeRoom(2); err != nil {
 		return nil, err
 	}
-	if err := b.rollLocked(h); err != nil {
+	if err := b.holdRanges(ctx, rangeID); err != nil {
+		return nil, err
+	}
+	if err := b.rollForChangeLocked(ctx, h); err != nil {
+		b.releaseRanges(rangeID)
 		return nil, err
 	}
 	res, err := b.apply(ctx, metadata.Command{Kind: "split_range", Range: rangeID, Quota: b.rangeQuota()})
 	if err != nil {
+		b.releaseRanges(rangeID)
 		return nil, err
 	}
 	b.retireLocked(h)
@@ -68,7 +74,7 @@ func (b *Broker) MergeRanges(ctx context.Context, topic string, a, c uint64) (ui
 	h2.mu.Lock()
 	defer h2.mu.Unlock()
 	for _, h := range []*head{h1, h2} {
-		if err := b.readyLocked(h); err != nil {
+		if err := b.readyLocked(h); err != nil && !b.writtenElsewhere(err) {
 			return 0, err
 		}
 	}
@@ -81,13 +87,18 @@ func (b *Broker) MergeRanges(ctx context.Context, topic string, a, c uint64) (ui
 	if err := b.checkRangeRoom(1); err != nil {
 		return 0, err
 	}
+	if err := b.holdRanges(ctx, a, c); err != nil {
+		return 0, err
+	}
 	for _, h := range []*head{h1, h2} {
-		if err := b.rollLocked(h); err != nil {
+		if err := b.rollForChangeLocked(ctx, h); err != nil {
+			b.releaseRanges(a, c)
 			return 0, err
 		}
 	}
 	res, err := b.apply(ctx, metadata.Command{Kind: "merge_ranges", Range: a, RangeB: c, Quota: b.rangeQuota()})
 	if err != nil {
+		b.releaseRanges(a, c)
 		return 0, err
 	}
 	b.retireLocked(h1)

@@ -52,6 +52,11 @@ func (b *Broker) openSegmentLocked(h *head) error {
 		b.retireLocked(h)
 		return errRetired
 	}
+	if errors.Is(err, metadata.ErrRangeHeld) {
+		// Another node is splitting or merging the range (cluster_roll.go):
+		// nothing was opened, and the producer tries again shortly.
+		return fmt.Errorf("%w: range %d is being split or merged", ErrRetry, h.rangeID)
+	}
 	if err != nil {
 		h.ready = false
 		return fmt.Errorf("broker: open segment: %w", err)

@@ -67,7 +67,7 @@ func route(cmd *metadata.Command, ring placement.Ring) routing {
 	case metadata.KindCreateTopic, metadata.KindDeleteTopic, metadata.KindCommitOffsets,
 		metadata.KindSetOffsets, metadata.KindDeleteGroup:
 		return routing{group: VnodeGroup(ring.VnodeOf(cmd.Topic))}
-	case metadata.KindOpenSegment, metadata.KindSplitRange, metadata.KindMergeRanges:
+	case metadata.KindOpenSegment, metadata.KindSplitRange, metadata.KindMergeRanges, metadata.KindHoldRange:
 		return byID(cmd.Range, ring, metadata.ErrNoSuchRange)
 	case metadata.KindSealSegment, metadata.KindDeleteSegment:
 		return byID(cmd.Segment, ring, metadata.ErrNoSuchSegment)

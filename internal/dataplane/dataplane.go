@@ -33,6 +33,8 @@ func (k Kind) String() string {
 		return "interest"
 	case KindAppended:
 		return "appended"
+	case KindRoll:
+		return "roll"
 	}
 	return fmt.Sprintf("kind-%d", uint8(k))
 }

@@ -82,6 +82,19 @@ func (s *State) Segment(id uint64) (Segment, bool) {
 	return seg.clone(), true
 }
 
+// SegmentDeleted reports whether segment id was allocated by this state
+// and has been deleted since. Ids are never reused, so an id of this
+// state's shard at or below its counter that it no longer holds is gone
+// for good; an id above the counter may belong to a command not applied
+// here yet, and is not reported.
+func (s *State) SegmentDeleted(id uint64) bool {
+	if id == 0 || id > s.lastSegment || ShardOf(id) != s.shard {
+		return false
+	}
+	_, ok := s.segments[id]
+	return !ok
+}
+
 // RangeSegments returns the range's segments in offset order (the active
 // one, if any, last).
 func (s *State) RangeSegments(rangeID uint64) []Segment {

@@ -14,6 +14,7 @@ const (
 	KindDeleteSegment = "delete_segment"
 	KindSplitRange    = "split_range"
 	KindMergeRanges   = "merge_ranges"
+	KindHoldRange     = "hold_range"
 	KindCommitOffsets = "commit_offsets"
 	KindSetOffsets    = "set_offsets"
 	KindDeleteGroup   = "delete_group"
@@ -36,6 +37,10 @@ const (
 	MaxReplicas      = 16     // replicas per segment
 	MinSecretLen     = 16     // bytes of a cluster secret
 	MaxSecretLen     = 1024
+	// MaxHoldMs bounds how far past its own time a hold_range may hold a
+	// range: a node that holds a range and dies leaves it unwritable for
+	// no longer than this.
+	MaxHoldMs = 60_000
 )
 
 // Permissions a user may hold, and ACL operations.
@@ -64,6 +69,13 @@ type Command struct {
 	Ranges int    `json:"ranges,omitempty"`  // create_topic: initial range count, 0 = 1
 	Range  uint64 `json:"range,omitempty"`   // open_segment, split_range, merge_ranges
 	RangeB uint64 `json:"range_b,omitempty"` // merge_ranges: the other buddy
+	// TopicID (delete_topic), when not 0, is the id the named topic must
+	// have: a node deleting a topic it looked up by name never deletes
+	// another topic of that name created elsewhere since.
+	TopicID uint64 `json:"topic_id,omitempty"`
+	// Until (hold_range) is the unix ms before which no segment may open
+	// in the range; 0 releases a hold.
+	Until int64 `json:"until,omitempty"`
 
 	Segment     uint64   `json:"segment,omitempty"`      // seal_segment, delete_segment
 	Base        uint64   `json:"base,omitempty"`         // open_segment: first offset

@@ -23,9 +23,11 @@
 //	    Bits 1..32, 0 = 16 (invalid_keyspace_bits); Ranges a power of two
 //	    <= min(2^Bits, 1024), 0 = 1 (invalid_range_count); already_exists;
 //	    quota_exceeded past Quota's topics, ranges or the Owner's share.
-//	delete_topic   Topic -> TopicID, Deleted (every freed segment, ascending)
+//	delete_topic   Topic, TopicID -> TopicID, Deleted (every freed segment, ascending)
+//	    no_such_topic, also when TopicID is set and the topic has another id
 //	open_segment   Range, Base, Replicas, MinID -> SegmentID (>= MinID)
 //	    no_such_range; sealed (range sealed); active_segment_exists;
+//	    range_held (Now before the range's HeldUntil: see hold_range);
 //	    segment_overlap (Base < the range's NextOffset).
 //	seal_segment   Segment, End, Records, Bytes, MaxExpiry, ContentHash, Generation -> Sealed
 //	    no_such_segment; already_sealed (with the existing seal in Sealed, so
@@ -38,6 +40,11 @@
 //	merge_ranges   Range, RangeB -> RangeIDs [child]
 //	    no_such_range; different_topic; sealed; not_buddies (equal size and
 //	    startA XOR size == startB); active_segment_exists.
+//	hold_range     Range, Until -> TopicID
+//	    no_such_range; sealed; invalid_command (Until < 0 or past
+//	    Now+MaxHoldMs). Sets HeldUntil (0 releases): a cluster node about to
+//	    split or merge a range holds it before sealing its active segment,
+//	    so no node opens a successor in between.
 //	commit_offsets Group, Topic, Entries -> TopicID
 //	    no_such_topic; merged into the stored position, never moving it back:
 //	    an entry implied by another of the same Source (a slice containing

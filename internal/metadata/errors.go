@@ -37,6 +37,9 @@ const (
 	// ErrLastAdmin: the command would leave no user with the admin
 	// permission.
 	ErrLastAdmin Error = "last_admin"
+	// ErrRangeHeld: open_segment in a range held for a split or merge
+	// (hold_range); retriable once the split, the merge or the hold ends.
+	ErrRangeHeld Error = "range_held"
 )
 
 // Errors lists every reason Apply can answer, for tables of wire reasons.
@@ -46,5 +49,5 @@ var Errors = []Error{
 	ErrNotBuddies, ErrActiveSegmentExists, ErrSegmentOverlap, ErrNoSuchSegment,
 	ErrSegmentActive, ErrAlreadySealed, ErrUserExists, ErrUserNotFound,
 	ErrInvalidPermissions, ErrInvalidOperation, ErrUnknownCommand, ErrInvalidCommand,
-	ErrQuotaExceeded, ErrNotFound, ErrLastAdmin,
+	ErrQuotaExceeded, ErrNotFound, ErrLastAdmin, ErrRangeHeld,
 }

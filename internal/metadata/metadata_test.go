@@ -157,8 +157,8 @@ func TestErrorsAreWireReasons(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 24 {
-		t.Errorf("%d reasons, want 24", len(seen))
+	if len(seen) != 25 {
+		t.Errorf("%d reasons, want 25", len(seen))
 	}
 }
 
@@ -172,6 +172,7 @@ func FuzzApply(f *testing.F) {
 		`{"v":1,"k":"split_range","range":2,"quota":{"ranges":5}}`,
 		`{"v":1,"k":"commit_offsets","group":"h","topic":"t","quota":{"groups_per_topic":1}}`,
 		`{"v":1,"k":"merge_ranges","range":3,"range_b":4}`,
+		`{"v":1,"k":"hold_range","range":3,"until":5000,"now":1000}`,
 		`{"v":1,"k":"open_segment","range":1,"base":7,"replicas":["a","b"]}`,
 		`{"v":1,"k":"seal_segment","segment":1,"end":9,"records":2}`,
 		`{"v":1,"k":"commit_offsets","group":"g","topic":"t","entries":[{"source":1,"slice_start":0,"slice_bits":2,"offset":5}]}`,

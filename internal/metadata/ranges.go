@@ -121,3 +121,20 @@ func (s *State) IsAncestor(anc, desc uint64) bool {
 	rr, ok := s.ranges[desc]
 	return ok && slices.Contains(rr.r.Lineage, anc)
 }
+
+// holdRange: Range, Until. Sets (or, with Until 0, releases) the range's
+// hold on opening segments. The range must be active, and Until no
+// further than MaxHoldMs past the command's own time.
+func (s *State) holdRange(c *Command) Result {
+	rr, ok := s.ranges[c.Range]
+	switch {
+	case !ok:
+		return failed(ErrNoSuchRange)
+	case !rr.r.Active:
+		return failed(ErrSealed)
+	case c.Until < 0 || c.Until > c.Now+MaxHoldMs:
+		return failed(ErrInvalidCommand)
+	}
+	rr.r.HeldUntil = c.Until
+	return Result{TopicID: rr.r.Topic}
+}

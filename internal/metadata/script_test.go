@@ -140,6 +140,10 @@ func parseCommand(t *testing.T, kind string, f map[string]string) Command {
 			c.Range = num(t, v)
 		case "range_b":
 			c.RangeB = num(t, v)
+		case "topic_id":
+			c.TopicID = num(t, v)
+		case "until":
+			c.Until = int64(num(t, v))
 		default:
 			parseMore(t, &c, k, v)
 		}

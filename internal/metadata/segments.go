@@ -21,6 +21,8 @@ func (s *State) openSegment(c *Command) Result {
 		return failed(ErrSealed)
 	case rr.head != nil:
 		return failed(ErrActiveSegmentExists)
+	case c.Now < rr.r.HeldUntil:
+		return failed(ErrRangeHeld)
 	case c.Base < rr.r.NextOffset:
 		return failed(ErrSegmentOverlap)
 	case !s.validMinID(c.MinID):

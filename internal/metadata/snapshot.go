@@ -25,6 +25,7 @@ type image struct {
 	LastTopic     uint64        `json:"last_topic"`
 	LastRange     uint64        `json:"last_range"`
 	LastSegment   uint64        `json:"last_segment"`
+	LastUser      uint64        `json:"last_user,omitempty"`
 	Shard         uint16        `json:"shard,omitempty"`
 	ClusterID     string        `json:"cluster_id,omitempty"`
 	ClusterSecret []byte        `json:"cluster_secret,omitempty"`
@@ -86,7 +87,7 @@ func (s *State) Clone() *State {
 func (s *State) export() *image {
 	img := &image{
 		Format: snapshotFormat, LastTopic: s.lastTopic, LastRange: s.lastRange,
-		LastSegment: s.lastSegment, Shard: s.shard, ClusterID: s.clusterID, ClusterSecret: slices.Clone(s.clusterSecret),
+		LastSegment: s.lastSegment, LastUser: s.lastUser, Shard: s.shard, ClusterID: s.clusterID, ClusterSecret: slices.Clone(s.clusterSecret),
 		Topics: []Topic{}, Ranges: []Range{}, Segments: []Segment{}, Groups: []groupRecord{},
 		Users: s.Users(), ACLs: []ACL{},
 	}
@@ -120,6 +121,7 @@ func (s *State) export() *image {
 func load(img *image) (*State, error) {
 	s := New()
 	s.lastTopic, s.lastRange, s.lastSegment = img.LastTopic, img.LastRange, img.LastSegment
+	s.lastUser = img.LastUser
 	s.shard = img.Shard
 	s.clusterID, s.clusterSecret = img.ClusterID, img.ClusterSecret
 	steps := []func(*image) error{s.loadTopics, s.loadRanges, s.loadSegments, s.loadGroups, s.loadAccess}
@@ -209,6 +211,9 @@ func (s *State) loadAccess(img *image) error {
 		u := &img.Users[i]
 		if s.users[u.Name] != nil {
 			return fmt.Errorf("user %q: duplicate", u.Name)
+		}
+		if u.Serial > s.lastUser {
+			return fmt.Errorf("user %q: serial %d above the counter %d", u.Name, u.Serial, s.lastUser)
 		}
 		s.users[u.Name] = u
 	}

@@ -9,6 +9,7 @@ package metadata
 type State struct {
 	lastTopic, lastRange, lastSegment uint64 // id counters; ids are never reused
 	shard                             uint16 // the id block of NewShard; 0 for New
+	lastUser                          uint64 // create_user's serial counter (User.Serial)
 
 	topics   map[uint64]*topicRec
 	byName   map[string]*topicRec
@@ -76,6 +77,8 @@ func (s *State) Apply(cmd Command) Result {
 		return s.splitRange(c)
 	case KindMergeRanges:
 		return s.mergeRanges(c)
+	case KindHoldRange:
+		return s.holdRange(c)
 	case KindCommitOffsets:
 		return s.commitOffsets(c)
 	case KindSetOffsets:

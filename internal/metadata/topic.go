@@ -76,7 +76,7 @@ func (s *State) createTopic(c *Command) Result {
 // so the caller can remove their files.
 func (s *State) deleteTopic(c *Command) Result {
 	tr, ok := s.byName[c.Topic]
-	if !ok {
+	if !ok || (c.TopicID != 0 && tr.t.ID != c.TopicID) {
 		return failed(ErrNoSuchTopic)
 	}
 	var freed []uint64

@@ -37,8 +37,14 @@ type Range struct {
 	// End ever sealed in this range. Deleting segments never lowers it, so
 	// offsets only grow.
 	NextOffset uint64 `json:"next_offset,omitempty"`
-	CreatedAt  int64  `json:"created_at"`
-	SealedAt   int64  `json:"sealed_at,omitempty"`
+	// HeldUntil (unix ms) refuses open_segment in the range before that
+	// time (hold_range): a node about to split or merge the range holds it
+	// so that no node opens a successor between the seal of its active
+	// segment and the split or merge, which the metadata refuses while the
+	// range has an active segment.
+	HeldUntil int64 `json:"held_until,omitempty"`
+	CreatedAt int64 `json:"created_at"`
+	SealedAt  int64 `json:"sealed_at,omitempty"`
 }
 
 // Size is End - Start.
@@ -96,6 +102,11 @@ type User struct {
 	Name         string   `json:"name"`
 	PasswordHash string   `json:"password_hash"`
 	Perms        []string `json:"perms"` // sorted, no duplicates
+	// Serial is what create_user numbered this user (from 1; 0 for users
+	// created before serials existed): a user deleted and created again
+	// under the same name has a new one, so a node that saw only the end
+	// of both still tells the two apart and revokes the first's logins.
+	Serial uint64 `json:"serial,omitempty"`
 }
 
 // ACL allows User to perform Operation (produce|consume) on topics matching

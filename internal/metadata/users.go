@@ -18,7 +18,8 @@ func (s *State) createUser(c *Command) Result {
 	if _, ok := s.users[c.User]; ok {
 		return failed(ErrUserExists)
 	}
-	s.users[c.User] = &User{Name: c.User, PasswordHash: c.PasswordHash, Perms: perms}
+	s.lastUser++
+	s.users[c.User] = &User{Name: c.User, PasswordHash: c.PasswordHash, Perms: perms, Serial: s.lastUser}
 	return Result{}
 }
 
