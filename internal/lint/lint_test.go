@@ -50,7 +50,7 @@ func listPackages(t *testing.T) []pkg {
 var pureForbidden = []string{"os", "net", "net/http", "os/exec", "sync", "time", "math/rand", "math/rand/v2",
 	module + "/internal/vfs", module + "/internal/clock", module + "/internal/storage"}
 
-var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement", "dataplane"}
+var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement", "dataplane", "replication"}
 
 // internalPackages returns those of pkgs that are internal/<name> for
 // one of names.
