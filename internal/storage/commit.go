@@ -23,8 +23,13 @@ type request struct {
 	// create marks a barrier that records the segment's creation (base,
 	// owner) in the node journal, so a replay can recreate its file.
 	create bool
-	base   uint64
-	owner  uint32
+	// cut marks a barrier that records, in the node journal, that the
+	// segment was cut back to end base at file position pos, so a replay
+	// skips the batches the cut dropped.
+	cut   bool
+	base  uint64
+	owner uint32
+	pos   int64
 }
 
 // AppendAsync validates one encoded batch and queues it for segment id.
@@ -43,6 +48,12 @@ type request struct {
 // ctx, while MaxPendingBytes are queued. The store keeps batch until done
 // is called: the caller must not modify it before then.
 func (s *Store) AppendAsync(ctx context.Context, id SegmentID, batch []byte, done func(error)) error {
+	return s.appendAsync(ctx, id, batch, done, false)
+}
+
+// appendAsync is AppendAsync; exact asks that the batch start at exactly
+// the segment's end (AppendAtAsync).
+func (s *Store) appendAsync(ctx context.Context, id SegmentID, batch []byte, done func(error), exact bool) error {
 	h, err := checkBatch(batch)
 	if err != nil {
 		return err
@@ -55,7 +66,7 @@ func (s *Store) AppendAsync(ctx context.Context, id SegmentID, batch []byte, don
 	}
 	s.mu.Lock()
 	for {
-		sg, err := s.admitLocked(id, h)
+		sg, err := s.admitLocked(id, h, exact)
 		if err != nil {
 			s.mu.Unlock()
 			return err
@@ -96,8 +107,9 @@ func checkBatch(batch []byte) (segment.BatchHeader, error) {
 	return h, nil
 }
 
-// admitLocked checks that segment id takes a batch with header h now.
-func (s *Store) admitLocked(id SegmentID, h segment.BatchHeader) (*seg, error) {
+// admitLocked checks that segment id takes a batch with header h now;
+// exact, that it starts at the segment's end.
+func (s *Store) admitLocked(id SegmentID, h segment.BatchHeader, exact bool) (*seg, error) {
 	sg, err := s.lookupLocked(id)
 	switch {
 	case err != nil:
@@ -108,6 +120,10 @@ func (s *Store) admitLocked(id SegmentID, h segment.BatchHeader) (*seg, error) {
 		return nil, sg.damage
 	case sg.fenced:
 		return nil, fmt.Errorf("%w: %d", ErrSealed, id)
+	case sg.cutting:
+		return nil, fmt.Errorf("%w: %d", ErrTruncating, id)
+	case exact && h.BaseOffset != sg.queuedEnd:
+		return nil, &EndError{Err: ErrOffsetGap, ID: id, Want: h.BaseOffset, End: sg.queuedEnd}
 	case h.BaseOffset < sg.queuedEnd:
 		return nil, fmt.Errorf("%w: batch base %d below segment %d end %d", ErrOffsetRegression, h.BaseOffset, id, sg.queuedEnd)
 	}

@@ -40,8 +40,9 @@ func (s *Store) journalRound(round []request, groups []*group, of []int) {
 }
 
 // journalBody encodes the round's records in queue order: each batch with
-// the file position it is about to be written at, and tombstones. any is
-// false when the round holds neither (only plain barriers).
+// the file position it is about to be written at, creations, cuts and
+// tombstones. any is false when the round holds none of them (only plain
+// barriers).
 func (s *Store) journalBody(round []request, groups []*group, of []int) (b []byte, any bool) {
 	for _, g := range groups {
 		g.pos = g.log.WriteEnd()
@@ -51,6 +52,10 @@ func (s *Store) journalBody(round []request, groups []*group, of []int) (b []byt
 		switch {
 		case r.tomb:
 			b = appendRecordHeader(b, recTomb, r.sg.id, 0, 0)
+			any = true
+		case r.cut:
+			b = appendRecordHeader(b, recCut, r.sg.id, r.pos, 8)
+			b = binary.LittleEndian.AppendUint64(b, r.base)
 			any = true
 		case r.create:
 			b = appendRecordHeader(b, recCreate, r.sg.id, int64(r.base), 4)

@@ -65,4 +65,16 @@
 // barrier behind the segment's appends and waits for it, then writes the
 // index and the footer. The footer records the segment's end explicitly,
 // optionally an end beyond the last batch (SealWith), never base + count.
+//
+// # Replica copies
+//
+// A follower's copy of a replicated segment takes the primary's batches
+// verbatim and only at exactly its end (AppendAt; a refusal is an EndError
+// carrying the copy's end), answers a fence with its fsynced end (Fence,
+// Ends), cuts an unacknowledged suffix back to a batch boundary (Truncate,
+// durable and crash-safe in both journal modes: the journal records the
+// cut so a replay never appends a cut batch again), and is sealed at
+// exactly the control plane's end (SealOptions.Exact, cutting first only
+// with TruncateAbove), so copies holding the same batches have identical
+// footers. A sealed copy is never cut. copy.go has the details.
 package storage

@@ -32,7 +32,8 @@ import (
 //	body:              records, each kind u8 | segment id u64 |
 //	                   file position u64 | length u32 | batch (length bytes);
 //	                   a create record's position is the base offset and its
-//	                   4 bytes the owner tag
+//	                   4 bytes the owner tag; a cut record's position is the
+//	                   file size after the cut and its 8 bytes the end offset
 //
 // Round sequence numbers run on across files without a gap. A round is
 // written with one write, and the next round only after its fdatasync
@@ -59,6 +60,7 @@ const (
 	recBatch  = 1 // a batch appended to a segment at a file position
 	recTomb   = 2 // the segment was deleted: its earlier records are void
 	recCreate = 3 // the segment was created: position = base, owner u32
+	recCut    = 4 // the segment was cut back: position = file size, end u64
 )
 
 // DefaultJournalFileBytes is the size from which the journal moves to a new
@@ -169,7 +171,8 @@ func eachRecord(body []byte, fn func(jrecord) error) error {
 		r := jrecord{kind: body[0], id: SegmentID(le.Uint64(body[1:])), pos: int64(le.Uint64(body[9:]))}
 		n := int(le.Uint32(body[17:]))
 		body = body[recordHeaderLen:]
-		if n > len(body) || r.kind < recBatch || r.kind > recCreate || (r.kind == recCreate && n != 4) {
+		if n > len(body) || r.kind < recBatch || r.kind > recCut || (r.kind == recCreate && n != 4) ||
+			(r.kind == recCut && n != 8) {
 			return fmt.Errorf("%w: journal record of kind %d and length %d does not fit its round", ErrCorrupt, r.kind, n)
 		}
 		r.batch, body = body[:n], body[n:]

@@ -22,6 +22,10 @@ func TestMain(m *testing.M) {
 		killChild(dir)
 		os.Exit(2) // killChild only returns on error
 	}
+	if dir := os.Getenv(cutChildEnv); dir != "" {
+		cutChild(dir)
+		os.Exit(2) // cutChild only returns on error
+	}
 	os.Exit(m.Run())
 }
 

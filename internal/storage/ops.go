@@ -64,18 +64,34 @@ func (s *Store) Seal(ctx context.Context, id SegmentID) (Footer, error) {
 // and returns the footer. Sealing a sealed segment returns its footer; it
 // is an error only when o asks for a different end or generation. If ctx
 // ends while waiting, the segment stays fenced and Seal may be retried.
+// The same holds if ctx ends while it waits for a cut or another seal of
+// the segment, before anything was fenced. A sealed segment that is
+// damaged (Info.Damage) answers its damage rather than its footer.
+// With o.Exact a replica copy is sealed at exactly o.End (see SealOptions);
+// a crash part-way leaves it active as it was, active and cut, or sealed.
 func (s *Store) SealWith(ctx context.Context, id SegmentID, o SealOptions) (Footer, error) {
 	sg, err := s.lookup(id)
 	if err != nil {
 		return Footer{}, err
 	}
-	sg.sealMu.Lock()
-	defer sg.sealMu.Unlock()
+	if err := sg.sealMu.lock(ctx); err != nil {
+		return Footer{}, err
+	}
+	defer sg.sealMu.unlock()
 	s.mu.Lock()
 	if sg.sealed {
-		ft := *sg.footer
+		ft, err := sealedFooter(sg)
 		s.mu.Unlock()
+		if err != nil {
+			return Footer{}, err
+		}
 		return ft, sealedCompatible(ft, o)
+	}
+	if o.Exact && !sg.gone && sg.damage == nil {
+		if err := s.checkExactLocked(sg, o); err != nil {
+			s.mu.Unlock()
+			return Footer{}, err
+		}
 	}
 	wait, err := s.fenceLocked(sg)
 	var log *segment.Segment
@@ -94,6 +110,11 @@ func (s *Store) SealWith(ctx context.Context, id SegmentID, o SealOptions) (Foot
 	if err := s.failure(); err != nil {
 		return Footer{}, err
 	}
+	if o.Exact {
+		if err := s.settleExact(sg, log, o); err != nil {
+			return Footer{}, err
+		}
+	}
 	ft, err := s.writeSeal(sg.id, log, o)
 	if err != nil {
 		return Footer{}, err
@@ -110,7 +131,7 @@ func (s *Store) SealWith(ctx context.Context, id SegmentID, o SealOptions) (Foot
 }
 
 func sealedCompatible(ft Footer, o SealOptions) error {
-	if (o.End != 0 && o.End != ft.End) || (o.Generation != 0 && o.Generation != ft.Generation) {
+	if ((o.End != 0 || o.Exact) && o.End != ft.End) || (o.Generation != 0 && o.Generation != ft.Generation) {
 		return fmt.Errorf("%w: already sealed at end %d generation %d", ErrSealed, ft.End, ft.Generation)
 	}
 	return nil
@@ -245,8 +266,8 @@ func (s *Store) detach(id SegmentID) error {
 	if err != nil {
 		return err
 	}
-	sg.sealMu.Lock()
-	defer sg.sealMu.Unlock()
+	_ = sg.sealMu.lock(context.Background()) // cannot fail without a ctx to end
+	defer sg.sealMu.unlock()
 	s.mu.Lock()
 	switch {
 	case sg.gone:

@@ -25,6 +25,13 @@ import (
 // journaled. The journal is deleted only after the replayed segments are
 // fsynced; a crash before that replays it again, to the same result.
 //
+// A cut record (Truncate) voids the batches journaled before it at or
+// above its file position: the second pass skips them, so a cut batch
+// never comes back. The first pass also lowers the segment's cut to the
+// record's position, since a cut may reach below what the journal holds
+// of the segment, into what a checkpoint fsynced; the file may or may not
+// have been cut when the crash came, and it is cut there either way.
+//
 // The journal never silently loses a batch: damage inside it (an invalid
 // round followed by a valid later one) fails Open, and batches it cannot
 // place (a segment's file missing without a tombstone, or damaged) leave
@@ -39,11 +46,14 @@ type jfile struct {
 
 // journalPlan is what the first pass learned.
 type journalPlan struct {
-	files     []jfile
-	cuts      map[SegmentID]int64  // see above
-	creates   map[SegmentID]bool   // created (after their last tombstone) in the journal
-	lastTomb  map[SegmentID]uint64 // index of the segment's last tombstone record
-	ends      map[SegmentID]uint64 // offset after the segment's last journaled batch
+	files    []jfile
+	cuts     map[SegmentID]int64  // see above
+	creates  map[SegmentID]bool   // created (after their last tombstone) in the journal
+	lastTomb map[SegmentID]uint64 // index of the segment's last tombstone record
+	ends     map[SegmentID]uint64 // offset after the segment's last journaled batch
+	// shrinks lists, per segment, its cut records after its last
+	// tombstone, in journal order.
+	shrinks   map[SegmentID][]shrink
 	nextSeq   uint64
 	nextRound uint64
 	started   bool     // a file header was read: rounds must follow on
@@ -52,10 +62,48 @@ type journalPlan struct {
 
 func (s *Store) journalPath() string { return filepath.Join(s.cfg.Dir, journalDir) }
 
+// shrink is a cut record: the k-th record, cutting the file at pos.
+// lowest is the lowest position of this cut and every later cut of the
+// segment (filled in once the first pass is done).
+type shrink struct {
+	k      uint64
+	pos    int64
+	lowest int64
+}
+
+// settleShrinks fills in each cut's lowest, from the last cut back.
+func (p *journalPlan) settleShrinks() {
+	for _, cs := range p.shrinks {
+		for i := len(cs) - 1; i >= 0; i-- {
+			cs[i].lowest = cs[i].pos
+			if i+1 < len(cs) {
+				cs[i].lowest = min(cs[i].pos, cs[i+1].lowest)
+			}
+		}
+	}
+}
+
+// voided reports whether the batch of record k, journaled at file
+// position pos, was dropped by a later cut of its segment: one whose
+// position is at or below pos. The second pass asks in record order, so
+// next, the segment's first cut after the record, only moves forward,
+// and the replay takes time linear in the journal's records.
+func (r *replayer) voided(id SegmentID, k uint64, pos int64) bool {
+	cs := r.p.shrinks[id]
+	i := r.nextCut[id]
+	for i < len(cs) && cs[i].k < k {
+		i++
+	}
+	if i > 0 {
+		r.nextCut[id] = i
+	}
+	return i < len(cs) && cs[i].lowest <= pos
+}
+
 // scanJournal is the first pass.
 func (s *Store) scanJournal() (*journalPlan, error) {
 	p := &journalPlan{cuts: map[SegmentID]int64{}, creates: map[SegmentID]bool{},
-		lastTomb: map[SegmentID]uint64{}, ends: map[SegmentID]uint64{}}
+		lastTomb: map[SegmentID]uint64{}, ends: map[SegmentID]uint64{}, shrinks: map[SegmentID][]shrink{}}
 	names, err := s.fs.ReadDir(s.journalPath())
 	if vfs.IsNotExist(err) {
 		return p, nil
@@ -88,6 +136,7 @@ func (s *Store) scanJournal() (*journalPlan, error) {
 		}
 		p.nextSeq = f.seq + 1
 	}
+	p.settleShrinks()
 	return p, nil
 }
 
@@ -99,13 +148,22 @@ func (p *journalPlan) note(r jrecord, k uint64) {
 		delete(p.cuts, r.id)
 		delete(p.ends, r.id)
 		delete(p.creates, r.id)
+		delete(p.shrinks, r.id)
 		return
 	case recCreate:
 		p.creates[r.id] = true
 		return
 	}
-	if _, ok := p.cuts[r.id]; !ok {
+	// Batches follow on in the file or start where a cut left it, so
+	// the lowest position of the two kinds is where the journal's part
+	// begins.
+	if c, ok := p.cuts[r.id]; !ok || r.pos < c {
 		p.cuts[r.id] = r.pos
+	}
+	if r.kind == recCut {
+		p.shrinks[r.id] = append(p.shrinks[r.id], shrink{k: k, pos: r.pos})
+		p.ends[r.id] = binary.LittleEndian.Uint64(r.batch)
+		return
 	}
 	if h, err := segment.ParseHeader(r.batch); err == nil {
 		p.ends[r.id] = h.LastOffset() + 1
@@ -184,6 +242,9 @@ type replayer struct {
 	orphans map[SegmentID]int // batches for segments whose file is missing
 	// unplaced counts, per damaged segment, batches it could not take.
 	unplaced map[*seg]int
+	// nextCut is, per segment, the index in p.shrinks of its first cut
+	// not before the record being replayed (see voided).
+	nextCut map[SegmentID]int
 }
 
 // replay is the second pass; it ends with the journal retired (or
@@ -192,7 +253,8 @@ func (s *Store) replay(p *journalPlan) error {
 	if len(p.files) == 0 {
 		return nil
 	}
-	r := &replayer{s: s, p: p, touched: map[*seg]struct{}{}, orphans: map[SegmentID]int{}, unplaced: map[*seg]int{}}
+	r := &replayer{s: s, p: p, touched: map[*seg]struct{}{}, orphans: map[SegmentID]int{},
+		unplaced: map[*seg]int{}, nextCut: map[SegmentID]int{}}
 	for i := range p.files {
 		f := p.files[i]
 		err := s.eachRound(&f, i == len(p.files)-1, &journalPlan{}, func(body []byte) error {
@@ -250,8 +312,11 @@ func (s *Store) retireReplayed(p *journalPlan) error {
 func (r *replayer) apply(rec jrecord) error {
 	k := r.k
 	r.k++
-	if t, ok := r.p.lastTomb[rec.id]; (ok && k <= t) || rec.kind == recTomb {
+	if t, ok := r.p.lastTomb[rec.id]; (ok && k <= t) || rec.kind == recTomb || rec.kind == recCut {
 		return nil
+	}
+	if rec.kind == recBatch && r.voided(rec.id, k, rec.pos) {
+		return nil // a later cut dropped it
 	}
 	sg := r.s.segs[rec.id]
 	if rec.kind == recCreate {

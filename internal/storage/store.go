@@ -117,7 +117,9 @@ type Info struct {
 	// End is the offset after the last accepted batch, queued or durable:
 	// the lowest base offset the next append may use.
 	End uint64
-	// DurableEnd is the offset after the last durable batch; reads stop there.
+	// DurableEnd is the offset after the last durable batch (fsynced, in
+	// the journal or the file); reads stop there, and a fenced copy
+	// answers it (Fence). Ends reports both ends without building an Info.
 	DurableEnd uint64
 	// Bytes, Records, MaxExpiry and MaxTimestamp describe the durable batches.
 	Bytes        int64
@@ -149,9 +151,22 @@ type Info struct {
 type SealOptions struct {
 	// End, when non-zero, is the explicit end offset to record; it must be
 	// at least the segment's durable end. Zero records the durable end.
+	// With Exact it is taken as it is, zero included.
 	End uint64
 	// Generation is recorded in the footer.
 	Generation uint32
+	// Exact seals a replica copy at exactly End, the end the control
+	// plane recorded for the segment, never padding it: a copy that ends
+	// below End is refused (EndError wrapping ErrBehind) and one that ends
+	// above it too (ErrAhead), unless TruncateAbove. Both are refused
+	// before the copy is fenced, so a copy that is behind can still catch
+	// up. A padded follower would claim offsets it never held, and its
+	// footer would not match the primary's.
+	Exact bool
+	// TruncateAbove, with Exact, first cuts the batches above End
+	// (Truncate): the control plane's seal says they were never
+	// acknowledged (W6). Only the seal may say so, hence an option.
+	TruncateAbove bool
 }
 
 // Stats are cumulative counters of a Store.
@@ -193,6 +208,7 @@ type seg struct {
 	ready     bool   // Create finished
 	queuedEnd uint64 // end including queued appends
 	fenced    bool   // Seal or Delete began: no more appends
+	cutting   bool   // Truncate runs: no appends until it returns
 	sealed    bool
 	gone      bool // deleted
 	footer    *Footer
@@ -201,7 +217,9 @@ type seg struct {
 	endPastDamage uint64
 	h             *handle // nil for a sealed segment not in the cache
 
-	sealMu sync.Mutex // serialises Seal and Delete (not guarded by Store.mu)
+	// sealMu serialises Fence, Truncate, Seal and Delete (not guarded by
+	// Store.mu); its waiters honour their ctx.
+	sealMu sealLock
 	openMu sync.Mutex // serialises opening a sealed handle
 }
 

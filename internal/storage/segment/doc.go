@@ -32,7 +32,10 @@
 //
 // Append writes without syncing; Sync fdatasyncs and only then advances the
 // durable end that Read is bounded by, so a reader never sees bytes a power
-// loss could take back. A failed write or sync is sticky: the segment takes
+// loss could take back. PlanCut and ApplyCut cut an active segment back to
+// a batch boundary: the kept batches are reread to rebuild the index,
+// counts and content hash, and the file is truncated and fsynced while
+// readers are held off. A failed write or sync is sticky: the segment takes
 // no more writes, because after a failed fsync the state of the file's
 // tail is unknown until recovery rereads it.
 //

@@ -13,6 +13,8 @@ import (
 // or from when none is returned. Every returned batch has passed its CRC;
 // damage is reported wrapping ErrCorrupt.
 func (s *Segment) Read(from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
+	s.io.RLock()
+	defer s.io.RUnlock()
 	s.mu.RLock()
 	d := s.durable
 	pos, ok := s.idx.Lookup(from)
@@ -141,6 +143,8 @@ func (s *Segment) corrupt(pos int64, err error) error {
 // are then walked. A segment whose durable MaxTimestamp is below t is
 // answered without reading the file.
 func (s *Segment) SeekTime(t int64) (base uint64, ok bool, err error) {
+	s.io.RLock()
+	defer s.io.RUnlock()
 	s.mu.RLock()
 	d := s.durable
 	pos := s.idx.SeekTime(t)

@@ -387,6 +387,8 @@ func loadIndex(fs vfs.FS, s *Segment, idxPath string, size int64) bool {
 // record count, end, max expiry, max timestamp and content hash. Any
 // mismatch wraps ErrCorrupt.
 func (s *Segment) Verify(ft *Footer) error {
+	s.io.RLock()
+	defer s.io.RUnlock()
 	s.mu.RLock()
 	d := s.durable
 	s.mu.RUnlock()

@@ -120,12 +120,17 @@ type Segment struct {
 	owner    uint32
 	interval int
 
+	// io is held shared by every read of the file and exclusively by
+	// ApplyCut, so that no read runs into a cut while the file shrinks.
+	io sync.RWMutex
+
 	mu      sync.RWMutex // guards the fields below
 	idx     Index
 	written Stats // everything written, durable or not
 	durable Stats // what the last successful Sync covered
 	sealed  bool
-	err     error // sticky: after a failed write or sync nothing more is written
+	err     error  // sticky: after a failed write or sync nothing more is written
+	cuts    uint64 // cuts applied since the file was opened (see Cut)
 
 	// Owned by the writer.
 	hash     *xxhash.Digest
