@@ -107,6 +107,8 @@ type clusterNode struct {
 	mu          sync.Mutex
 	resync      bool // the queue overflowed or a group was restored
 	joinPending bool // started from its log without reaching the cluster: retryJoin
+
+	coords coordTable // consumer-group coordinators of the vnodes it leads
 }
 
 type appliedCmd struct {

@@ -254,6 +254,8 @@ func (d *dataPlane) serveCall(ctx context.Context, from uint64, req []byte) ([]b
 		return d.serveSeek(req)
 	case dataplane.KindInterest:
 		return d.serveInterest(from, req)
+	case dataplane.KindGroup:
+		return d.serveGroup(ctx, req)
 	case dataplane.KindRoll:
 		return d.serveRoll(req)
 	}

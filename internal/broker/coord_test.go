@@ -61,7 +61,7 @@ func TestJunkGroupsHitUserQuota(t *testing.T) {
 	if _, err := poll(b, malloryID, "junk-0", "m2"); err != nil {
 		t.Fatalf("joining an existing group: %v", err)
 	}
-	if got := b.liveGroups(1); len(got) != 4 {
+	if got := b.coord.live(1); len(got) != 4 {
 		t.Fatalf("live groups %v, want mallory's 3 and billing", got)
 	}
 }
@@ -85,12 +85,12 @@ func TestIdleGroupsEvicted(t *testing.T) {
 	}
 	clk.Advance(b.cfg.GroupSessionTimeout) // at the timeout: still members
 	b.expireMembers()
-	if got := b.liveGroups(1); len(got) != 3 {
+	if got := b.coord.live(1); len(got) != 3 {
 		t.Fatalf("evicted at the timeout: live %v", got)
 	}
 	clk.Advance(time.Millisecond)
 	b.expireMembers()
-	if got := b.liveGroups(1); len(got) != 0 {
+	if got := b.coord.live(1); len(got) != 0 {
 		t.Fatalf("live groups %v after the timeout, want none", got)
 	}
 	names, _ := b.ListGroups("t")
@@ -154,7 +154,7 @@ func TestAssignmentOutsideLocks(t *testing.T) {
 	}
 	owner := map[uint64]string{}
 	for _, m := range members {
-		a, err := b.memberAssignment(topicID, "g", m, "", ranges)
+		a, _, err := b.memberAssignment(topicID, "g", m, "", ranges)
 		if err != nil {
 			t.Fatal(err)
 		}

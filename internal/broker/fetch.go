@@ -144,16 +144,22 @@ func (b *Broker) startPosition(req FetchRequest) (position, error) {
 			pos.entries = toCursorEntries(st.GroupEntries(*req.Group, t.ID))
 		}
 	})
+	var committed []cursor.Entry
 	if err == nil && member {
-		pos.only, err = b.pollMember(pos.topicID, *req.Group, *req.Member, groupOwner(req.Identity), ranges)
+		pos.only, committed, err = b.pollMember(pos.topicID, *req.Group, *req.Member, groupOwner(req.Identity), ranges)
 	}
 	if err == nil && member {
 		// Read the committed position again now: a range handed over by
 		// this poll was released when its old holder polled, after that
 		// holder committed what it read, which may be after the read above.
+		// In a cluster this node's replica of the topic's vnode may not
+		// have applied that commit yet; the coordinator, the vnode's
+		// leader, has, and answered it (committed). Merging never moves a
+		// position back, so whichever is ahead wins.
 		_ = b.plane.ViewTopic(pos.topicID, func(st *metadata.State) {
 			pos.entries = toCursorEntries(st.GroupEntries(*req.Group, pos.topicID))
 		})
+		pos.entries = cursor.Merge(pos.entries, committed)
 	}
 	return pos, err
 }

@@ -30,8 +30,8 @@ func (b *Broker) SeekGroup(ctx context.Context, topic, group string, cur *string
 			return ErrInvalidCursor
 		}
 	}
-	if containsString(b.liveGroups(topicID), group) {
-		return ErrGroupHasMembers
+	if err := b.refuseLive(ctx, topicID, group); err != nil {
+		return err
 	}
 	_, err = b.apply(ctx, metadata.Command{
 		Kind:    metadata.KindSetOffsets,
@@ -54,8 +54,8 @@ func (b *Broker) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err != nil {
 		return err
 	}
-	if containsString(b.liveGroups(topicID), group) {
-		return ErrGroupHasMembers
+	if err := b.refuseLive(ctx, topicID, group); err != nil {
+		return err
 	}
 	_, err = b.apply(ctx, metadata.Command{Kind: metadata.KindDeleteGroup, Topic: topic, Group: group})
 	return err
@@ -78,17 +78,32 @@ func (b *Broker) GroupMembers(topic, group string) (generation uint64, members [
 	}
 	var committed bool
 	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { committed = containsString(st.Groups(topicID), group) })
-	// Members may compute a stale assignment in line under the lock; an
-	// operator's describe is rare, unlike the polls that assign avoids
-	// holding it for.
-	b.coord.mu.Lock()
-	gen, live := b.coord.c.Generation(topicID, group)
-	for _, m := range b.coord.c.Members(topicID, group) {
-		members = append(members, GroupMember{Name: m.Name, LastSeen: m.LastSeen, Ranges: m.Ranges})
+	var live bool
+	if b.cluster != nil {
+		generation, live, members, err = b.clusterMembers(topicID, group)
+		if err != nil {
+			return 0, nil, err
+		}
+	} else {
+		generation, live, members, err = b.coord.members(singleNode, topicID, group, b.nowMs())
+		if err != nil {
+			return 0, nil, err
+		}
 	}
-	b.coord.mu.Unlock()
 	if !live && !committed {
 		return 0, nil, ErrGroupNotFound
 	}
-	return gen, members, nil
+	return generation, members, nil
+}
+
+// refuseLive answers group_has_members when the group has live members.
+func (b *Broker) refuseLive(ctx context.Context, topicID uint64, group string) error {
+	live, err := b.liveGroups(ctx, topicID)
+	if err != nil {
+		return err
+	}
+	if containsString(live, group) {
+		return ErrGroupHasMembers
+	}
+	return nil
 }

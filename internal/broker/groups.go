@@ -13,10 +13,12 @@ import (
 	"github.com/malachi-log/malachi/internal/storage/segment"
 )
 
-// pollMember joins or heartbeats a group member and returns its ranges.
-func (b *Broker) pollMember(topicID uint64, group, member, owner string, ranges []uint64) ([]uint64, error) {
-	a, err := b.memberAssignment(topicID, group, member, owner, ranges)
-	return a.Ranges, err
+// pollMember joins or heartbeats a group member and returns its ranges,
+// with the group's committed position for them as the coordinator knows
+// it (see memberAssignment).
+func (b *Broker) pollMember(topicID uint64, group, member, owner string, ranges []uint64) ([]uint64, []cursor.Entry, error) {
+	a, committed, err := b.memberAssignment(topicID, group, member, owner, ranges)
+	return a.Ranges, committed, err
 }
 
 // Commit merges a cursor into a group's stored position for a topic,
@@ -160,8 +162,14 @@ func (b *Broker) DescribeGroup(topic, group string) (GroupStatus, error) {
 		pos.entries = toCursorEntries(ms.GroupEntries(group, topicID))
 		committed = containsString(ms.Groups(topicID), group)
 	})
-	if !committed && !containsString(b.liveGroups(topicID), group) {
-		return st, ErrGroupNotFound
+	if !committed {
+		live, err := b.liveGroups(b.life, topicID)
+		if err != nil {
+			return st, err
+		}
+		if !containsString(live, group) {
+			return st, ErrGroupNotFound
+		}
 	}
 	if len(pos.entries) > 0 {
 		s := cursor.Encode(b.secret, cursor.Cursor{TopicID: topicID, Entries: pos.entries})
@@ -297,7 +305,8 @@ func (b *Broker) scanSlice(p *plan, src *source, start, end uint64, fn func(pos,
 	return nil
 }
 
-// ListGroups names the groups with a committed position on the topic.
+// ListGroups names the groups with a committed position on the topic, and
+// those with live members.
 func (b *Broker) ListGroups(topic string) ([]string, error) {
 	topicID, err := b.topicID(topic)
 	if err != nil {
@@ -305,7 +314,11 @@ func (b *Broker) ListGroups(topic string) ([]string, error) {
 	}
 	var names []string
 	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { names = st.Groups(topicID) })
-	for _, g := range b.liveGroups(topicID) {
+	live, err := b.liveGroups(b.life, topicID)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range live {
 		if !containsString(names, g) {
 			names = append(names, g)
 		}

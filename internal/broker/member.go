@@ -26,13 +26,10 @@ func (b *Broker) MemberHeartbeat(topic, group, member string) (MemberState, erro
 	if err != nil {
 		return MemberState{}, err
 	}
-	b.coord.mu.Lock()
-	st, err := b.coord.c.Touch(topicID, group, member, b.nowMs())
-	b.coord.mu.Unlock()
-	if errors.Is(err, groups.ErrUnknownMember) {
-		return MemberState{}, ErrStaleMember
+	if b.cluster != nil {
+		return b.clusterTouch(topicID, group, member)
 	}
-	return st, err
+	return b.coord.touch(singleNode, topicID, group, member, b.nowMs())
 }
 
 // MemberCommit is Commit for a member that fetches: it commits the
@@ -50,11 +47,11 @@ func (b *Broker) MemberCommit(ctx context.Context, topic, group, member string, 
 	if err != nil {
 		return ErrInvalidCursor
 	}
-	b.coord.mu.Lock()
-	ranges, err := b.coord.c.CommitRanges(topicID, group, member, generation, b.nowMs())
-	b.coord.mu.Unlock()
-	if errors.Is(err, groups.ErrStaleMember) {
-		return ErrStaleMember
+	var ranges []uint64
+	if b.cluster != nil {
+		ranges, err = b.clusterCommitRanges(ctx, topicID, group, member, generation)
+	} else {
+		ranges, err = b.coord.commitRanges(singleNode, topicID, group, member, generation, b.nowMs())
 	}
 	if err != nil {
 		return err

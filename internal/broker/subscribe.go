@@ -29,8 +29,11 @@ type Subscription struct {
 	pos      position
 	// gen is the member's assignment generation that pos has caught up
 	// with (0: none yet).
-	gen  uint64
-	acks chan subAck
+	gen uint64
+	// failingSince is when the member's refreshes began to fail (zero
+	// while they succeed); see refresh.
+	failingSince time.Time
+	acks         chan subAck
 	// ended is closed when Run returns: nothing drains acks after that, so
 	// an Ack waiting for room must stop waiting.
 	ended chan struct{}
@@ -110,10 +113,11 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 	inFlight := 0
 	for {
 		woken, at := w.waitGen()
-		if err := s.refreshMember(); err != nil {
+		refreshed, err := s.refresh()
+		if err != nil {
 			return err
 		}
-		if credit := min(s.max, s.window-inFlight); credit > 0 {
+		if credit := min(s.max, s.window-inFlight); refreshed && credit > 0 {
 			page, n, err := s.read(ctx, credit, at)
 			if err != nil {
 				return err
@@ -233,7 +237,7 @@ func (s *Subscription) refreshMember() error {
 	}
 	var ranges []uint64
 	_ = s.b.plane.ViewTopic(s.pos.topicID, func(st *metadata.State) { ranges = activeIDs(st, s.pos.topicID) })
-	a, err := s.b.memberAssignment(s.pos.topicID, *s.group, *s.member, s.owner, ranges)
+	a, committed, err := s.b.memberAssignment(s.pos.topicID, *s.group, *s.member, s.owner, ranges)
 	if err != nil {
 		return err
 	}
@@ -242,7 +246,45 @@ func (s *Subscription) refreshMember() error {
 		var stored []metadata.GroupEntry
 		_ = s.b.plane.ViewTopic(s.pos.topicID, func(st *metadata.State) { stored = st.GroupEntries(*s.group, s.pos.topicID) })
 		s.pos.entries = cursor.Merge(s.pos.entries, toCursorEntries(stored))
+		s.pos.entries = cursor.Merge(s.pos.entries, committed) // the coordinator's view (see memberAssignment)
 		s.gen = a.Generation
 	}
 	return nil
+}
+
+// refresh is refreshMember for Run. A refusal the member may retry (the
+// coordinator is busy, moving, or not reachable for now) does not end the
+// subscription: it reads nothing until a refresh succeeds (ok false), as
+// it may no longer hold the ranges it read, and tries again on its next
+// wake, at most a second later. Only when refreshes have failed for a
+// whole session timeout, after which the coordinator has evicted the
+// member anyway, does the error end the stream.
+func (s *Subscription) refresh() (ok bool, err error) {
+	err = s.refreshMember()
+	if err == nil {
+		s.failingSince = time.Time{}
+		return true, nil
+	}
+	if !retriableRefresh(err) {
+		return false, err
+	}
+	now := s.b.cfg.Clock.Now()
+	if s.failingSince.IsZero() {
+		s.failingSince = now
+	}
+	if now.Sub(s.failingSince) > s.b.cfg.GroupSessionTimeout {
+		return false, err
+	}
+	return false, nil
+}
+
+// retriableRefresh reports whether a failed membership refresh may
+// succeed if tried again later.
+func retriableRefresh(err error) bool {
+	for _, e := range []error{ErrTooManyRequests, ErrMetadataUnavailable, ErrRetry, ErrUnreachable} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

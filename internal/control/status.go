@@ -55,3 +55,21 @@ func (n *Node) Status() Status {
 	}
 	return s
 }
+
+// LeaderOf returns the leader of group as this node knows it (0 when it
+// knows none) and this node's term of the group. On the leader itself the
+// term is the one it leads in: raft never elects two leaders in one term,
+// so (group, term) names one leadership, which ends with the term.
+// ErrUnknownGroup when the node does not host the group.
+//
+// It never waits on the raft host: the answer is the leadership the host
+// published at the end of its last cycle (raft.Host.Leadership), so a
+// cycle stalled in a slow fsync does not hold the requests routed by it.
+// Successive calls never see a group's term go back.
+func (n *Node) LeaderOf(group uint64) (leader, term uint64, err error) {
+	l, err := n.host.Leadership(group)
+	if err != nil {
+		return 0, 0, ErrUnknownGroup
+	}
+	return l.Leader, l.Term, nil
+}

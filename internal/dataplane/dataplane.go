@@ -35,6 +35,8 @@ func (k Kind) String() string {
 		return "appended"
 	case KindRoll:
 		return "roll"
+	case KindGroup:
+		return "group"
 	}
 	return fmt.Sprintf("kind-%d", uint8(k))
 }

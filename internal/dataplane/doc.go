@@ -20,6 +20,11 @@
 //	seek      (call)     segment, time (zigzag varint, unix ms)
 //	interest  (call)     ttl ms, count, count × topic
 //	appended  (one-way)  count, count × (topic, range, end)
+//	roll      (call)     range, segment: seal the range's active segment
+//	                     for a split or merge asked of another node
+//	group     (call)     op (1 byte), topic, group, member, owner (texts),
+//	                     generation: a consumer-group operation for the
+//	                     coordinator of the topic's groups (GroupOp)
 //
 // Each call is answered by a Status byte. StatusOK is followed by the
 // kind's answer:
@@ -29,11 +34,16 @@
 //	info      base, durable end, records, max timestamp (zigzag), sealed
 //	seek      found (1 byte), base offset
 //	interest  count, count × (topic, range, end)
+//	roll      the end the segment was sealed at
+//	group     generation, live (1 byte), count, count × range, held,
+//	          members, count, count × (name, last seen (zigzag), count,
+//	          count × range), count, count × group name
 //
 // Any other status is followed by a Refusal: stored (uvarint: batches of
 // an append enqueued before the refusal), node (a node id hint, 0 when
 // none), reason (text: a wire reason) and message (text).
 //
 // Decoders refuse trailing bytes, truncated input, counts larger than
-// the bytes left could hold, and byte strings longer than MaxBytes.
+// the bytes left could hold, byte strings longer than MaxBytes, and names
+// in group messages longer than MaxNameBytes.
 package dataplane

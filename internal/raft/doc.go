@@ -41,6 +41,9 @@
 // ChangeReplicas and TransferLeadership go through a mutex shared with
 // the cycle, so a
 // StateMachine, which runs inside the cycle, must not call the Host.
+// Leadership alone takes no lock: each cycle publishes every group's
+// leader and term, so callers that only route by leadership never wait
+// on a cycle held in a slow fsync.
 //
 // Proposals are made only at a group's leader (DisableProposalForwarding);
 // elsewhere they return a NotLeaderError with the leader as a hint. An

@@ -10,6 +10,7 @@ import (
 	"log"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -179,6 +180,10 @@ type Host struct {
 		bytes      int
 	}
 	work chan struct{} // capacity 1: "Process has something to do"
+
+	// leaders is every hosted group's leadership as of the last cycle,
+	// read without mu (see Leadership).
+	leaders atomic.Pointer[map[uint64]Leadership]
 }
 
 type inboundFrame struct {
@@ -285,6 +290,7 @@ func (h *Host) RemoveGroup(group uint64) error {
 	g.failAll(ErrGroupRemoved)
 	delete(h.groups, group)
 	h.order = slices.DeleteFunc(h.order, func(id uint64) bool { return id == group })
+	h.republishLeadership()
 	return h.opts.LogStore.RemoveGroup(group)
 }
 
@@ -342,6 +348,7 @@ func (h *Host) openGroup(id uint64, sm StateMachine) error {
 	h.groups[id] = g
 	h.order = append(h.order, id)
 	slices.Sort(h.order)
+	h.republishLeadership()
 	return nil
 }
 

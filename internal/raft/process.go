@@ -129,6 +129,7 @@ func (h *Host) Process() (more bool, err error) {
 	for _, rep := range reports {
 		h.guard(rep.g, "report", rep.fn)
 	}
+	h.publishLeadership(readies)
 	for _, id := range h.order {
 		g := h.groups[id]
 		if g.failed == nil && g.rn.HasReady() {
