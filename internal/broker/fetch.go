@@ -45,8 +45,17 @@ type Page struct {
 func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 	var recs []Record
 	pos, err := b.poll(ctx, req, func(pos *position, at seen) (bool, error) {
-		var err error
-		recs, pos.entries, err = b.readPage(ctx, *pos, req.Max, at)
+		if !at.woke {
+			var err error
+			recs, pos.entries, err = b.readPage(ctx, *pos, req.Max, at)
+			return len(recs) > 0, err
+		}
+		page, entries, err := at.w.readShared(at, pageKey(pageRecords, *pos, req.Max, 0), func() (any, []cursor.Entry, int, error) {
+			recs, entries, err := b.readPage(ctx, *pos, req.Max, at)
+			return recs, entries, recordsSize(recs), err
+		})
+		recs, _ = page.([]Record)
+		pos.entries = entries
 		return len(recs) > 0, err
 	})
 	if errors.Is(err, metadata.ErrNoSuchTopic) {
@@ -72,9 +81,18 @@ func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *posi
 	wait := min(req.Wait, b.cfg.LongPollMax)
 	deadline := b.cfg.Clock.Now().Add(wait)
 	w := b.watchFor(pos.topicID)
+	var (
+		herd   uint64 // the fire whose herd this reader is in
+		inHerd bool
+	)
 	for {
 		woken, at := w.waitGen()
+		at.woke = inHerd
 		found, err := read(&pos, at)
+		if inHerd {
+			w.herdRead(herd)
+			inHerd = false
+		}
 		if err != nil {
 			return position{}, err
 		}
@@ -83,17 +101,19 @@ func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *posi
 			return pos, nil
 		}
 		t := b.cfg.Clock.NewTimer(remaining)
-		awake := b.sleeping(w, pos.topicID)
+		asleep := b.pollSleeping(w, pos.topicID)
 		select {
 		case <-woken:
 			t.Stop()
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
-			awake()
+			if herd, in := asleep.wake(); in {
+				w.herdRead(herd) // it will not read
+			}
 			return pos, ctx.Err()
 		}
-		awake()
+		herd, inHerd = asleep.wake()
 	}
 }
 

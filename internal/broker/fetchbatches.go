@@ -45,8 +45,18 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 		maxRecords = 1 << 30
 	}
 	pos, err := b.poll(ctx, req.FetchRequest, func(pos *position, at seen) (bool, error) {
-		var err error
-		out, pos.entries, err = b.readBatchPage(ctx, *pos, budget{records: maxRecords, bytes: maxBytes}, at)
+		bg := budget{records: maxRecords, bytes: maxBytes}
+		if !at.woke {
+			var err error
+			out, pos.entries, err = b.readBatchPage(ctx, *pos, bg, at)
+			return len(out) > 0, err
+		}
+		page, entries, err := at.w.readShared(at, pageKey(pageBatches, *pos, maxRecords, maxBytes), func() (any, []cursor.Entry, int, error) {
+			out, entries, err := b.readBatchPage(ctx, *pos, bg, at)
+			return out, entries, batchesSize(out), err
+		})
+		out, _ = page.([]RangeBatch)
+		pos.entries = entries
 		return len(out) > 0, err
 	})
 	if err != nil && pos.topicID == 0 {
@@ -101,7 +111,14 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 		}
 		start = max(start, seg.Base) // below Base: a hole retention or compaction left
 		for !bg.spent() {
-			buf, _, err := b.readSegment(pr.ctx, seg, start, min(bg.bytes, 1<<20), ^uint64(0))
+			if bg.took && f.last > bg.bytes {
+				// The next batch is most likely as large as the last, which
+				// would not fit: reading it only to leave it for the next
+				// page would cost a read of its size.
+				bg.full = true
+				break
+			}
+			buf, _, err := b.readSegment(pr.ctx, seg, start, min(bg.bytes, segmentRead), ^uint64(0))
 			if seg.Active && errors.Is(err, storage.ErrNotFound) {
 				return start, false, out, nil // registered a moment before its file exists
 			}
@@ -135,6 +152,7 @@ type batchFilter struct {
 	// reaches past it.
 	whole uint64
 	ok    bool
+	last  int // the stored size of the last batch seen
 }
 
 func newBatchFilter(p *plan, src *source, entries []cursor.Entry, lin lineage) *batchFilter {
@@ -165,16 +183,16 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 		if err != nil {
 			return out, start, err
 		}
+		f.last = len(batch)
+		// Served as stored when every record is the reader's. The CRC is
+		// not checked again here: readSegment returns only batches that
+		// passed it (the store checks what it reads, and what another node
+		// sends is checked on arrival).
 		kept, n := batch, int(h.RecordCount)
-		if f.ok && h.BaseOffset >= max(start, f.whole) {
-			// Served as stored, so checked here: the reader's decode would
-			// catch damage too, but only the node can report it.
-			err = segment.Verify(batch)
-		} else {
-			kept, n, err = f.filter(batch, start)
-		}
-		if err != nil {
-			return out, start, fmt.Errorf("broker: segment of range %d: %w", f.src.id, err)
+		if !f.ok || h.BaseOffset < max(start, f.whole) {
+			if kept, n, err = f.filter(batch, start); err != nil {
+				return out, start, fmt.Errorf("broker: segment of range %d: %w", f.src.id, err)
+			}
 		}
 		if n == 0 {
 			// Nothing here for this reader (another slice's records):
@@ -248,4 +266,18 @@ func (f *batchFilter) filter(batch []byte, start uint64) ([]byte, int, error) {
 	}
 	out, err := segment.EncodeBatchAt(nil, kept, segment.CodecNone)
 	return out, len(kept), err
+}
+
+// segmentRead bounds one read of a segment for a page: the store reads a
+// request of up to 256 KiB (its read-ahead) with the one pread that finds
+// the first batch, where a larger one costs that pread and a second,
+// larger buffer.
+const segmentRead = 256 << 10
+
+func batchesSize(bs []RangeBatch) int {
+	n := 0
+	for _, b := range bs {
+		n += len(b.Batch)
+	}
+	return n
 }

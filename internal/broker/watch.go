@@ -1,9 +1,14 @@
 package broker
 
 import (
+	"encoding/binary"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
+	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage/segment"
 )
 
 // watch is a broadcast latch per topic: waiters take the current channel
@@ -23,6 +28,13 @@ type watch struct {
 	// cluster node keeps its interest in the topic registered with the
 	// nodes that write it (cluster_watch.go).
 	waiters int
+	// polls counts the long polls among the waiters: the readers a fire
+	// puts in its herd (sharedPages), as each reads once more after it and
+	// says so. Subscriptions sleep too but never read a shared page.
+	polls int
+	// shared holds the pages read by readers woken by the last fire, so
+	// that those woken at the same position read it once (sharedPages).
+	shared sharedPages
 }
 
 func newWatch() *watch { return &watch{ch: make(chan struct{})} }
@@ -32,6 +44,10 @@ func newWatch() *watch { return &watch{ch: make(chan struct{})} }
 type seen struct {
 	w   *watch
 	gen uint64
+	// woke says a fire woke the reader before this read (it is in a herd,
+	// pollAsleep.wake): its read may be shared with the others woken at
+	// the same position (readShared).
+	woke bool
 }
 
 // waitGen returns the channel the next fire closes and the fires so far.
@@ -46,6 +62,36 @@ func (w *watch) sleep(delta int) {
 	w.mu.Lock()
 	w.waiters += delta
 	w.mu.Unlock()
+}
+
+// pollAsleep is a long poll asleep on a watch (Broker.pollSleeping).
+type pollAsleep struct {
+	w     *watch
+	at    uint64 // the fires when it went to sleep
+	awake func()
+}
+
+// wake ends the sleep and reports the fire whose herd the poll is in: the
+// last fire while it slept, which counted it (fire), or none. A poll in a
+// herd must say once that it has read or left (herdRead); one woken by its
+// timer or its context with no fire meanwhile is in none.
+func (p pollAsleep) wake() (herd uint64, in bool) {
+	p.w.mu.Lock()
+	p.w.polls--
+	herd, in = p.w.gen, p.w.gen != p.at
+	p.w.mu.Unlock()
+	p.awake()
+	return herd, in
+}
+
+// pollSleeping is sleeping for a long poll, which the next fire also
+// counts in its herd.
+func (b *Broker) pollSleeping(w *watch, topicID uint64) pollAsleep {
+	w.mu.Lock()
+	w.polls++
+	at := w.gen
+	w.mu.Unlock()
+	return pollAsleep{w: w, at: at, awake: b.sleeping(w, topicID)}
 }
 
 func (w *watch) waiting() bool {
@@ -71,6 +117,7 @@ func (w *watch) fire() {
 	close(w.ch)
 	w.ch = make(chan struct{})
 	w.gen++
+	w.shared.reset(w.gen, w.polls)
 	w.mu.Unlock()
 }
 
@@ -100,4 +147,255 @@ func (b *Broker) watchFor(topicID uint64) *watch {
 		w.fire()
 	}
 	return w
+}
+
+// A fire wakes every reader asleep on the topic at once, and after a
+// produce most of them stand at the same position: long polls at the head
+// of the topic. Each would read the same page from the store and encode
+// the same answer. sharedPages lets the readers woken by one fire that ask
+// for the same page (same position, same bounds) read it once: the first
+// reads, the others wait for its page and take it. The page is the one a
+// reader alone would have read a moment earlier, under the same fire:
+// fewer records at most, never a wrong one, and its cursor says exactly
+// what it holds.
+//
+// Pages are kept for the readers of one fire only: the next fire drops
+// them, and so does the last of the readers that fire woke once it has
+// read. They are bounded: at most maxSharedKeys positions a fire, pages of
+// at most maxSharedPage bytes, and sharedBudget bytes over the node,
+// counted as the memory a kept page holds (ownPage); a page outside the
+// bounds is read by each reader alone, as before.
+type sharedPages struct {
+	gen   uint64 // the fire the pages were read after
+	herd  int    // readers that fire woke that have not read yet
+	pages map[string]*sharedPage
+	bytes int64 // charged to sharedBudget
+}
+
+const (
+	maxSharedKeys = 64
+	maxSharedPage = 64 << 10
+)
+
+// sharedBudget bounds the bytes of shared pages held over the node.
+var (
+	sharedBudget     = int64(16 << 20)
+	sharedBudgetUsed atomic.Int64
+)
+
+// sharedPage is one page read once for several readers. done is closed
+// once page, entries and ok are set; ok false (the read failed) means
+// each reads alone.
+type sharedPage struct {
+	done    chan struct{}
+	page    any
+	entries []cursor.Entry
+	ok      bool
+}
+
+// reset drops the pages of the last fire; gen is the new fire and herd
+// the readers it wakes. Called with the watch's lock held.
+func (sp *sharedPages) reset(gen uint64, herd int) {
+	if sp.bytes > 0 {
+		sharedBudgetUsed.Add(-sp.bytes)
+	}
+	*sp = sharedPages{gen: gen, herd: herd}
+}
+
+// readShared returns the page of key for a reader woken by the fire that
+// at saw: read by the first such reader, which runs read, and taken by the
+// others. read returns the page, the entries after it and its size in
+// bytes. A failed read is not shared: the others read alone.
+func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry, int, error)) (any, []cursor.Entry, error) {
+	w.mu.Lock()
+	sp := &w.shared
+	if sp.gen != at.gen || sp.herd <= 0 {
+		w.mu.Unlock()
+		return readAlone(read)
+	}
+	if p, ok := sp.pages[key]; ok {
+		w.mu.Unlock()
+		<-p.done
+		if !p.ok {
+			return readAlone(read)
+		}
+		return p.page, append([]cursor.Entry(nil), p.entries...), nil
+	}
+	// herd counts this reader too: with no other left to read, there is
+	// no one to keep the page for.
+	if len(sp.pages) >= maxSharedKeys || sp.herd <= 1 {
+		w.mu.Unlock()
+		return readAlone(read)
+	}
+	if sp.pages == nil {
+		sp.pages = make(map[string]*sharedPage)
+	}
+	p := &sharedPage{done: make(chan struct{})}
+	sp.pages[key] = p
+	w.mu.Unlock()
+
+	page, entries, size, err := read()
+	kept, cost := page, 0
+	ok := err == nil && size <= maxSharedPage
+	if ok {
+		kept, cost = ownPage(page, size)
+		if sharedBudgetUsed.Add(int64(cost)) > sharedBudget {
+			sharedBudgetUsed.Add(-int64(cost))
+			ok = false
+		}
+	}
+	w.mu.Lock()
+	if err == nil { // those already waiting take it, whatever its size
+		p.page, p.entries, p.ok = kept, append([]cursor.Entry(nil), entries...), true
+	}
+	switch {
+	case ok && sp.pages[key] == p:
+		sp.bytes += int64(cost)
+	case sp.pages[key] == p: // not kept: later readers read alone
+		delete(sp.pages, key)
+	case ok: // the pages were dropped meanwhile
+		sharedBudgetUsed.Add(-int64(cost))
+	}
+	close(p.done)
+	w.mu.Unlock()
+	return page, entries, err
+}
+
+func readAlone(read func() (any, []cursor.Entry, int, error)) (any, []cursor.Entry, error) {
+	page, entries, _, err := read()
+	return page, entries, err
+}
+
+// herdRead counts a reader in the herd of fire gen (pollAsleep.wake) as
+// having read or left: once the last has, the fire's pages are dropped.
+func (w *watch) herdRead(gen uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sp := &w.shared
+	if sp.gen != gen || sp.herd <= 0 {
+		return
+	}
+	sp.herd--
+	if sp.herd == 0 {
+		sp.reset(sp.gen, 0)
+	}
+}
+
+// ownPage copies a page that is to be kept for other readers into memory
+// of its own and returns the copy and the bytes it holds. A page as read
+// points into the store's read buffers: a record of a few bytes keeps the
+// whole buffer it was decoded from alive, a megabyte for a large read, and
+// the budget would count a fraction of what is held. A kind of page it
+// does not know is kept as read and costs the size its reader gave.
+func ownPage(page any, size int) (any, int) {
+	switch p := page.(type) {
+	case []Record:
+		return ownRecords(p)
+	case []RangeBatch:
+		return ownBatches(p)
+	}
+	return page, size
+}
+
+func ownRecords(recs []Record) ([]Record, int) {
+	n, headers := 0, 0
+	for _, r := range recs {
+		n += len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+		headers += len(r.Headers)
+	}
+	buf := make([]byte, 0, n)
+	hs := make([]segment.Header, 0, headers)
+	out := make([]Record, len(recs))
+	for i, r := range recs {
+		out[i] = r
+		buf, out[i].Key = appendOwn(buf, r.Key)
+		buf, out[i].Value = appendOwn(buf, r.Value)
+		if r.Headers == nil {
+			continue
+		}
+		from := len(hs)
+		for _, h := range r.Headers {
+			var c segment.Header
+			buf, c.Key = appendOwn(buf, h.Key)
+			buf, c.Value = appendOwn(buf, h.Value)
+			hs = append(hs, c)
+		}
+		out[i].Headers = hs[from:len(hs):len(hs)]
+	}
+	cost := n + len(out)*int(unsafe.Sizeof(Record{})) + len(hs)*int(unsafe.Sizeof(segment.Header{}))
+	return out, cost
+}
+
+func ownBatches(bs []RangeBatch) ([]RangeBatch, int) {
+	n := 0
+	for _, b := range bs {
+		n += len(b.Batch)
+	}
+	buf := make([]byte, 0, n)
+	out := make([]RangeBatch, len(bs))
+	for i, b := range bs {
+		out[i].Range = b.Range
+		buf, out[i].Batch = appendOwn(buf, b.Batch)
+	}
+	return out, n + len(out)*int(unsafe.Sizeof(RangeBatch{}))
+}
+
+// appendOwn copies b to the end of buf, which has room for it, and
+// returns buf and the copy; nil stays nil (no key, a tombstone).
+func appendOwn(buf, b []byte) ([]byte, []byte) {
+	if b == nil {
+		return buf, nil
+	}
+	from := len(buf)
+	buf = append(buf, b...)
+	return buf, buf[from:len(buf):len(buf)]
+}
+
+// Kinds of page, for pageKey.
+const (
+	pageRecords byte = iota + 1
+	pageBatches
+)
+
+// recordsSize is the bytes of a page of records, for maxSharedPage.
+func recordsSize(recs []Record) int {
+	n := 0
+	for _, r := range recs {
+		n += len(r.Key) + len(r.Value) + 32
+		for _, h := range r.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+	}
+	return n
+}
+
+// pageKey identifies what a read asks for: the kind of page, its bounds
+// and the reader's position. Every part is a fixed byte or a uvarint, and
+// the ranges read are a tag (every range, or a list) then the list with its
+// length first, so two keys are equal only if every part is.
+func pageKey(kind byte, pos position, records, bytes int) string {
+	const everyRange, rangeList = 0, 1
+	k := make([]byte, 0, 16+len(pos.only)*4+len(pos.entries)*16)
+	k = append(k, kind)
+	k = binary.AppendUvarint(k, uint64(records))
+	k = binary.AppendUvarint(k, uint64(bytes))
+	if pos.only == nil {
+		k = append(k, everyRange)
+	} else {
+		k = append(k, rangeList)
+		k = binary.AppendUvarint(k, uint64(len(pos.only)))
+		for _, r := range pos.only {
+			k = binary.AppendUvarint(k, r)
+		}
+	}
+	for _, e := range pos.entries {
+		k = binary.AppendUvarint(k, e.Source)
+		k = binary.AppendUvarint(k, e.SliceStart)
+		k = append(k, e.SliceBits)
+		k = binary.AppendUvarint(k, e.Offset)
+	}
+	return string(k)
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -42,7 +41,12 @@ import (
 //
 // The byte budget (budget.go) bounds the same answers by size: a fetch
 // reserves room for the largest answer it could give before it runs, and
-// the reader also waits while queued answers fill the budget.
+// the reader also waits while queued answers fill the budget. A second
+// budget bounds the request frames the connection holds: the reader
+// charges each frame before it reads the body, and the charge stays until
+// the frame is given back, which for produce_batches is once its batches
+// are durable. Slots alone would let 256 such produces of a megabyte each
+// wait for the disk.
 type conn struct {
 	// countedAuthed: c has left Server.mu.preAuth (guarded by Server.mu).
 	countedAuthed bool
@@ -67,6 +71,7 @@ type conn struct {
 	writers  sync.WaitGroup // the writer goroutine, while it runs
 	slots    chan struct{}  // MaxInFlight answer slots
 	budget   *byteBudget
+	requests *byteBudget // request frames held (MaxConnRequestBytes)
 	// ctx lives as long as the socket can be written; reqCtx ends when the
 	// reader stops, so long polls and streams give up then and answer.
 	ctx       context.Context
@@ -84,8 +89,9 @@ type conn struct {
 	authed bool
 	// preAuthVersionCount counts api_versions frames before auth.
 	preAuthVersionCount int
-	// frame is the frame being handled; a handler that keeps it past
-	// handleFrame sets it to nil. Reader goroutine only.
+	// frame is the frame being handled, charged to requests; a handler
+	// that keeps it past handleFrame sets it to nil and gives it back
+	// (c.giveBack) when done. Reader goroutine only.
 	frame  []byte
 	stream *broker.Subscription // set once the connection is in stream mode
 
@@ -102,12 +108,6 @@ type conn struct {
 	admitted   atomic.Int64
 }
 
-// outFrame is one frame for the writer; its bytes are charged to the
-// budget until written.
-type outFrame struct {
-	b []byte
-}
-
 func newConn(s *Server, nc net.Conn, ip string) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	reqCtx, reqCancel := context.WithCancel(ctx)
@@ -116,6 +116,7 @@ func newConn(s *Server, nc net.Conn, ip string) *conn {
 		s: s, raw: nc, ip: ip, accepted: time.Now(),
 		slots:    make(chan struct{}, s.cfg.MaxInFlight),
 		budget:   newByteBudget(s.cfg.MaxConnBytes),
+		requests: newByteBudget(s.cfg.MaxConnRequestBytes),
 		ctx:      ctx,
 		cancel:   cancel,
 		draining: make(chan struct{}),
@@ -221,7 +222,10 @@ func (c *conn) isDraining() bool {
 func (c *conn) readLoop() {
 	for {
 		limit := c.s.cfg.MaxFrame
-		var deadline time.Time
+		var (
+			deadline time.Time
+			idle     bool
+		)
 		switch {
 		case !c.authed:
 			limit = c.s.cfg.MaxPreAuthFrame
@@ -229,15 +233,12 @@ func (c *conn) readLoop() {
 		case c.stream != nil:
 			// a stream lives as long as its socket
 		case c.s.cfg.IdleTimeout > 0:
-			deadline = time.Now().Add(c.s.cfg.IdleTimeout)
+			deadline, idle = time.Now().Add(c.s.cfg.IdleTimeout), true
 		}
-		c.raw.SetReadDeadline(deadline)
-		// Checked after the deadline is set: a drain that set its own
-		// deadline just before ours replaced it is seen here.
-		if c.isDraining() {
+		if !c.readDeadline(deadline) {
 			return
 		}
-		body, err := c.readFrame(limit)
+		body, err := c.readFrame(limit, idle)
 		if err != nil {
 			if errors.Is(err, wire.ErrFrameTooLarge) {
 				c.reply(wire.AppendErrorFrame(nil, 0, wire.ReasonFrameTooLarge))
@@ -251,7 +252,7 @@ func (c *conn) readLoop() {
 		// batches are stored from it); it gives the buffer back once
 		// they are durable. Other requests hold strings or copies.
 		if c.frame != nil {
-			returnFrame(body)
+			c.giveBack(body)
 			c.frame = nil
 		}
 		if !ok {
@@ -264,10 +265,21 @@ func (c *conn) readLoop() {
 	}
 }
 
+// readDeadline sets the deadline of the next read from the socket and
+// reports false if the connection drains. It checks after setting: a
+// drain that set its own deadline just before ours replaced it is seen.
+func (c *conn) readDeadline(t time.Time) bool {
+	c.raw.SetReadDeadline(t)
+	return !c.isDraining()
+}
+
 // readFrame reads one frame into a borrowed buffer, which the caller gives
-// back (returnFrame). The length prefix is checked against limit as soon
-// as it arrives, before any of the body is read.
-func (c *conn) readFrame(limit uint32) ([]byte, error) {
+// back (giveBack). The length prefix is checked against limit as soon as
+// it arrives, before any of the body is read; then the reader waits until
+// the frame's buffer fits in the connection's request budget. idle says
+// the read deadline is the idle timeout: it runs again from the end of
+// that wait, which is the node holding back, not the client.
+func (c *conn) readFrame(limit uint32, idle bool) ([]byte, error) {
 	if _, err := io.ReadFull(&c.in, c.hdr[:]); err != nil {
 		return nil, err
 	}
@@ -275,12 +287,27 @@ func (c *conn) readFrame(limit uint32) ([]byte, error) {
 	if n > limit {
 		return nil, fmt.Errorf("%w: %d bytes > limit %d", wire.ErrFrameTooLarge, n, limit)
 	}
+	if !c.requests.reserve(c.ctx, c.draining, int64(frameCap(int(n)))) {
+		return nil, errConnEnding
+	}
+	if idle && !c.readDeadline(time.Now().Add(c.s.cfg.IdleTimeout)) {
+		c.requests.settle(int64(frameCap(int(n))), 0)
+		return nil, errConnEnding
+	}
 	body := borrowFrame(int(n))[:n]
 	if _, err := io.ReadFull(&c.in, body); err != nil {
-		returnFrame(body)
+		c.giveBack(body)
 		return nil, err
 	}
 	return body, nil
+}
+
+// giveBack returns a frame read by readFrame to the pool and its buffer's
+// bytes (charged whole: a frame of 1 MiB and a few bytes holds a 2 MiB
+// buffer) to the request budget. Safe from any goroutine.
+func (c *conn) giveBack(frame []byte) {
+	c.requests.settle(int64(cap(frame)), 0)
+	returnFrame(frame)
 }
 
 // handleFrame processes one frame; false closes the connection.
@@ -352,14 +379,20 @@ func (c *conn) acquire() bool {
 // queue hands a frame to the writer. The caller holds a slot, which passes
 // to the frame; out has room for every slot, so this never blocks. The
 // frame's bytes count against the budget until written.
-func (c *conn) queue(frame []byte) { c.queueSettled(frame, 0) }
+func (c *conn) queue(frame []byte) { c.queueSettled(bytesFrame(frame), 0, false) }
 
-// queueSettled queues frame and gives back the reserved bytes that were
-// held for it, in one step so the budget never counts both or neither.
-func (c *conn) queueSettled(frame []byte, reserved int64) {
-	c.budget.settle(reserved, int64(len(frame)))
+// queueSettled queues f and gives back the reserved bytes that were held
+// for it, in one step so the budget never counts both or neither. here
+// says the caller is a request goroutine that may write f itself
+// (enqueueHere).
+func (c *conn) queueSettled(f outFrame, reserved int64, here bool) {
+	c.budget.settle(reserved, f.n)
 	c.owed.Add(-1)
-	c.enqueue(frame)
+	if here {
+		c.enqueueHere(f)
+		return
+	}
+	c.enqueue(f)
 }
 
 // unused gives back a slot that will carry no frame.
@@ -382,112 +415,17 @@ func (c *conn) reply(frame []byte) bool {
 // subscription pushes: the subscription reads its next page only after
 // this returns, so a subscriber that reads slowly holds at most the
 // budget plus the page waiting here.
-func (c *conn) push(frame []byte) bool {
+func (c *conn) push(f outFrame) bool {
 	if !c.acquire() {
 		return false
 	}
-	if !c.budget.queueWhenFits(c.reqCtx, c.draining, int64(len(frame))) {
+	if !c.budget.queueWhenFits(c.reqCtx, c.draining, f.n) {
 		c.unused()
 		return false
 	}
 	c.owed.Add(-1)
-	c.enqueue(frame)
+	c.enqueue(f)
 	return true
-}
-
-// enqueue hands a frame, which holds a slot, to the writer, starting a
-// writer goroutine if none runs. It never blocks, as produce answers are
-// queued from the segment store's commit goroutine, which must not wait
-// for a client; out stays bounded because every frame in it holds a slot.
-func (c *conn) enqueue(frame []byte) {
-	c.outMu.Lock()
-	c.out = append(c.out, outFrame{b: frame})
-	start := !c.writerOn
-	c.writerOn = true
-	c.outMu.Unlock()
-	if start {
-		c.writers.Add(1)
-		c.goroutines.Add(1)
-		go c.writeLoop()
-	}
-}
-
-// next takes the queued frames, or, when none are queued, reports that the
-// writer ends (with flushed true) or must flush first.
-func (c *conn) next(flushed bool) (frames []outFrame, end bool) {
-	c.outMu.Lock()
-	defer c.outMu.Unlock()
-	frames, c.out = c.out, nil
-	if len(frames) == 0 && flushed {
-		c.writerOn = false
-		return nil, true
-	}
-	return frames, false
-}
-
-// writeLoop writes queued frames through a borrowed buffer, flushing when
-// the queue runs dry so pipelined answers share syscalls, and ends once
-// everything is written. Each frame's slot and bytes are given back once
-// the frame is written (or dropped, after the socket failed).
-func (c *conn) writeLoop() {
-	defer c.writers.Done()
-	defer c.goroutines.Add(-1)
-	bw := borrowWriter(c.nc)
-	defer returnWriter(bw)
-	flushed := true
-	for {
-		frames, end := c.next(flushed)
-		if end {
-			return
-		}
-		if len(frames) == 0 {
-			c.write(bw, nil, true)
-			flushed = true
-			continue
-		}
-		for i, f := range frames {
-			if c.ctx.Err() == nil {
-				c.write(bw, f.b, false)
-			}
-			frames[i] = outFrame{}
-			c.budget.written(int64(len(f.b)))
-			<-c.slots
-		}
-		flushed = c.ctx.Err() != nil
-	}
-}
-
-// write buffers one frame, or flushes. A write that does not complete
-// within the write timeout fails the connection.
-func (c *conn) write(bw *bufio.Writer, frame []byte, flush bool) {
-	if c.ctx.Err() != nil {
-		return
-	}
-	c.raw.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-	c.writing.Store(true)
-	var err error
-	if flush {
-		err = bw.Flush()
-	} else {
-		_, err = bw.Write(frame)
-	}
-	c.writing.Store(false)
-	if err != nil {
-		c.fail()
-	}
-}
-
-var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBuffer) }}
-
-func borrowWriter(w io.Writer) *bufio.Writer {
-	bw := writerPool.Get().(*bufio.Writer)
-	bw.Reset(w)
-	return bw
-}
-
-func returnWriter(bw *bufio.Writer) {
-	bw.Reset(nil) // drops the socket and anything unflushed after a failure
-	writerPool.Put(bw)
 }
 
 // fail closes the socket after a write error; the reader then ends.

@@ -77,19 +77,19 @@ func (c *conn) answer(corr uint32, resp wire.Response, err error) {
 // stops reading is refused: retry when the node drains (shutting_down),
 // else the client has gone and the answer is not read anyway.
 func (c *conn) fetchWithinBudget(corr uint32, r *wire.FetchRequest) {
-	c.withinBudget(corr, func() []byte {
+	c.withinBudget(corr, func() outFrame {
 		resp, err := c.handle(r)
 		if err != nil {
-			return wire.AppendErrorFrame(nil, corr, reason(err))
+			return bytesFrame(wire.AppendErrorFrame(nil, corr, reason(err)))
 		}
-		return wire.AppendOKFrame(frameBuffer(resp), corr, resp)
+		return bytesFrame(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
 	})
 }
 
 // withinBudget runs answer, which builds a fetch-shaped frame, once the
 // largest such frame fits in the connection's byte budget, and queues the
 // frame in place of the reservation.
-func (c *conn) withinBudget(corr uint32, answer func() []byte) {
+func (c *conn) withinBudget(corr uint32, answer func() outFrame) {
 	need := c.s.fetchReserve
 	if !c.budget.reserve(c.reqCtx, c.draining, need) {
 		reason := wire.ReasonRetry
@@ -99,7 +99,7 @@ func (c *conn) withinBudget(corr uint32, answer func() []byte) {
 		c.refuse(corr, reason)
 		return
 	}
-	c.queueSettled(answer(), need)
+	c.queueSettled(answer(), need, true)
 }
 
 // refuse queues an error answer of an admitted request on its slot.
@@ -264,16 +264,27 @@ func (c *conn) startStream(corr uint32, topicName *string, open func(broker.Iden
 
 // pushFrame encodes one page of a stream: records for subscribe (5),
 // stored batches for subscribe_batches (83).
-func pushFrame(corr uint32, p broker.Page) []byte {
+func pushFrame(corr uint32, p broker.Page) outFrame {
 	if p.Batches != nil {
-		resp := &wire.FetchBatchesResponse{NextCursor: p.Cursor, Batches: make([]wire.RangeBatch, len(p.Batches))}
-		for i, b := range p.Batches {
-			resp.Batches[i] = wire.RangeBatch{Range: b.Range, Batch: b.Batch}
-		}
-		return wire.AppendOKFrame(make([]byte, 0, resp.Size()+64), corr, resp)
+		return batchesFrame(corr, p.Cursor, p.Batches)
 	}
 	resp := &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}
-	return wire.AppendOKFrame(frameBuffer(resp), corr, resp)
+	return bytesFrame(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
+}
+
+// bytesFrame is a frame for the writer whose bytes are all in b.
+func bytesFrame(b []byte) outFrame { return outFrame{b: b, n: int64(len(b))} }
+
+// batchesFrame is the answer of fetch_batches or a subscribe_batches push,
+// laid out for a vectored write: the stored batches go to the socket from
+// the buffers the broker read them into.
+func batchesFrame(corr uint32, cursor *string, batches []broker.RangeBatch) outFrame {
+	resp := &wire.FetchBatchesResponse{NextCursor: cursor, Batches: make([]wire.RangeBatch, len(batches))}
+	for i, b := range batches {
+		resp.Batches[i] = wire.RangeBatch{Range: b.Range, Batch: b.Batch}
+	}
+	pieces, n := wire.AppendFetchBatchesPieces(make([][]byte, 0, 2*len(batches)+1), corr, resp)
+	return outFrame{pieces: pieces, n: int64(n)}
 }
 
 // errConnEnding ends a subscription whose connection failed or drains.

@@ -31,7 +31,7 @@ const (
 	writeBuffer    = 64 << 10
 )
 
-// borrowFrame returns a buffer of length 0 and capacity at least n.
+// borrowFrame returns a buffer of length 0 and capacity frameCap(n).
 func borrowFrame(n int) []byte {
 	shift := max(bits.Len(uint(max(n, 1)-1)), minPooledShift)
 	if shift > maxPooledShift {
@@ -41,6 +41,16 @@ func borrowFrame(n int) []byte {
 		return (*b)[:0]
 	}
 	return make([]byte, 0, 1<<shift)
+}
+
+// frameCap is the capacity of the buffer borrowFrame(n) returns: what a
+// frame of n bytes costs while it is held.
+func frameCap(n int) int {
+	shift := max(bits.Len(uint(max(n, 1)-1)), minPooledShift)
+	if shift > maxPooledShift {
+		return n
+	}
+	return 1 << shift
 }
 
 // returnFrame gives a buffer back to its size class; buffers of no class

@@ -79,6 +79,14 @@ type Config struct {
 	// still be fetched), and the reader stops admitting requests while
 	// the answers alone fill the budget.
 	MaxConnBytes int64
+	// MaxConnRequestBytes bounds the request frames one connection holds:
+	// those read and not yet handled, and produce_batches requests whose
+	// batches are not yet durable (they are stored from the frame);
+	// default 8 MiB, at least 64 KiB. While they fill it the reader waits
+	// before reading the next frame's body, so TCP pushes back on the
+	// client; a frame larger than the whole bound is read when the
+	// connection holds no other.
+	MaxConnRequestBytes int64
 	// ShutdownGrace is how long Shutdown lets in-flight requests finish.
 	ShutdownGrace time.Duration
 
@@ -142,6 +150,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxConnBytes == 0 {
 		c.MaxConnBytes = 64 << 20
 	}
+	if c.MaxConnRequestBytes == 0 {
+		c.MaxConnRequestBytes = 8 << 20
+	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 5 * time.Second
 	}
@@ -169,6 +180,8 @@ func (c Config) validate() error {
 		return errors.New("server: MaxInFlight must be at least 1")
 	case c.MaxConnBytes < minConnBytes:
 		return fmt.Errorf("server: MaxConnBytes %d is below %d", c.MaxConnBytes, minConnBytes)
+	case c.MaxConnRequestBytes < minConnBytes:
+		return fmt.Errorf("server: MaxConnRequestBytes %d is below %d", c.MaxConnRequestBytes, minConnBytes)
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
 		return errors.New("server: TLS needs both a certificate file and a key file")
 	case c.TLSCertFile == "" && (c.TLSOnly || c.TLSClientCAFile != ""):

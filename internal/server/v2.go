@@ -91,30 +91,30 @@ func (c *conn) produceBatches(corr uint32, r *wire.ProduceBatchesRequest) {
 	err := c.s.b.ProduceBatchesAsync(c.reqCtx, *r.Topic, batches, func(n, rerouted int, err error) {
 		defer c.wg.Done()
 		c.answer(corr, &wire.ProduceBatchesResponse{Count: uint32(n), Rerouted: uint32(rerouted)}, err)
-		returnFrame(frame)
+		c.giveBack(frame)
 	})
 	if err != nil {
 		c.wg.Done()
 		c.answer(corr, nil, err)
-		returnFrame(frame) // refused before anything was enqueued
+		c.giveBack(frame) // refused before anything was enqueued
 	}
 }
 
 // fetchBatchesWithinBudget is fetchWithinBudget for fetch_batches.
 func (c *conn) fetchBatchesWithinBudget(corr uint32, r *wire.FetchBatchesRequest) {
-	c.withinBudget(corr, func() []byte {
-		resp, err := c.fetchBatches(c.identity(), r)
+	c.withinBudget(corr, func() outFrame {
+		page, err := c.fetchBatches(c.identity(), r)
 		if err != nil {
-			return wire.AppendErrorFrame(nil, corr, reason(err))
+			return bytesFrame(wire.AppendErrorFrame(nil, corr, reason(err)))
 		}
-		return wire.AppendOKFrame(make([]byte, 0, resp.Size()+64), corr, resp)
+		return batchesFrame(corr, page.Cursor, page.Batches)
 	})
 }
 
-func (c *conn) fetchBatches(id broker.Identity, r *wire.FetchBatchesRequest) (*wire.FetchBatchesResponse, error) {
+func (c *conn) fetchBatches(id broker.Identity, r *wire.FetchBatchesRequest) (broker.BatchPage, error) {
 	topic := deref(r.Topic)
 	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
-		return nil, err
+		return broker.BatchPage{}, err
 	}
 	wait := min(time.Duration(r.WaitMs)*time.Millisecond, waitCap)
 	page, err := c.s.b.FetchBatches(c.reqCtx, broker.FetchBatchesRequest{
@@ -125,21 +125,17 @@ func (c *conn) fetchBatches(id broker.Identity, r *wire.FetchBatchesRequest) (*w
 		MaxBytes: int(min(r.MaxBytes, 1<<30)),
 	})
 	if err != nil && c.reqCtx.Err() == nil {
-		return nil, err
+		return broker.BatchPage{}, err
 	}
 	// As for fetch: a long poll hands records over only if the identity
 	// still stands now.
 	if len(page.Batches) > 0 {
 		if err := c.s.b.CheckIdentity(id); err != nil {
-			return nil, err
+			return broker.BatchPage{}, err
 		}
 		if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
-			return nil, err
+			return broker.BatchPage{}, err
 		}
 	}
-	resp := &wire.FetchBatchesResponse{NextCursor: page.Cursor, Batches: make([]wire.RangeBatch, len(page.Batches))}
-	for i, b := range page.Batches {
-		resp.Batches[i] = wire.RangeBatch{Range: b.Range, Batch: b.Batch}
-	}
-	return resp, nil
+	return page, nil
 }
