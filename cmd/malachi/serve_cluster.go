@@ -38,6 +38,7 @@ type clusterFlags struct {
 	attrs        []string
 	vnodes       int
 	factor       int
+	segReplicas  int
 	peerCert     string
 	peerKey      string
 	peerCA       string
@@ -58,6 +59,7 @@ func (c *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.StringArrayVar(&c.attrs, "attr", envList("MALACHI_ATTRS"), "placement attribute key=value, e.g. rack=a or zone=z1; repeatable (env MALACHI_ATTRS, comma-separated)")
 	fl.IntVar(&c.vnodes, "vnodes", int(envInt("MALACHI_VNODES", 8)), "metadata shards a bootstrapping node creates; joining nodes learn it (env MALACHI_VNODES)")
 	fl.IntVar(&c.factor, "replication-factor", int(envInt("MALACHI_REPLICATION_FACTOR", 3)), "metadata voters per vnode, clamped to the node count (env MALACHI_REPLICATION_FACTOR)")
+	fl.IntVar(&c.segReplicas, "segment-replicas", int(envInt("MALACHI_SEGMENT_REPLICAS", 3)), "nodes that keep each new segment when its topic sets none (topic create --replicas), clamped to the node count; 1 keeps a segment on the node that opened it (env MALACHI_SEGMENT_REPLICAS)")
 	fl.StringVar(&c.peerCert, "peer-tls-cert", envString("MALACHI_PEER_TLS_CERTFILE", ""), "PEM certificate this node presents to other nodes, naming it (CN node-N or URI SAN malachi-node://N) and its advertised host; with --peer-tls-key and --peer-tls-ca turns mutual TLS on (env MALACHI_PEER_TLS_CERTFILE)")
 	fl.StringVar(&c.peerKey, "peer-tls-key", envString("MALACHI_PEER_TLS_KEYFILE", ""), "PEM private key of --peer-tls-cert (env MALACHI_PEER_TLS_KEYFILE)")
 	fl.StringVar(&c.peerCA, "peer-tls-ca", envString("MALACHI_PEER_TLS_CAFILE", ""), "PEM CA every other node's certificate must chain to (env MALACHI_PEER_TLS_CAFILE)")
@@ -103,7 +105,7 @@ func (c *clusterFlags) clusterConfig(listen, http string) (*clusterSetting, erro
 		return nil, err
 	}
 	cc := &broker.ClusterConfig{
-		NodeID: id, Join: c.join, Vnodes: c.vnodes, Factor: c.factor,
+		NodeID: id, Join: c.join, Vnodes: c.vnodes, Factor: c.factor, SegmentReplicas: c.segReplicas,
 		AutoRebalance: c.autoRebalance, RebalanceStable: c.rebalanceStable,
 	}
 	if cc.PeerListen, cc.PeerAdvertise, err = listenPair("--peer-listen", c.peerListen, listenHost, host); err != nil {
@@ -151,6 +153,8 @@ func (c *clusterFlags) checkSizes() error {
 		return usageErr("--vnodes %d: want 1 to %d", c.vnodes, maxVnodes)
 	case c.factor < 1:
 		return usageErr("--replication-factor %d: want at least 1", c.factor)
+	case c.segReplicas < 0 || c.segReplicas > maxSegmentReplicas:
+		return usageErr("--segment-replicas %d: want 1 to %d (0: 3)", c.segReplicas, maxSegmentReplicas)
 	case c.rebalanceStable < 0 || c.rebalanceStable == 0 && c.autoRebalance:
 		// Zero would reach the control plane as "unset" and become its
 		// 5 min default, not the "at once" it reads as.
@@ -158,6 +162,10 @@ func (c *clusterFlags) checkSizes() error {
 	}
 	return nil
 }
+
+// maxSegmentReplicas bounds --segment-replicas and topic create
+// --replicas: the metadata's limit of replicas per segment.
+const maxSegmentReplicas = 16
 
 // maxVnodes bounds --vnodes: each vnode is a Raft group every node
 // replicates, with a heartbeat per tick.

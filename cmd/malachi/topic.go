@@ -25,7 +25,7 @@ func newTopicCmd(a *app) *cobra.Command {
 }
 
 func newTopicCreateCmd(a *app) *cobra.Command {
-	var ranges int
+	var ranges, replicas int
 	var bits uint8
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -34,7 +34,8 @@ func newTopicCreateCmd(a *app) *cobra.Command {
 --ranges ranges, which split and merge online later, so this is only a head
 start for a topic known to be busy.`,
 		Example: `  malachi topic create orders
-  malachi topic create clicks --ranges 8 --keyspace-bits 20`,
+  malachi topic create clicks --ranges 8 --keyspace-bits 20
+  malachi topic create payments --replicas 5`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -43,8 +44,15 @@ start for a topic known to be busy.`,
 			if ranges < 1 || ranges&(ranges-1) != 0 {
 				return usageErr("--ranges must be a power of two (1, 2, 4, ...), not %d", ranges)
 			}
+			if replicas < 0 || replicas > maxSegmentReplicas {
+				return usageErr("--replicas %d: want 1 to %d, or 0 for the cluster's default", replicas, maxSegmentReplicas)
+			}
 			return a.run(cmd, errSubject{topic: name, op: "create"}, func(ctx context.Context, s *session) error {
-				if err := s.c.CreateTopic(ctx, name, client.WithRanges(ranges), client.WithKeyspaceBits(bits)); err != nil {
+				opts := []client.TopicOption{client.WithRanges(ranges), client.WithKeyspaceBits(bits)}
+				if replicas > 0 {
+					opts = append(opts, client.WithReplicas(replicas))
+				}
+				if err := s.c.CreateTopic(ctx, name, opts...); err != nil {
 					return err
 				}
 				if s.out.json {
@@ -57,6 +65,7 @@ start for a topic known to be busy.`,
 		},
 	}
 	cmd.Flags().IntVar(&ranges, "ranges", 1, "initial number of ranges (a power of two)")
+	cmd.Flags().IntVar(&replicas, "replicas", 0, "nodes of a cluster that keep each segment, 1-16 (default: the cluster's --segment-replicas, 3)")
 	cmd.Flags().Uint8Var(&bits, "keyspace-bits", 0, "keyspace size as a power of two, 1-32 (default: the server's, 16)")
 	return cmd
 }

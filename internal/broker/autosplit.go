@@ -155,7 +155,7 @@ func (b *Broker) rangeStats() []rangeStat {
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			for _, r := range st.ActiveRanges(t.ID) {
-				if seg, ok := st.ActiveSegment(r.ID); b.cluster != nil && (!ok || !b.holds(seg)) {
+				if seg, ok := st.ActiveSegment(r.ID); b.cluster != nil && (!ok || !b.writesHere(seg)) {
 					continue // another node's to measure and reshard
 				}
 				s := rangeStat{topic: t.Name, rangeID: r.ID, start: r.Start, end: r.End}

@@ -10,12 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/control"
 	"github.com/malachi-log/malachi/internal/membership"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/peer"
+	"github.com/malachi-log/malachi/internal/replica"
 	"github.com/malachi-log/malachi/internal/vfs"
 )
 
@@ -69,6 +71,9 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.JoinTimeout <= 0 {
 		c.JoinTimeout = 2 * time.Minute
 	}
+	if c.SegmentReplicas <= 0 {
+		c.SegmentReplicas = 3
+	}
 	return c
 }
 
@@ -82,6 +87,8 @@ func (c ClusterConfig) validate() error {
 		return errors.New("broker: Cluster.GossipListen is required")
 	case c.Vnodes < 0 || c.Factor < 0:
 		return errors.New("broker: Cluster.Vnodes and Cluster.Factor cannot be negative")
+	case c.SegmentReplicas > metadata.MaxReplicas:
+		return fmt.Errorf("broker: Cluster.SegmentReplicas %d is above %d", c.SegmentReplicas, metadata.MaxReplicas)
 	}
 	if _, ok := c.Attrs[clusterIDAttr]; ok || len(c.Attrs) >= membership.MaxAttributes {
 		return fmt.Errorf("broker: at most %d attributes, and %s is reserved (gossip carries the cluster id in it)", membership.MaxAttributes-1, clusterIDAttr)
@@ -109,6 +116,10 @@ type clusterNode struct {
 	joinPending bool // started from its log without reaching the cluster: retryJoin
 
 	coords coordTable // consumer-group coordinators of the vnodes it leads
+
+	// repl runs the replicas of this node's segments (cluster_replica.go);
+	// nil until the segment store is open.
+	repl atomic.Pointer[replica.Host]
 }
 
 type appliedCmd struct {
@@ -184,6 +195,9 @@ func (b *Broker) openCluster(ctx context.Context) (err error) {
 	}
 	b.plane = c.ctl
 	if err := b.registerData(c.tr); err != nil {
+		return err
+	}
+	if err := c.registerReplication(); err != nil {
 		return err
 	}
 	if err := c.tr.Start(); err != nil {
@@ -448,6 +462,9 @@ func (c *clusterNode) catchUp(ctx context.Context, b *Broker) {
 // close stops what openCluster opened, in reverse order.
 func (c *clusterNode) close(log interface{ Warn(string, ...any) }) error {
 	var errs []error
+	if h := c.repl.Load(); h != nil {
+		h.Close()
+	}
 	if c.ctl != nil {
 		errs = append(errs, c.ctl.Close())
 	}

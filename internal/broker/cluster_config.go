@@ -50,6 +50,12 @@ type ClusterConfig struct {
 	// Data bounds the data path between nodes: forwarded produces,
 	// remote reads, and the interest that wakes readers across nodes.
 	Data DataLimits
+	// SegmentReplicas is the replication factor of a new segment when its
+	// topic sets none (default 3). A segment is placed on that many live
+	// nodes, fewer when fewer are registered; with fewer live nodes than
+	// a majority of it, no segment opens (the produce answers a retriable
+	// reason). 1 keeps each segment on the node that opened it.
+	SegmentReplicas int
 	// AutoRebalance lets the cluster apply a rebalance by itself once its
 	// nodes, and which of them are live, have not changed for
 	// RebalanceStable (default 5 min); off, only an operator's

@@ -118,8 +118,8 @@ func TestClusterProduceAndFetchThroughAnyNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if segs := d.Ranges[0].Segments; len(segs) != 1 || !slices.Equal(segs[0].Replicas, []string{"node-1"}) {
-		t.Fatalf("segments of the range: %+v, want one, on node-1", segs)
+	if segs := d.Ranges[0].Segments; len(segs) != 1 || len(segs[0].Replicas) != 3 || segs[0].Replicas[0] != "node-1" {
+		t.Fatalf("segments of the range: %+v, want one, led by node-1 on three nodes", segs)
 	}
 	for _, nd := range tc.nodes {
 		if got := values(readAll(t, nd.b, "events", len(want))); !slices.Equal(got, want) {
@@ -281,6 +281,7 @@ func (g *gate) rule(op vfs.Op, name string) error {
 func TestClusterForwardedProduceWaitsForTheOwnersFsync(t *testing.T) {
 	faulty := vfs.NewFaulty(vfs.OS(), nil)
 	tc := startClusterWith(t, 3, func(nd *clusterNode) {
+		unreplicated(nd) // node 1 alone holds the range: its fsync decides
 		switch nd.id {
 		case 1:
 			nd.fs = faulty
@@ -499,7 +500,7 @@ func TestClusterGroupCommitAndResumeThroughAnotherNode(t *testing.T) {
 // through the other nodes answer unreachable (retriable), naming node 1,
 // within the request's time, not hanging.
 func TestClusterOwnerStoppedAnswersUnreachable(t *testing.T) {
-	tc := startCluster(t, 3)
+	tc := startClusterWith(t, 3, unreplicated) // a replicated segment fails over instead
 	ctx := t.Context()
 	n1, n2 := tc.nodes[0].b, tc.nodes[1].b
 	tc.createEverywhere(tc.nodes[0], "down", 1)

@@ -286,8 +286,18 @@ func (b *Broker) sendForward(h *head, seq uint64, items []*fwdItem) {
 				}
 			}
 		}
+		if b.nodeDead(node) && b.failoverFrom(h, node) {
+			hint = 0 // its primary is dead and the range failed over: look again
+			continue
+		}
 		var moved uint64
 		items, moved, err = b.forwardTo(ctx, node, h, seq, items)
+		if errors.Is(err, ErrUnreachable) || errors.Is(err, ErrShuttingDown) {
+			// The items may or may not be stored there: they fail
+			// (retriable), and the range fails over for the next ones
+			// (a node shutting down leads nothing much longer).
+			b.failoverFrom(h, node)
+		}
 		if err != nil || len(items) == 0 {
 			break
 		}
@@ -310,7 +320,7 @@ func (b *Broker) sendForward(h *head, seq uint64, items []*fwdItem) {
 // when it has no active segment: this node opens one).
 func (b *Broker) headNode(h *head) (uint64, bool, error) {
 	v := b.viewRange(h.rangeID)
-	if v.retired || !v.hasActive || b.holds(v.active) {
+	if v.retired || !v.hasActive || b.writesHere(v.active) {
 		return 0, true, nil
 	}
 	if n := primaryOf(v.active); n != 0 {

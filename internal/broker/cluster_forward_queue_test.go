@@ -323,7 +323,7 @@ func TestClusterForwardedProduceLargerThanAFrameIsRefused(t *testing.T) {
 // node 2 then finds what node 1 appended after it, although no reader
 // waits on node 2 (so nothing tells node 2 of the append).
 func TestClusterEndCursorEndsWithTheCallersContext(t *testing.T) {
-	tc := startCluster(t, 3)
+	tc := startClusterWith(t, 3, unreplicated) // node 1 alone holds the segment
 	ctx := t.Context()
 	n1, n2 := tc.nodes[0].b, tc.nodes[1].b
 	tc.createEverywhere(tc.nodes[0], "ends", 1)

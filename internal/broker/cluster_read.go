@@ -13,10 +13,13 @@ import (
 
 // Reads of segments wherever they are. The read plan, cursors and lineage
 // are worked out on the node serving the reader; only the storage read
-// is local or a call to the segment's primary, which answers the batches
-// as stored, never past its durable end (R1: with one replica, its
-// watermark). The reader checks every batch's checksum before using it
-// (S1), as the store does for its own reads.
+// is local or a call to a node holding a copy, which answers the batches
+// as stored, never past its durable end nor, for an active replicated
+// segment, past the commit watermark it knows (R1). A copy serves reads
+// only while it knows its watermark (active) or holds everything to the
+// seal (sealed); otherwise another replica is asked, the primary first.
+// The reader checks every batch's checksum before using it (S1), as the
+// store does for its own reads.
 
 // segExtent is what a reader needs of a segment's extent.
 type segExtent struct {
@@ -29,18 +32,72 @@ type segExtent struct {
 // batch whole), none at or past upTo. It returns the batches and the
 // offset after the last one.
 func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
-	if b.holds(seg) {
-		return b.store.Read(storage.SegmentID(seg.ID), from, maxBytes, upTo)
+	if b.holds(seg) && b.copyComplete(seg) {
+		bound, _ := b.readBound(seg, upTo)
+		buf, next, err := b.store.Read(storage.SegmentID(seg.ID), from, maxBytes, bound)
+		if err != nil || len(buf) > 0 || !b.followsActive(seg) {
+			return buf, next, err
+		}
+		// A follower's copy read to the watermark it learned, which lags
+		// its primary's: the primary says whether more is committed, so
+		// a reader is never told it caught up early (R3).
 	}
 	d := b.data
-	node := primaryOf(seg)
-	if d == nil || node == 0 {
+	nodes := b.readNodes(seg)
+	if d == nil || len(nodes) == 0 {
 		return nil, from, b.local(seg)
 	}
 	if err := d.reserveRead(); err != nil {
 		return nil, from, err
 	}
 	defer d.readDone()
+	var err error
+	for _, node := range nodes {
+		var buf []byte
+		var next uint64
+		buf, next, err = b.readRemote(ctx, node, seg, from, maxBytes, upTo)
+		if err == nil || !b.tryAnotherCopy(seg, err) {
+			return buf, next, err
+		}
+		if seg.Active && node != primaryOf(seg) && errors.Is(err, storage.ErrNotFound) {
+			// Only the primary's missing file means nothing is durable
+			// yet; a follower may not have made its copy (R3).
+			err = fmt.Errorf("%w: node-%d keeps no copy of segment %d yet: %v", ErrMetadataUnavailable, node, seg.ID, err)
+		}
+	}
+	return nil, from, err
+}
+
+// readNodes lists the nodes to read seg from, other than this one: its
+// primary, then for a replicated segment the other replicas in order,
+// those gossip declared dead last.
+func (b *Broker) readNodes(seg metadata.Segment) []uint64 {
+	var live, dead []uint64
+	for _, id := range replicaIDs(seg) {
+		switch {
+		case id == 0 || b.cluster != nil && id == b.cluster.cfg.NodeID:
+		case b.nodeDead(id):
+			dead = append(dead, id)
+		default:
+			live = append(live, id)
+		}
+		if !replicated(seg) {
+			break
+		}
+	}
+	return append(live, dead...)
+}
+
+// tryAnotherCopy reports whether a failed read of a replicated segment
+// may be served by another of its copies: any failure but the reader's
+// own context ending.
+func (b *Broker) tryAnotherCopy(seg metadata.Segment, err error) bool {
+	return replicated(seg) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// readRemote is one read of seg from node.
+func (b *Broker) readRemote(ctx context.Context, node uint64, seg metadata.Segment, from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
+	d := b.data
 	req := dataplane.Read{Segment: seg.ID, From: from, MaxBytes: uint64(max(min(maxBytes, d.lim.ReadBytes), 1)), UpTo: upTo}
 	resp, err := d.call(ctx, node, req.Encode())
 	if err != nil {
@@ -93,17 +150,23 @@ func segRefusal(node, segID uint64, err error) error {
 
 // segmentExtent returns seg's durable extent from whichever node holds it.
 func (b *Broker) segmentExtent(ctx context.Context, seg metadata.Segment) (segExtent, error) {
-	if b.holds(seg) {
+	if b.holds(seg) && b.copyComplete(seg) && !b.followsActive(seg) {
 		info, err := b.store.Info(storage.SegmentID(seg.ID))
 		if err != nil {
 			return segExtent{}, err
 		}
-		return segExtent{durableEnd: info.DurableEnd, records: info.Records, maxTimestamp: info.MaxTimestamp}, nil
+		end, _ := b.readBound(seg, info.DurableEnd)
+		return segExtent{durableEnd: end, records: info.Records, maxTimestamp: info.MaxTimestamp}, nil
 	}
 	d := b.data
 	node := primaryOf(seg)
 	if d == nil || node == 0 {
 		return segExtent{}, b.local(seg)
+	}
+	if node == b.cluster.cfg.NodeID {
+		// Led here before a restart and not failed over yet: its
+		// watermark is unknown until it is.
+		return segExtent{}, fmt.Errorf("%w: segment %d awaits its failover", ErrRetry, seg.ID)
 	}
 	resp, err := d.call(ctx, node, (&dataplane.Info{Segment: seg.ID}).Encode())
 	if err != nil {
@@ -152,8 +215,12 @@ func (d *dataPlane) serveRead(req []byte) ([]byte, error) {
 		return nil, err
 	}
 	id := storage.SegmentID(m.Segment)
+	upTo, err := d.b.servedBound(m.Segment, m.UpTo)
+	if err != nil {
+		return storeRefusal(m.Segment, err), nil
+	}
 	maxBytes := int(min(m.MaxBytes, uint64(d.lim.ReadBytes)))
-	buf, next, err := d.b.store.Read(id, m.From, maxBytes, m.UpTo)
+	buf, next, err := d.b.store.Read(id, m.From, maxBytes, upTo)
 	if err != nil {
 		return storeRefusal(m.Segment, err), nil
 	}
@@ -173,6 +240,9 @@ func (d *dataPlane) serveInfo(req []byte) ([]byte, error) {
 	if err != nil {
 		return storeRefusal(m.Segment, err), nil
 	}
+	if info.DurableEnd, err = d.b.servedBound(m.Segment, info.DurableEnd); err != nil {
+		return storeRefusal(m.Segment, err), nil
+	}
 	return (&dataplane.InfoAnswer{Base: info.Base, DurableEnd: info.DurableEnd, Records: info.Records,
 		MaxTimestamp: info.MaxTimestamp, Sealed: info.Sealed}).Encode(), nil
 }
@@ -187,6 +257,24 @@ func (d *dataPlane) serveSeek(req []byte) ([]byte, error) {
 		return storeRefusal(m.Segment, err), nil
 	}
 	return (&dataplane.SeekAnswer{Found: ok, Base: base}).Encode(), nil
+}
+
+// servedBound is how far this node serves another node's read of its
+// copy of segment id: upTo, lowered to the watermark or the seal of a
+// replicated segment. A copy that cannot serve (its watermark unknown,
+// or behind its seal) answers metadata_unavailable, and the reader asks
+// another: not found would tell a reader of an active segment that
+// nothing in it is durable yet, a false "caught up" (R3).
+func (b *Broker) servedBound(id, upTo uint64) (uint64, error) {
+	seg, ok := b.segmentByID(id)
+	if !ok || !replicated(seg) {
+		return upTo, nil
+	}
+	if !b.copyComplete(seg) {
+		return 0, fmt.Errorf("%w: this copy of segment %d does not know its commit watermark or lacks part of its seal", ErrMetadataUnavailable, id)
+	}
+	bound, _ := b.readBound(seg, upTo)
+	return bound, nil
 }
 
 // readFailed wraps a failed segment read, keeping its reason.

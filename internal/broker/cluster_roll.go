@@ -75,7 +75,13 @@ func (b *Broker) releaseRanges(ids ...uint64) {
 func (b *Broker) rollForChangeLocked(ctx context.Context, h *head) error {
 	err := b.readyLocked(h)
 	if b.writtenElsewhere(err) {
-		return b.rollRemote(ctx, h)
+		err := b.rollRemote(ctx, h)
+		if errors.Is(err, ErrUnreachable) && b.replicas() != nil {
+			// A replicated segment whose primary does not answer is
+			// sealed from its other copies instead (a failover).
+			return b.failoverRemoteLocked(h)
+		}
+		return err
 	}
 	if err != nil {
 		return err

@@ -59,7 +59,7 @@ func TestClusterSplitThroughANodeThatDoesNotWriteTheRange(t *testing.T) {
 // (each opened by the node that first produced to it) are merged through
 // the third node while both keep taking produces through their writers.
 func TestClusterMergeOfRangesWrittenOnTwoNodes(t *testing.T) {
-	tc := startCluster(t, 3)
+	tc := startClusterWith(t, 3, unreplicated) // each range's segment on one node
 	ctx := t.Context()
 	n1, n2, n3 := tc.nodes[0].b, tc.nodes[1].b, tc.nodes[2].b
 	tc.createEverywhere(tc.nodes[0], "mergeanywhere", 2)

@@ -124,6 +124,7 @@ func (b *Broker) applyRemote(a appliedCmd) {
 		b.fireWatch(topic)
 	case metadata.KindSealSegment:
 		if a.res.Sealed != nil {
+			b.sealCopy(*a.res.Sealed) // a follower's copy takes the seal (W4, W6)
 			b.fireWatch(b.topicOfID(a.res.Sealed.Range))
 		}
 	}
@@ -152,6 +153,9 @@ func (b *Broker) dropTopic(topicID uint64, deleted []uint64) {
 		h.mu.Unlock()
 	}
 	for _, id := range deleted {
+		if h := b.replicas(); h != nil {
+			h.Drop(id)
+		}
 		if err := b.store.Delete(storage.SegmentID(id)); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			b.log.Warn("deleting a deleted topic's segment failed", "segment", id, "err", err)
 		}
@@ -247,6 +251,7 @@ func (b *Broker) resyncAll() {
 		unreadyIdleHead(h)
 	}
 	b.dropDeleted(heads)
+	b.settleCopies()
 	for _, w := range watches {
 		w.fire()
 	}
@@ -277,6 +282,27 @@ func (b *Broker) dropDeleted(heads []*head) {
 		}
 		if err := b.store.Delete(info.ID); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			b.log.Warn("deleting a deleted segment's file failed", "segment", id, "err", err)
+		}
+	}
+}
+
+// settleCopies does what applyRemote would have done for seals and
+// deletes this node missed (a resync) to the segments its replica host
+// runs: a sealed one's copy takes the seal, a deleted one is dropped.
+func (b *Broker) settleCopies() {
+	h := b.replicas()
+	if h == nil {
+		return
+	}
+	for _, id := range h.Segments() {
+		seg, ok := b.segmentByID(id)
+		gone := false
+		_ = b.plane.ViewID(id, func(st *metadata.State) { gone = st.SegmentDeleted(id) })
+		switch {
+		case gone:
+			h.Drop(id)
+		case ok && !seg.Active:
+			b.sealCopy(seg)
 		}
 	}
 }

@@ -39,6 +39,9 @@ type clusterNode struct {
 	// limits.
 	fs   vfs.FS
 	data broker.DataLimits
+	// replicas, when set, is the node's default segment replication
+	// factor (ClusterConfig.SegmentReplicas).
+	replicas int
 }
 
 type testCluster struct {
@@ -115,6 +118,7 @@ func (tc *testCluster) config(nd *clusterNode, join []string) broker.Config {
 			NodeID: nd.id, PeerListen: nd.peer, GossipListen: nd.gossip, ClientAdvertise: nd.clientAddr,
 			Join: join, Vnodes: 4, TickInterval: 20 * time.Millisecond,
 			MetadataTimeout: 2 * time.Second, JoinTimeout: 30 * time.Second, Data: nd.data,
+			SegmentReplicas: nd.replicas,
 		},
 	}
 }
@@ -519,3 +523,7 @@ func TestClusterModeRefusesTheOtherDataDir(t *testing.T) {
 		t.Fatalf("single-node mode on a cluster node's directory: %v", err)
 	}
 }
+
+// unreplicated keeps each segment on the node that opened it, for tests
+// of the data path of unreplicated segments.
+func unreplicated(nd *clusterNode) { nd.replicas = 1 }

@@ -38,6 +38,15 @@ const interestBatch = 4096
 // one long-lived goroutine, owned by the broker, and exits when ctx ends.
 func (b *Broker) dataLoop(ctx context.Context) {
 	defer b.done.Done()
+	if h := b.replicas(); h != nil {
+		// The replica host's loop: incoming replication, resends and
+		// catch-up reads. It ends with ctx, before the store closes.
+		b.done.Add(1)
+		go func() {
+			defer b.done.Done()
+			h.Run(ctx)
+		}()
+	}
 	d := b.data
 	renew := time.NewTicker(d.lim.InterestRenew)
 	defer renew.Stop()
@@ -408,7 +417,7 @@ func (b *Broker) localEnds(topicID uint64, limit int) []dataplane.End {
 			if len(segs) >= limit {
 				return
 			}
-			if seg, ok := st.ActiveSegment(r.ID); ok && b.holds(seg) {
+			if seg, ok := st.ActiveSegment(r.ID); ok && b.writesHere(seg) {
 				segs = append(segs, seg)
 			}
 		}

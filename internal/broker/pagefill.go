@@ -138,7 +138,7 @@ func (b *Broker) appendsFire(p *plan) bool {
 		return true
 	}
 	last := segs[len(segs)-1]
-	return !last.Active || b.holds(last)
+	return !last.Active || b.firesHere(last)
 }
 
 // sourceReader reads one source of a plan from start into out, and says

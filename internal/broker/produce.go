@@ -23,6 +23,7 @@ type head struct {
 	rangeID  uint64
 	topicID  uint64
 	segment  uint64 // active segment id; 0 = none open yet
+	repl     bool   // the active segment is replicated: appends go through the replica host
 	next     uint64 // next offset to assign
 	bytes    int64  // bytes enqueued to the active segment
 	openedAt time.Time
@@ -296,6 +297,9 @@ func (b *Broker) enqueueLocked(ctx context.Context, h *head, recs []Record, wait
 //
 // REQUIRES: h.mu held, h writable.
 func (b *Broker) enqueueBatchLocked(ctx context.Context, h *head, batch []byte, n int, wait *produceWait, notify *watch) error {
+	if h.repl {
+		return b.replicateBatchLocked(ctx, h, batch, n, wait)
+	}
 	wait.add()
 	topicID, rangeID, end := h.topicID, h.rangeID, h.next+uint64(n)
 	err := b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
@@ -315,8 +319,39 @@ func (b *Broker) enqueueBatchLocked(ctx context.Context, h *head, batch []byte, 
 		return fmt.Errorf("broker: append: %w", err)
 	}
 	h.next += uint64(n)
-	h.bytes += int64(len(batch))
-	h.written.Add(int64(len(batch)))
+	b.appendedLocked(h, len(batch))
+	return nil
+}
+
+// replicateBatchLocked is enqueueBatchLocked for a replicated segment:
+// the replica host stamps the batch at the primary's next offset (W2),
+// ships it and appends it here, and the produce is answered once a
+// quorum fsynced it (W1). Readers wake on the watermark (onCommit).
+//
+// REQUIRES: h.mu held, h writable, h.repl.
+func (b *Broker) replicateBatchLocked(ctx context.Context, h *head, batch []byte, n int, wait *produceWait) error {
+	wait.add()
+	base, err := b.replicas().Append(ctx, h.segment, batch, func(err error) { wait.part(replicaDoneError(err)) })
+	if err != nil {
+		wait.part(nil)
+		unready, err := replicaAppendError(h.segment, err)
+		if unready {
+			h.ready = false
+		}
+		return err
+	}
+	h.next = base + uint64(n)
+	b.appendedLocked(h, len(batch))
+	return nil
+}
+
+// appendedLocked counts an appended batch and rolls the segment once it
+// is full.
+//
+// REQUIRES: h.mu held.
+func (b *Broker) appendedLocked(h *head, size int) {
+	h.bytes += int64(size)
+	h.written.Add(int64(size))
 	h.activeBytes.Store(h.bytes)
 	if h.bytes >= b.cfg.SegmentMaxBytes {
 		if err := b.rollLocked(h); err != nil {
@@ -325,7 +360,6 @@ func (b *Broker) enqueueBatchLocked(ctx context.Context, h *head, batch []byte, 
 			b.log.Warn("segment roll failed", "range", h.rangeID, "segment", h.segment, "err", err)
 		}
 	}
-	return nil
 }
 
 // chunkLen is how many of recs go in the next stored batch.

@@ -78,6 +78,9 @@ func (b *Broker) reconcileLocked(h *head) error {
 		h.ready = true
 		return nil
 	}
+	if replicated(v.active) {
+		return b.reconcileReplicatedLocked(h, v.active)
+	}
 	if err := b.local(v.active); err != nil {
 		// Another node writes this range: nothing of it is here to adopt
 		// or create. The head stays unready and looks again next time.
@@ -111,7 +114,7 @@ func (b *Broker) reconcileLocked(h *head) error {
 		}
 		h.sealedAt(footer.End)
 	default:
-		h.segment, h.next = v.active.ID, info.End
+		h.segment, h.next, h.repl = v.active.ID, info.End, false
 		h.bytes = info.Bytes
 		h.activeBytes.Store(info.Bytes)
 		h.openedAt = msTime(v.active.OpenedAt)
@@ -212,6 +215,9 @@ func (b *Broker) sealDamaged(id uint64, info storage.Info) error {
 // whose active segment is here get a head now: another node's segments
 // are neither missing nor orphaned here.
 func (b *Broker) recover() error {
+	if err := b.startReplicas(); err != nil {
+		return err
+	}
 	known := map[uint64]bool{}
 	var sealed []metadata.Segment
 	type active struct{ topic, rng uint64 }
@@ -229,7 +235,7 @@ func (b *Broker) recover() error {
 				if !ok || !r.Active {
 					continue
 				}
-				if seg, has := st.ActiveSegment(rid); !has && b.cluster == nil || has && b.holds(seg) {
+				if seg, has := st.ActiveSegment(rid); !has && b.cluster == nil || has && b.writesHere(seg) {
 					actives = append(actives, active{t.ID, rid})
 				}
 			}
@@ -274,6 +280,14 @@ func (b *Broker) recover() error {
 
 // checkSealed compares a sealed metadata segment with the store's copy.
 func (b *Broker) checkSealed(s metadata.Segment) error {
+	if replicated(s) {
+		// A copy the seal found behind, ahead (an unacknowledged suffix)
+		// or not sealed yet is settled like a live seal would.
+		if info, err := b.store.Info(storage.SegmentID(s.ID)); err == nil && !info.Sealed {
+			b.sealCopy(s)
+			return nil
+		}
+	}
 	info, err := b.store.Info(storage.SegmentID(s.ID))
 	if errors.Is(err, storage.ErrNotFound) {
 		b.log.Error("a sealed segment is missing from the store; reads of it will fail", "segment", s.ID, "range", s.Range)

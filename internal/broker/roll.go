@@ -41,11 +41,15 @@ func (b *Broker) readyLocked(h *head) error {
 //
 // REQUIRES: h.mu held, h ready with no active segment.
 func (b *Broker) openSegmentLocked(h *head) error {
+	replicas, err := b.placeSegment(h)
+	if err != nil {
+		return err
+	}
 	res, err := b.apply(b.life, metadata.Command{
 		Kind:     "open_segment",
 		Range:    h.rangeID,
 		Base:     h.next,
-		Replicas: []string{b.cfg.NodeID},
+		Replicas: replicas,
 		MinID:    b.segFloor.floorFor(h.rangeID),
 	})
 	if errors.Is(err, metadata.ErrSealed) || errors.Is(err, metadata.ErrNoSuchRange) {
@@ -64,6 +68,15 @@ func (b *Broker) openSegmentLocked(h *head) error {
 	if err := b.createSegment(res.SegmentID, h.next, h.rangeID); err != nil {
 		h.ready = false
 		return err
+	}
+	h.repl = len(replicas) > 1
+	if h.repl {
+		if err := b.openReplicas(res.SegmentID, h.next, replicas); err != nil {
+			// Recorded and created, but not led here: a later use fails
+			// the segment over (reconcileLocked).
+			h.ready = false
+			return fmt.Errorf("broker: open segment %d: %w", res.SegmentID, err)
+		}
 	}
 	h.segment = res.SegmentID
 	h.bytes = 0
@@ -96,6 +109,9 @@ func (b *Broker) rollLocked(h *head) error {
 	}
 	if h.segment == 0 || h.retired {
 		return nil
+	}
+	if h.repl {
+		return b.rollReplicatedLocked(h)
 	}
 	footer, err := b.store.Seal(b.life, storage.SegmentID(h.segment))
 	if err != nil {
@@ -135,6 +151,7 @@ func (b *Broker) sealInMetadata(id uint64, footer storage.Footer) error {
 // sealedAt leaves h with no active segment, the next open at end.
 func (h *head) sealedAt(end uint64) {
 	h.segment = 0
+	h.repl = false
 	h.next = end
 	h.bytes = 0
 	h.activeBytes.Store(0)

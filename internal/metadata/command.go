@@ -63,12 +63,15 @@ type Command struct {
 	Kind string `json:"k"`   // one of the Kind* constants
 	Now  int64  `json:"now"` // unix ms, stamped by the proposer
 
-	Topic  string `json:"topic,omitempty"`   // topic name: create/delete_topic, commit_offsets
-	Owner  string `json:"owner,omitempty"`   // create_topic: the user creating it ("" = the node itself)
-	Bits   uint8  `json:"bits,omitempty"`    // create_topic: keyspace bits, 0 = DefaultBits
-	Ranges int    `json:"ranges,omitempty"`  // create_topic: initial range count, 0 = 1
-	Range  uint64 `json:"range,omitempty"`   // open_segment, split_range, merge_ranges
-	RangeB uint64 `json:"range_b,omitempty"` // merge_ranges: the other buddy
+	Topic  string `json:"topic,omitempty"`  // topic name: create/delete_topic, commit_offsets
+	Owner  string `json:"owner,omitempty"`  // create_topic: the user creating it ("" = the node itself)
+	Bits   uint8  `json:"bits,omitempty"`   // create_topic: keyspace bits, 0 = DefaultBits
+	Ranges int    `json:"ranges,omitempty"` // create_topic: initial range count, 0 = 1
+	// ReplicationFactor (create_topic) is the replicas per segment of the
+	// topic, 0 for the cluster's default; at most MaxReplicas.
+	ReplicationFactor int    `json:"replication_factor,omitempty"`
+	Range             uint64 `json:"range,omitempty"`   // open_segment, split_range, merge_ranges
+	RangeB            uint64 `json:"range_b,omitempty"` // merge_ranges: the other buddy
 	// TopicID (delete_topic), when not 0, is the id the named topic must
 	// have: a node deleting a topic it looked up by name never deletes
 	// another topic of that name created elsewhere since.

@@ -18,7 +18,7 @@
 // fields answer ErrInvalidCommand. A refused command changes nothing, and
 // Apply never panics on any input.
 //
-//	create_topic   Topic, Bits, Ranges, Owner  -> TopicID, RangeIDs
+//	create_topic   Topic, Bits, Ranges, Owner, ReplicationFactor -> TopicID, RangeIDs
 //	    name 1..249 bytes of [A-Za-z0-9._-], not "." or ".." (invalid_topic_name);
 //	    Bits 1..32, 0 = 16 (invalid_keyspace_bits); Ranges a power of two
 //	    <= min(2^Bits, 1024), 0 = 1 (invalid_range_count); already_exists;

@@ -43,8 +43,11 @@ func topicID(t *testing.T, st *State, name string) uint64 {
 func queryTopics(_ *testing.T, st *State, _ map[string]string) string {
 	var out []string
 	for _, tp := range st.Topics() {
-		out = append(out, fmt.Sprintf("topic %d %s bits=%d created=%d ranges=%v",
-			tp.ID, tp.Name, tp.Bits, tp.CreatedAt, tp.Ranges))
+		line := fmt.Sprintf("topic %d %s bits=%d created=%d ranges=%v", tp.ID, tp.Name, tp.Bits, tp.CreatedAt, tp.Ranges)
+		if tp.Replicas != 0 {
+			line += fmt.Sprintf(" replicas=%d", tp.Replicas)
+		}
+		out = append(out, line)
 	}
 	return lines(out)
 }

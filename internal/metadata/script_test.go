@@ -144,6 +144,8 @@ func parseCommand(t *testing.T, kind string, f map[string]string) Command {
 			c.TopicID = num(t, v)
 		case "until":
 			c.Until = int64(num(t, v))
+		case "factor":
+			c.ReplicationFactor = int(num(t, v))
 		default:
 			parseMore(t, &c, k, v)
 		}

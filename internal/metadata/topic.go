@@ -45,6 +45,9 @@ func (s *State) createTopic(c *Command) Result {
 	if n < 0 || n > MaxInitialRanges || !isPow2(uint64(n)) || uint64(n) > keyspaceSize(bits) {
 		return failed(ErrInvalidRangeCount)
 	}
+	if c.ReplicationFactor < 0 || c.ReplicationFactor > MaxReplicas {
+		return failed(ErrInvalidCommand)
+	}
 	if _, ok := s.byName[c.Topic]; ok {
 		return failed(ErrAlreadyExists)
 	}
@@ -52,7 +55,8 @@ func (s *State) createTopic(c *Command) Result {
 		return failed(err)
 	}
 	tr := &topicRec{
-		t:      Topic{ID: s.newTopicID(), Name: c.Topic, Bits: bits, CreatedAt: c.Now, Owner: c.Owner},
+		t: Topic{ID: s.newTopicID(), Name: c.Topic, Bits: bits, CreatedAt: c.Now, Owner: c.Owner,
+			Replicas: c.ReplicationFactor},
 		groups: make(map[string][]GroupEntry),
 	}
 	s.charge(tr.t.Owner, usage{topics: 1})

@@ -16,6 +16,10 @@ type Topic struct {
 	// topics and for topics created before owners were recorded); the
 	// per-user quotas count a user's topics and their ranges by it.
 	Owner string `json:"owner,omitempty"`
+	// Replicas is the replication factor of the topic's new segments, 0
+	// for the cluster's default. The node opening a segment clamps it to
+	// the live nodes.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // Range is a buddy block [Start, End) of a topic's keyspace. An active range

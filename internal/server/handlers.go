@@ -16,9 +16,9 @@ func (c *conn) handle(req wire.Request) (wire.Response, error) {
 	id := c.identity()
 	switch r := req.(type) {
 	case *wire.CreateTopicRequest:
-		return c.createTopic(id, r.Topic, r.Bits, 1)
+		return c.createTopic(id, r.Topic, r.Bits, 1, 0)
 	case *wire.CreateTopicExRequest:
-		return c.createTopic(id, r.Topic, r.Bits, int(r.Ranges))
+		return c.createTopic(id, r.Topic, r.Bits, int(r.Ranges), int(r.Replicas))
 	case *wire.FetchRequest:
 		return c.fetch(id, r)
 	case *wire.CommitRequest:
@@ -165,12 +165,12 @@ func (c *conn) audit(id broker.Identity, typ, target string, detail map[string]s
 	c.s.b.Audit(id, typ, target, detail, r)
 }
 
-func (c *conn) createTopic(id broker.Identity, topic *string, bits uint8, ranges int) (wire.Response, error) {
+func (c *conn) createTopic(id broker.Identity, topic *string, bits uint8, ranges, replicas int) (wire.Response, error) {
 	name := deref(topic)
 	if err := c.s.b.Authorize(id, broker.OpProduce, name); err != nil {
 		return nil, err
 	}
-	err := c.s.b.CreateTopicAs(c.reqCtx, id, name, bits, ranges)
+	err := c.s.b.CreateTopicReplicatedAs(c.reqCtx, id, name, bits, ranges, replicas)
 	c.audit(id, audit.TopicCreated, name, map[string]string{"ranges": fmt.Sprint(max(ranges, 1))}, err)
 	return nil, err
 }

@@ -67,24 +67,37 @@ func (r *DeleteTopicRequest) Decode(payload []byte) error {
 	return d.finish("delete_topic")
 }
 
-// CreateTopicExRequest (key 67): str(topic) keyspace_bits:u8 ranges:u32.
-// Unlike v1 create_topic, Bits is honoured and the topic starts with
-// Ranges active ranges (a power of two); the answer is empty.
+// CreateTopicExRequest (key 67): str(topic) keyspace_bits:u8 ranges:u32
+// [replicas:u8]. Unlike v1 create_topic, Bits is honoured and the topic
+// starts with Ranges active ranges (a power of two); the answer is empty.
+// Replicas, the topic's replication factor, is sent only when not zero
+// (zero: the cluster's default), so a request without it is byte for
+// byte the original layout; a present zero is refused as malformed.
 type CreateTopicExRequest struct {
-	Topic  *string
-	Bits   uint8
-	Ranges uint32
+	Topic    *string
+	Bits     uint8
+	Ranges   uint32
+	Replicas uint8
 }
 
 func (CreateTopicExRequest) APIKey() uint16 { return KeyCreateTopicEx }
 
 func (r CreateTopicExRequest) AppendPayload(dst []byte) []byte {
-	return appendU32(appendU8(appendNStr(dst, r.Topic), r.Bits), r.Ranges)
+	dst = appendU32(appendU8(appendNStr(dst, r.Topic), r.Bits), r.Ranges)
+	if r.Replicas != 0 {
+		dst = appendU8(dst, r.Replicas)
+	}
+	return dst
 }
 
 func (r *CreateTopicExRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = CreateTopicExRequest{Topic: d.nstr(), Bits: d.u8(), Ranges: d.u32()}
+	if d.err == nil && len(d.b) > 0 {
+		if r.Replicas = d.u8(); r.Replicas == 0 {
+			d.fail("replicas present and zero")
+		}
+	}
 	return d.finish("create_topic_ex")
 }
 

@@ -20,6 +20,7 @@ var adminGoldenRequests = []struct {
 	{"0000001100410000000501000000066f7264657273", &DescribeTopicRequest{Topic: new("orders")}},
 	{"0000001100420000000601000000066f7264657273", &DeleteTopicRequest{Topic: new("orders")}},
 	{"0000001600430000000101000000066f72646572731000000004", &CreateTopicExRequest{Topic: new("orders"), Bits: 16, Ranges: 4}},
+	{"0000001700430000000101000000066f7264657273100000000403", &CreateTopicExRequest{Topic: new("orders"), Bits: 16, Ranges: 4, Replicas: 3}},
 	{"0000001900440000000201000000066f72646572730000000000000003", &SplitRangeRequest{Topic: new("orders"), Range: 3}},
 	{"0000002100450000000701000000066f726465727300000000000000050000000000000006", &MergeRangesRequest{Topic: new("orders"), A: 5, B: 6}},
 	{"0000001d00460000000301000000066f72646572730100000007776f726b657273", &DescribeGroupRequest{Topic: new("orders"), Group: new("workers")}},

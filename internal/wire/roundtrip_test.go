@@ -113,7 +113,7 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	}),
 	KeyDeleteTopic: req(func(t *rapid.T) Request { return &DeleteTopicRequest{Topic: genNStr.Draw(t, "topic")} }),
 	KeyCreateTopicEx: req(func(t *rapid.T) Request {
-		return &CreateTopicExRequest{Topic: genNStr.Draw(t, "topic"), Bits: genU8.Draw(t, "bits"), Ranges: genU32.Draw(t, "ranges")}
+		return &CreateTopicExRequest{Topic: genNStr.Draw(t, "topic"), Bits: genU8.Draw(t, "bits"), Ranges: genU32.Draw(t, "ranges"), Replicas: genU8.Draw(t, "replicas")}
 	}),
 	KeySplitRange: req(func(t *rapid.T) Request {
 		return &SplitRangeRequest{Topic: genNStr.Draw(t, "topic"), Range: genU64.Draw(t, "range")}

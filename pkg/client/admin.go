@@ -12,8 +12,9 @@ import (
 type TopicOption func(*topicConfig)
 
 type topicConfig struct {
-	bits   uint8
-	ranges int
+	bits     uint8
+	ranges   int
+	replicas int
 }
 
 // WithKeyspaceBits sets the size of the topic's keyspace, 2^bits key
@@ -28,6 +29,13 @@ func WithKeyspaceBits(bits uint8) TopicOption {
 // a head start for topics known to be busy.
 func WithRanges(n int) TopicOption {
 	return func(c *topicConfig) { c.ranges = n }
+}
+
+// WithReplicas sets the topic's replication factor: how many nodes of a
+// cluster keep each of its segments, 1 to 16 (default: the cluster's,
+// usually 3). A single node keeps one copy whatever it is set to.
+func WithReplicas(n int) TopicOption {
+	return func(c *topicConfig) { c.replicas = n }
 }
 
 // TopicSummary is one topic in ListTopics.
@@ -141,11 +149,15 @@ func (c *Client) CreateTopic(ctx context.Context, name string, opts ...TopicOpti
 	if tc.ranges < 0 || uint64(tc.ranges) > math.MaxUint32 {
 		return opError("create_topic", name, errorFor(wire.ReasonInvalidRangeCount))
 	}
+	if tc.replicas < 0 || tc.replicas > math.MaxUint8 {
+		return opError("create_topic", name, errorFor(wire.ReasonInvalidCommand))
+	}
 	var req wire.Request = wire.CreateTopicRequest{Topic: str(name), Bits: tc.bits}
-	if tc.ranges > 1 {
-		// Only the extended key carries a range count; keep v1 otherwise
-		// so the request is one any v1 broker understands.
-		req = wire.CreateTopicExRequest{Topic: str(name), Bits: tc.bits, Ranges: uint32(tc.ranges)}
+	if tc.ranges > 1 || tc.replicas > 0 {
+		// Only the extended key carries a range count and a replication
+		// factor; keep v1 otherwise so the request is one any v1 broker
+		// understands.
+		req = wire.CreateTopicExRequest{Topic: str(name), Bits: tc.bits, Ranges: uint32(max(tc.ranges, 1)), Replicas: uint8(tc.replicas)}
 	}
 	return c.do(ctx, request{req: req})
 }

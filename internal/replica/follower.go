@@ -1,0 +1,272 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/malachi-log/malachi/internal/replication"
+	"github.com/malachi-log/malachi/internal/storage"
+)
+
+// followerAppend takes an Append from a primary, creating the copy on
+// first contact when the control plane lists this node in the set.
+func (h *Host) followerAppend(from uint64, m replication.Append) {
+	s := h.lookupSeg(m.Segment)
+	if s == nil {
+		var err error
+		if s, err = h.newCopy(m.Segment, from, false); err != nil {
+			h.cfg.Logger.Debug("replica: an append for a copy not kept here", "segment", m.Segment, "from", from, "err", err)
+			return
+		}
+	}
+	s.mu.Lock()
+	if s.f == nil || s.from != from {
+		s.mu.Unlock()
+		return
+	}
+	acc, err := s.f.Append(m)
+	if err != nil {
+		s.mu.Unlock()
+		if !errors.Is(err, replication.ErrFenced) {
+			h.cfg.Logger.Warn("replica: an append refused", "segment", m.Segment, "from", from, "err", err)
+		}
+		return
+	}
+	s.known = true // the primary's watermark, in every Append
+	wm := s.learnLocked()
+	s.mu.Unlock()
+	h.send(from, acc.Reply)
+	if wm != 0 {
+		h.cfg.OnCommit(s.id, wm)
+	}
+	h.writeCopy(s, from, acc)
+}
+
+// learnLocked raises the watermark reads use to what the copy learned
+// and holds, and returns it when it moved.
+//
+// REQUIRES: s.mu held, s.f set.
+func (s *seg) learnLocked() uint64 {
+	wm := min(s.f.Watermark(), s.f.SyncedEnd())
+	if wm > s.wm {
+		s.wm = wm
+		return wm
+	}
+	return 0
+}
+
+// writeCopy appends what a follower accepted to the local store; the
+// last batch's fsync acks the whole span.
+func (h *Host) writeCopy(s *seg, from uint64, acc replication.Accepted) {
+	for i, b := range acc.Write {
+		var done func(error)
+		if i == len(acc.Write)-1 {
+			end := acc.Span.End
+			done = func(err error) { h.copySynced(s, from, end, err) }
+		}
+		err := h.cfg.Store.AppendAtAsync(h.life, storage.SegmentID(s.id), b, done)
+		if err != nil {
+			h.copyRefused(s, from, err)
+			return
+		}
+	}
+}
+
+func (h *Host) copySynced(s *seg, from, end uint64, err error) {
+	if err != nil {
+		h.cfg.Logger.Warn("replica: a copy's fsync failed", "segment", s.id, "err", err)
+		return
+	}
+	s.mu.Lock()
+	if s.f == nil {
+		s.mu.Unlock()
+		return
+	}
+	ack := s.f.Synced(end)
+	wm := s.learnLocked()
+	s.mu.Unlock()
+	h.send(from, ack)
+	if wm != 0 {
+		h.cfg.OnCommit(s.id, wm)
+	}
+}
+
+// copyRefused handles a store that refused a follower's batch: the copy
+// and its state machine disagree (a restart, a cut), so the state machine
+// is rebuilt from what the store holds and the primary told where to
+// send from.
+func (h *Host) copyRefused(s *seg, from uint64, err error) {
+	queued, durable, eerr := h.cfg.Store.Ends(storage.SegmentID(s.id))
+	h.cfg.Logger.Warn("replica: the store refused a copy's batch", "segment", s.id, "err", err, "ends_err", eerr)
+	if eerr != nil || queued != durable {
+		return // appends still queued: the primary's resend finds the copy settled
+	}
+	s.mu.Lock()
+	if s.f == nil || s.f.Fenced() {
+		s.mu.Unlock()
+		return
+	}
+	s.f = replication.NewFollower(s.id, s.base, durable)
+	s.mu.Unlock()
+	h.send(from, replication.Behind{Segment: s.id, Has: durable})
+}
+
+// newCopy starts the follower of segment id from the store's copy,
+// creating the copy at the segment's base when there is none and create
+// is allowed (a primary's first Append; a fence finds an existing one).
+// The control plane must list this node in the set and, for an append,
+// primary as its primary.
+func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
+	info, ok := h.cfg.Lookup(id)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: %d is unknown to the metadata here", ErrUnknownSegment, id)
+	case !slices.Contains(info.Replicas, h.cfg.Self):
+		return nil, fmt.Errorf("%w: %d, whose replicas are %v", ErrUnknownSegment, id, info.Replicas)
+	case !fence && (!info.Active || len(info.Replicas) == 0 || info.Replicas[0] != primary):
+		return nil, fmt.Errorf("%w: %d is not active with primary %d", ErrUnknownSegment, id, primary)
+	}
+	sid := storage.SegmentID(id)
+	queued, durable, err := h.cfg.Store.Ends(sid)
+	if errors.Is(err, storage.ErrNotFound) && !fence {
+		if err = h.cfg.Store.CreateFor(sid, info.Base, info.Owner); err == nil {
+			queued, durable = info.Base, info.Base
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if queued != durable {
+		return nil, fmt.Errorf("replica: copy of %d has appends still queued", id)
+	}
+	if inf, err := h.cfg.Store.Info(sid); err == nil && inf.Sealed && !fence {
+		return nil, fmt.Errorf("replica: copy of %d is sealed", id)
+	}
+	s := &seg{id: id, base: info.Base, f: replication.NewFollower(id, info.Base, durable), from: primary, wm: info.Base}
+	if err := h.add(s); err != nil {
+		if s2 := h.lookupSeg(id); s2 != nil {
+			return s2, nil // another message created it first
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// fenceCopy answers a failover's fence of this node's copy of id: the
+// copy takes nothing more and answers its fsynced end. A primary running
+// here latches itself and refuses: a live primary's answer must not
+// count (replication.FailoverEnd).
+func (h *Host) fenceCopy(ctx context.Context, id uint64) (uint64, error) {
+	s := h.lookupSeg(id)
+	if s == nil {
+		var err error
+		if s, err = h.newCopy(id, 0, true); err != nil {
+			return 0, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p != nil {
+		s.p.Fence()
+		return 0, fmt.Errorf("%w: segment %d is led here; a live primary does not answer a failover", ErrNotPrimary, id)
+	}
+	return s.f.Fence(), nil
+}
+
+// SealCopy applies the control plane's seal of segment id at end to this
+// node's copy: sealed at exactly end, the batches above it cut (the seal
+// says they were never acknowledged, W6). A copy that is behind is left
+// unsealed and reported with ErrBehind; a seal below the watermark the
+// copy learned is refused (replication.ErrBelowWatermark) and nothing is
+// touched (S4). The host stops replicating the segment either way.
+func (h *Host) SealCopy(ctx context.Context, id, end uint64) error {
+	sid := storage.SegmentID(id)
+	s := h.lookupSeg(id)
+	if s != nil {
+		s.mu.Lock()
+		var err error
+		switch {
+		case s.f != nil:
+			var t replication.Truncation
+			if t, err = s.f.Truncate(end); err == nil && t.Missing.End > t.Missing.Base {
+				err = fmt.Errorf("%w: copy of %d lacks [%d, %d)", ErrBehind, id, t.Missing.Base, t.Missing.End)
+			}
+		case s.p != nil:
+			s.p.Fence()
+		}
+		s.mu.Unlock()
+		h.Drop(id)
+		if err != nil {
+			return err
+		}
+	}
+	queued, _, err := h.cfg.Store.Ends(sid)
+	if err != nil {
+		return err
+	}
+	if queued < end {
+		return fmt.Errorf("%w: copy of %d ends at %d, sealed at %d", ErrBehind, id, queued, end)
+	}
+	_, err = h.cfg.Store.SealWith(ctx, sid, storage.SealOptions{End: end, Exact: true, TruncateAbove: true})
+	return err
+}
+
+// FenceCopies fences the copies of segment id on replicas (its replica
+// set, primary first) for a failover and decides the seal from their
+// answers (replication.FailoverEnd, W6). The primary is asked too: one
+// that restarted answers as a follower, a live one refuses. It returns
+// once enough replicas answered, or fails with ErrNoQuorum when ctx ends
+// first.
+func (h *Host) FenceCopies(ctx context.Context, id uint64, replicas []uint64) (replication.Failover, error) {
+	type answer struct {
+		node, end uint64
+		err       error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan answer, len(replicas))
+	for _, node := range replicas {
+		go func() {
+			end, err := h.fenceOne(ctx, id, node)
+			ch <- answer{node, end, err}
+		}()
+	}
+	var answers []replication.Answer
+	var errs []error
+	quorum := replication.Quorum(len(replicas))
+	for range replicas {
+		a := <-ch
+		if a.err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", a.node, a.err))
+			continue
+		}
+		answers = append(answers, replication.Answer{Node: a.node, End: a.end})
+		if f, ok, err := replication.FailoverEnd(replicas, quorum, answers); err != nil || ok {
+			return f, err
+		}
+	}
+	return replication.Failover{}, fmt.Errorf("%w: segment %d: %d of %d replicas answered its fence, %d needed: %w",
+		ErrNoQuorum, id, len(answers), len(replicas), replication.AnswersNeeded(len(replicas), quorum), errors.Join(errs...))
+}
+
+// fenceOne fences node's copy of id: this node's own copy directly.
+func (h *Host) fenceOne(ctx context.Context, id, node uint64) (uint64, error) {
+	if node == h.cfg.Self {
+		return h.fenceCopy(ctx, id)
+	}
+	resp, err := h.cfg.Transport.Call(ctx, node, peerChannel, replication.Encode(replication.Fence{Segment: id}))
+	if err != nil {
+		return 0, err
+	}
+	m, err := replication.Decode(resp)
+	if err != nil {
+		return 0, err
+	}
+	a, ok := m.(replication.FenceAnswer)
+	if !ok || a.Segment != id {
+		return 0, fmt.Errorf("replica: node %d answered a fence of %d with %v", node, id, m.Kind())
+	}
+	return a.End, nil
+}
