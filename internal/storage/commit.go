@@ -133,8 +133,14 @@ func (s *Store) admitLocked(id SegmentID, h segment.BatchHeader, exact bool) (*s
 // Append is AppendAsync followed by waiting for done. If ctx ends while
 // waiting, Append returns ctx.Err() but the batch may still become durable.
 func (s *Store) Append(ctx context.Context, id SegmentID, batch []byte) error {
+	return awaitDone(ctx, func(done func(error)) error { return s.AppendAsync(ctx, id, batch, done) })
+}
+
+// awaitDone starts an asynchronous append and waits for its done, or for
+// ctx to end (the batch may then still become durable).
+func awaitDone(ctx context.Context, start func(done func(error)) error) error {
 	ch := make(chan error, 1)
-	if err := s.AppendAsync(ctx, id, batch, func(err error) { ch <- err }); err != nil {
+	if err := start(func(err error) { ch <- err }); err != nil {
 		return err
 	}
 	select {

@@ -75,16 +75,7 @@ func (s *Store) AppendAtAsync(ctx context.Context, id SegmentID, batch []byte, d
 
 // AppendAt is AppendAtAsync followed by waiting for done, as Append.
 func (s *Store) AppendAt(ctx context.Context, id SegmentID, batch []byte) error {
-	ch := make(chan error, 1)
-	if err := s.AppendAtAsync(ctx, id, batch, func(err error) { ch <- err }); err != nil {
-		return err
-	}
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return awaitDone(ctx, func(done func(error)) error { return s.AppendAtAsync(ctx, id, batch, done) })
 }
 
 // Ends returns the end of segment id with its queued appends (where the
