@@ -53,7 +53,7 @@ type principal struct {
 	// again between two refreshes (changes this node saw only together)
 	// has another serial, and so counts as a new user.
 	serial      uint64
-	fingerprint [8]byte // of the stored hash: what session tokens are bound to
+	fingerprint [8]byte // of the stored hash: what resumption tokens are bound to
 	perms       []string
 	grants      []auth.Grant
 }
