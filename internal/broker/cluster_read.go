@@ -51,7 +51,7 @@ func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uin
 		return nil, from, err
 	}
 	defer d.readDone()
-	var err error
+	var err, primaryErr error
 	for _, node := range nodes {
 		var buf []byte
 		var next uint64
@@ -59,11 +59,15 @@ func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uin
 		if err == nil || !b.tryAnotherCopy(seg, err) {
 			return buf, next, err
 		}
-		if seg.Active && node != primaryOf(seg) && errors.Is(err, storage.ErrNotFound) {
-			// Only the primary's missing file means nothing is durable
-			// yet; a follower may not have made its copy (R3).
-			err = fmt.Errorf("%w: node-%d keeps no copy of segment %d yet: %v", ErrMetadataUnavailable, node, seg.ID, err)
+		if node == primaryOf(seg) {
+			primaryErr = err
 		}
+	}
+	if seg.Active && errors.Is(err, storage.ErrNotFound) && !errors.Is(primaryErr, storage.ErrNotFound) {
+		// Only the primary's missing file means nothing is durable yet;
+		// a follower may not have made its copy, and a reader told "not
+		// found" would take the segment for empty (R3).
+		err = fmt.Errorf("%w: segment %d: its primary did not answer and %v", ErrMetadataUnavailable, seg.ID, err)
 	}
 	return nil, from, err
 }

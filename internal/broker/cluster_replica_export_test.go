@@ -19,3 +19,7 @@ func (b *Broker) ServedBound(id, upTo uint64) (uint64, error) { return b.servedB
 // ForgetReplica drops the replica host's state of segment id, as a
 // restart would; the store's copy stays.
 func (b *Broker) ForgetReplica(id uint64) { b.replicas().Drop(id) }
+
+// DeleteLocalFile deletes this node's file of segment id, leaving the
+// replica host's state alone: the copy answers reads "not found".
+func (b *Broker) DeleteLocalFile(id uint64) error { return b.store.Delete(storage.SegmentID(id)) }
