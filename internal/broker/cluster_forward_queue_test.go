@@ -50,6 +50,9 @@ func TestClusterForwardedQueueLargerThanOnePeerFrame(t *testing.T) {
 		// loaded machine, under the race detector, that takes longer
 		// than the test clusters' default of the 2 s metadata timeout.
 		nd.data.CallTimeout = time.Minute
+		// The forward queue is what is tested: one copy, so the held
+		// fsync is not also a replicated commit running out of time.
+		unreplicated(nd)
 	})
 	ctx := t.Context()
 	n1, n2 := tc.nodes[0].b, tc.nodes[1].b
