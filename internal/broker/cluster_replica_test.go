@@ -48,6 +48,10 @@ func TestClusterReplicatedProduceWaitsForAQuorumFsync(t *testing.T) {
 		if f := faulty[nd.id]; f != nil {
 			nd.fs = f
 		}
+		// The produce waits while the test reads through every node; on
+		// a loaded machine that may take longer than the default 2 s a
+		// produce waits for its quorum.
+		nd.metaTimeout = time.Minute
 	})
 	ctx := t.Context()
 	n1 := tc.nodes[0].b

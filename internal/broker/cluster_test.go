@@ -6,6 +6,7 @@ package broker_test
 // that opened them, and the others reach them over the data path.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,10 @@ type clusterNode struct {
 	// replicas, when set, is the node's default segment replication
 	// factor (ClusterConfig.SegmentReplicas).
 	replicas int
+	// metaTimeout, when set, replaces the test clusters' 2 s metadata
+	// timeout (which also bounds a replicated produce's wait for its
+	// quorum).
+	metaTimeout time.Duration
 }
 
 type testCluster struct {
@@ -117,7 +122,7 @@ func (tc *testCluster) config(nd *clusterNode, join []string) broker.Config {
 		Cluster: &broker.ClusterConfig{
 			NodeID: nd.id, PeerListen: nd.peer, GossipListen: nd.gossip, ClientAdvertise: nd.clientAddr,
 			Join: join, Vnodes: 4, TickInterval: 20 * time.Millisecond,
-			MetadataTimeout: 2 * time.Second, JoinTimeout: 30 * time.Second, Data: nd.data,
+			MetadataTimeout: cmp.Or(nd.metaTimeout, 2*time.Second), JoinTimeout: 30 * time.Second, Data: nd.data,
 			SegmentReplicas: nd.replicas,
 		},
 	}
