@@ -217,6 +217,19 @@ func (b *Broker) fillLive(d *TopicDescription) {
 				continue
 			}
 			s.End = info.DurableEnd
+			if len(s.Replicas) > 1 {
+				// A replicated segment ends, for readers, at its commit
+				// watermark (R1); a copy that does not know it shows what
+				// the metadata says.
+				wm, known := uint64(0), false
+				if host := b.replicas(); host != nil {
+					wm, known = host.Watermark(s.ID)
+				}
+				if !known {
+					continue
+				}
+				s.End = min(s.End, wm)
+			}
 			s.Records = info.Records
 			s.Bytes = uint64(info.Bytes)
 		}

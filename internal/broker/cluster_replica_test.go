@@ -96,11 +96,15 @@ func TestClusterReplicatedProduceWaitsForAQuorumFsync(t *testing.T) {
 		t.Fatalf("a produce fsynced by the primary alone was answered: %v", err)
 	default:
 	}
-	// R1: no node serves it, although the primary's copy holds it.
+	// R1: no node serves it, although the primary's copy holds it, and
+	// the primary's topic description ends the segment at the watermark.
 	for _, nd := range tc.nodes {
 		if got := values(drain(t, nd.b, "quorum")); !slices.Equal(got, []string{"0"}) {
 			t.Fatalf("node %d read %v above the watermark, want [0]", nd.id, got)
 		}
+	}
+	if d, err := n1.DescribeTopic("quorum"); err != nil || activeEnd(d) != 1 {
+		t.Fatalf("the primary describes the active segment ending at %d (%v), want the watermark 1", activeEnd(d), err)
 	}
 	release2()
 	select {
@@ -462,4 +466,16 @@ func TestClusterReplicatedPrimaryRestarts(t *testing.T) {
 		t.Fatalf("the restarted primary resumed its old segment %d", old.ID)
 	}
 	sameHistory(t, h, "restart", tc.nodes[2], tc.nodes[0], tc.nodes[1])
+}
+
+// activeEnd is where a topic description says its active segment ends.
+func activeEnd(d broker.TopicDescription) uint64 {
+	for _, r := range d.Ranges {
+		for _, s := range r.Segments {
+			if s.Active {
+				return s.End
+			}
+		}
+	}
+	return 0
 }
