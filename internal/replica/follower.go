@@ -141,10 +141,21 @@ func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
 	if queued != durable {
 		return nil, fmt.Errorf("replica: copy of %d has appends still queued", id)
 	}
-	if inf, err := h.cfg.Store.Info(sid); err == nil && inf.Sealed && !fence {
+	inf, err := h.cfg.Store.Info(sid)
+	if err != nil {
+		return nil, err
+	}
+	if inf.Sealed && !fence {
 		return nil, fmt.Errorf("replica: copy of %d is sealed", id)
 	}
-	s := &seg{id: id, base: info.Base, f: replication.NewFollower(id, info.Base, durable), from: primary, wm: info.Base}
+	f := replication.NewFollower(id, info.Base, durable)
+	if inf.Fenced {
+		// A fence answered before a restart (the store keeps it): the copy
+		// must not take the old primary's appends again, or a primary the
+		// failover shut out could reach a quorum through it (W4, W6).
+		f.Fence()
+	}
+	s := &seg{id: id, base: info.Base, f: f, from: primary, wm: info.Base}
 	if err := h.add(s); err != nil {
 		if s2 := h.lookupSeg(id); s2 != nil {
 			return s2, nil // another message created it first
@@ -158,6 +169,10 @@ func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
 // copy takes nothing more and answers its fsynced end. A primary running
 // here latches itself and refuses: a live primary's answer must not
 // count (replication.FailoverEnd).
+//
+// The answer is sent only once the store keeps the fence (Store.Fence
+// writes and fsyncs its marker), so a copy killed after answering still
+// refuses the old primary when it comes back (W4, W6).
 func (h *Host) fenceCopy(ctx context.Context, id uint64) (uint64, error) {
 	s := h.lookupSeg(id)
 	if s == nil {
@@ -167,12 +182,23 @@ func (h *Host) fenceCopy(ctx context.Context, id uint64) (uint64, error) {
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.p != nil {
 		s.p.Fence()
+		s.mu.Unlock()
 		return 0, fmt.Errorf("%w: segment %d is led here; a live primary does not answer a failover", ErrNotPrimary, id)
 	}
-	return s.f.Fence(), nil
+	end := s.f.Fence()
+	s.mu.Unlock()
+	// NB: the state machine's answer, not the store's: appends the store
+	// had queued may still land above it, unacknowledged, and a slow
+	// fsync of them must not hold the fence up (Latch does not wait for
+	// them). After a restart the copy answers its recovered end, at
+	// least this one; both bound its votes, and FailoverEnd counts a
+	// node's highest answer.
+	if err := h.cfg.Store.Latch(ctx, storage.SegmentID(id)); err != nil {
+		return 0, fmt.Errorf("replica: keep the fence of %d: %w", id, err)
+	}
+	return end, nil
 }
 
 // SealCopy applies the control plane's seal of segment id at end to this

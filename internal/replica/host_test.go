@@ -63,8 +63,11 @@ func (g *syncGate) release() {
 	}
 }
 
-func (g *syncGate) rule(op vfs.Op, _ string) error {
-	if op != vfs.OpSync {
+// rule holds the fsyncs of a store's data (segment files and the
+// journal): a fence's marker is a file of its own, and a held data fsync
+// must not keep a copy from answering a fence.
+func (g *syncGate) rule(op vfs.Op, path string) error {
+	if op != vfs.OpSync || strings.Contains(path, ".fence") {
 		return nil
 	}
 	g.mu.Lock()

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/vfs"
 )
 
 // Replica copies. A replicated segment has one copy per member of its
@@ -127,10 +129,18 @@ func sealedFooter(sg *seg) (Footer, error) {
 // the answer a copy gives when the control plane fences it, every batch
 // below it fsynced, nothing ever appended above it. A sealed segment
 // answers its sealed end; a damaged copy, sealed or not, its damage
-// (IsCorrupt). The latch lives in memory: after a restart the copy takes
-// appends again until it is fenced or sealed again. If ctx ends while
-// Fence waits for a cut or seal of the segment to finish, or for the
-// queued appends, it returns ctx.Err() (the latch may already be set).
+// (IsCorrupt).
+//
+// The latch is durable before Fence answers: a marker file (<id>.fence)
+// is written and fsynced with its directory, and Open restores the latch
+// from it, so a copy restarted before the control plane recorded its
+// seal still refuses appends (W4). Without it, a copy killed after
+// answering a failover's fence would take the old primary's appends
+// again and could complete a quorum the fence denied (W6). Only a seal,
+// a delete or a quarantine lifts it. If ctx ends while Fence waits for a
+// cut or seal of the segment to finish, or for the queued appends, it
+// returns ctx.Err() (the latch may already be set in memory, and a
+// retried Fence makes it durable).
 func (s *Store) Fence(ctx context.Context, id SegmentID) (uint64, error) {
 	sg, err := s.lookup(id)
 	if err != nil {
@@ -164,7 +174,73 @@ func (s *Store) Fence(ctx context.Context, id SegmentID) (uint64, error) {
 		return 0, err
 	}
 	_, d := log.Stats()
+	if err := s.keepFence(sg, d.End); err != nil {
+		return 0, err
+	}
 	return d.End, nil
+}
+
+// Latch sets Fence's durable latch on active segment id without waiting
+// for the appends queued before it: they still land, later ones are
+// refused (ErrSealed). It is for a copy whose fence answer comes from
+// its owner's bookkeeping (a follower's fsynced end, which its queued
+// appends cannot lower), so a fence is not held up by a slow fsync of
+// data it does not answer for. A sealed segment is left as it is; a
+// damaged one answers its damage. If ctx ends while Latch waits for a
+// cut or seal of the segment, it returns ctx.Err().
+func (s *Store) Latch(ctx context.Context, id SegmentID) error {
+	sg, err := s.lookup(id)
+	if err != nil {
+		return err
+	}
+	if err := sg.sealMu.lock(ctx); err != nil {
+		return err
+	}
+	defer sg.sealMu.unlock()
+	s.mu.Lock()
+	var end uint64
+	switch {
+	case sg.sealed:
+		_, err = sealedFooter(sg)
+		s.mu.Unlock()
+		return err
+	case sg.gone:
+		err = fmt.Errorf("%w: %d", ErrNotFound, sg.id)
+	case sg.damage != nil:
+		err = sg.damage
+	case s.failed != nil:
+		err = s.failed
+	default:
+		sg.fenced, end = true, sg.queuedEnd
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.keepFence(sg, end)
+}
+
+// keepFence makes sg's latch durable, once: the marker records the end
+// the fence answered, for an operator; the latch is its existence. The
+// caller holds sg.sealMu, so two fences never write it at once.
+func (s *Store) keepFence(sg *seg, end uint64) error {
+	s.mu.Lock()
+	kept := sg.fenceKept
+	s.mu.Unlock()
+	if kept {
+		return nil
+	}
+	path := s.path(sg.id, fenceExt)
+	if err := vfs.WriteFileAtomic(s.fs, path, []byte(strconv.FormatUint(end, 10)+"\n")); err != nil {
+		return fmt.Errorf("storage: keep the fence of segment %d: %w", sg.id, err)
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		return fmt.Errorf("storage: keep the fence of segment %d: %w", sg.id, err)
+	}
+	s.mu.Lock()
+	sg.fenceKept = true
+	s.mu.Unlock()
+	return nil
 }
 
 // Truncate cuts the active copy of segment id back to end, dropping the

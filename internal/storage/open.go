@@ -22,16 +22,21 @@ const (
 	// it keeps the segment reported damaged, and its file untouched, on
 	// every later Open, after the journal that showed it is gone.
 	damageExt = ".damage"
+	// fenceExt marks an active copy fenced (Store.Fence). The latch must
+	// outlive a restart: a copy that answered a failover's fence and then
+	// took appends again would hand a stale primary the quorum the fence
+	// denied it (W4, W6).
+	fenceExt = ".fence"
 )
 
 // segFiles records which of a segment's files exist.
-type segFiles struct{ log, seal, idx, damage bool }
+type segFiles struct{ log, seal, idx, damage, fence bool }
 
 // parseName splits a segment file name; ok is false for foreign files,
 // which Open leaves alone.
 func parseName(name string) (SegmentID, string, bool) {
 	ext := filepath.Ext(name)
-	if ext != logExt && ext != sealExt && ext != idxExt && ext != damageExt {
+	if ext != logExt && ext != sealExt && ext != idxExt && ext != damageExt && ext != fenceExt {
 		return 0, "", false
 	}
 	stem := strings.TrimSuffix(name, ext)
@@ -92,12 +97,16 @@ func (s *Store) recoverWithJournal() error {
 	if err != nil {
 		return err
 	}
-	if err := s.recoverAll(plan); err != nil {
+	fenced, err := s.recoverAll(plan)
+	if err != nil {
 		return err
 	}
 	if err := s.replay(plan); err != nil {
 		return err
 	}
+	// After the replay: every batch the journal holds of a fenced copy
+	// was durable before its fence was answered.
+	s.restoreFences(fenced)
 	if s.cfg.NoJournal {
 		return nil
 	}
@@ -115,17 +124,19 @@ func (s *Store) prepareDir() error {
 	return s.fs.SyncDir(s.cfg.Dir)
 }
 
-func (s *Store) recoverAll(plan *journalPlan) error {
+// recoverAll recovers every segment in the directory and returns the
+// active ones a fence marker says were fenced.
+func (s *Store) recoverAll(plan *journalPlan) ([]SegmentID, error) {
 	names, err := s.fs.ReadDir(s.cfg.Dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	files := map[SegmentID]*segFiles{}
 	changed := false
 	for _, name := range names {
 		if strings.HasSuffix(name, segment.TempSuffix) {
 			if err := s.fs.Remove(filepath.Join(s.cfg.Dir, name)); err != nil {
-				return err
+				return nil, err
 			}
 			changed = true
 			continue
@@ -146,6 +157,8 @@ func (s *Store) recoverAll(plan *journalPlan) error {
 			files[id].idx = true
 		case damageExt:
 			files[id].damage = true
+		case fenceExt:
+			files[id].fence = true
 		}
 	}
 	ids := make([]SegmentID, 0, len(files))
@@ -153,17 +166,38 @@ func (s *Store) recoverAll(plan *journalPlan) error {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var fenced []SegmentID
 	for _, id := range ids {
-		removed, err := s.recoverSegment(id, files[id], plan)
+		f := files[id]
+		removed, err := s.recoverSegment(id, f, plan)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		changed = changed || removed
+		switch {
+		case f.fence && f.log && !f.seal:
+			fenced = append(fenced, id)
+		case f.fence:
+			// A sealed copy needs no latch, and one without a .log is gone.
+			if err := s.fs.Remove(s.path(id, fenceExt)); err != nil && !vfs.IsNotExist(err) {
+				return nil, err
+			}
+			changed = true
+		}
 	}
 	if changed {
-		return s.fs.SyncDir(s.cfg.Dir)
+		return fenced, s.fs.SyncDir(s.cfg.Dir)
 	}
-	return nil
+	return fenced, nil
+}
+
+// restoreFences sets the latch of each recovered active copy in ids.
+func (s *Store) restoreFences(ids []SegmentID) {
+	for _, id := range ids {
+		if sg := s.segs[id]; sg != nil && sg.ready {
+			sg.fenced, sg.fenceKept = true, true
+		}
+	}
 }
 
 // recoverSegment recovers one segment; removed reports files it deleted.
@@ -187,7 +221,7 @@ func (s *Store) recoverSegment(id SegmentID, f *segFiles, plan *journalPlan) (re
 }
 
 func (s *Store) removeSidecars(id SegmentID) error {
-	for _, ext := range []string{idxExt, sealExt} {
+	for _, ext := range []string{idxExt, sealExt, fenceExt} {
 		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
 			return err
 		}

@@ -191,7 +191,7 @@ func (s *Store) Delete(id SegmentID) error {
 	if err := s.detach(id); err != nil {
 		return err
 	}
-	for _, ext := range []string{logExt, idxExt, sealExt, damageExt} {
+	for _, ext := range []string{logExt, idxExt, sealExt, damageExt, fenceExt} {
 		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
 			return err
 		}
@@ -229,7 +229,7 @@ func (s *Store) Quarantine(id SegmentID) (string, error) {
 	// only sidecars in place, which Open discards. Moving the .seal first
 	// would leave a sealed segment's .log without its seal, which Open
 	// takes for an active segment and would append to.
-	for _, ext := range []string{logExt, sealExt, idxExt, damageExt} {
+	for _, ext := range []string{logExt, sealExt, idxExt, damageExt, fenceExt} {
 		err := s.fs.Rename(s.path(id, ext), filepath.Join(qdir, stem+ext))
 		if err != nil && !vfs.IsNotExist(err) {
 			return "", err

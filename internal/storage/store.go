@@ -132,9 +132,11 @@ type Info struct {
 	// (its header, or a sealed segment's footer): Base, End and the counts
 	// are then unknown (zero), and Damage says why.
 	Readable bool
-	// Fenced is set once a Seal or Delete began: the segment takes no more
-	// appends. Fenced but not Sealed means a Seal failed part-way (or is in
-	// progress) and may be retried.
+	// Fenced is set once a Seal or Delete began, or a Fence or Latch
+	// latched the copy (restored at Open from its marker): the segment
+	// takes no more appends. Fenced but not Sealed means a Seal failed
+	// part-way (or is in progress) and may be retried, or a copy waits for
+	// the seal a failover decides.
 	Fenced bool
 	// EndPastDamage, for a segment found damaged at Open, is the offset
 	// after the last valid batch anywhere in its file, past the damage:
@@ -207,7 +209,8 @@ type seg struct {
 	base      uint64
 	ready     bool   // Create finished
 	queuedEnd uint64 // end including queued appends
-	fenced    bool   // Seal or Delete began: no more appends
+	fenced    bool   // Seal, Delete or Fence began: no more appends
+	fenceKept bool   // Fence's marker is durable: the latch outlives a restart
 	cutting   bool   // Truncate runs: no appends until it returns
 	sealed    bool
 	gone      bool // deleted
@@ -428,7 +431,7 @@ func (s *Store) journalCreateLocked(sg *seg, base uint64, owner uint32) error {
 func (s *Store) createFiles(id SegmentID, base uint64, owner uint32, sync bool) (*segment.Segment, error) {
 	// A .seal or .idx left by an interrupted Delete must not attach to the
 	// new segment.
-	for _, ext := range []string{sealExt, idxExt, damageExt} {
+	for _, ext := range []string{sealExt, idxExt, damageExt, fenceExt} {
 		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
 			return nil, err
 		}
