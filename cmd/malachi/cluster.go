@@ -53,7 +53,10 @@ and attributes; then the metadata groups (the root and each vnode) with their
 leader, voters, learners and the index this node has applied; then this node's
 traffic with each other node on the peer port since it started (frames are
 messages; writes are the batched writes that carried them). Read the counters
-twice to get rates. Administrators only.`,
+twice to get rates. Last, the under-replicated segments: active or sealed
+segments some of whose replicas are not live (alive, suspect or leaving), a
+count per topic and the first 50 of them, read from the topics' descriptions
+(at most the first 1000 topics). Administrators only.`,
 		Example: `  malachi cluster status
   malachi --server 127.0.0.1:4050 cluster status -o json | jq '.groups[] | {name, leader}'`,
 		Args: exactArgs(0),
@@ -63,10 +66,17 @@ twice to get rates. Administrators only.`,
 				if err != nil {
 					return err
 				}
-				if s.out.json {
-					return s.out.doc(st)
+				u, err := underReplicated(ctx, s, st)
+				if err != nil {
+					return err
 				}
-				return printClusterStatus(s.out, &st)
+				if s.out.json {
+					return s.out.doc(clusterStatusDoc{ClusterStatus: st, underReplicatedJSON: u})
+				}
+				if err := printClusterStatus(s.out, &st); err != nil {
+					return err
+				}
+				return printUnderReplicated(s.out, u)
 			})
 		},
 	}
@@ -319,4 +329,91 @@ func arrow(before, after int) string {
 		return strconv.Itoa(before)
 	}
 	return strconv.Itoa(before) + " → " + strconv.Itoa(after)
+}
+
+// Bounds of the under-replication scan of `cluster status`: the topics
+// described (one request each) and the segments listed.
+const (
+	maxUnderRepTopics = 1000
+	maxUnderRepListed = 50
+)
+
+type underReplicatedJSON struct {
+	UnderReplicated         []client.UnderReplicatedTopic   `json:"under_replicated"`
+	UnderReplicatedSegments []client.UnderReplicatedSegment `json:"under_replicated_segments"`
+	// TopicsScanned is how many topics were described; fewer than the
+	// node has when TopicsTruncated.
+	TopicsScanned   int  `json:"topics_scanned"`
+	TopicsTruncated bool `json:"topics_truncated,omitempty"`
+}
+
+// clusterStatusDoc is `cluster status -o json`: the node's answer, with
+// the under-replicated segments beside it.
+type clusterStatusDoc struct {
+	client.ClusterStatus
+	underReplicatedJSON
+}
+
+// underReplicated describes the node's topics, at most maxUnderRepTopics,
+// and finds their segments with replicas st does not see live. A topic
+// deleted between the list and its description is skipped.
+func underReplicated(ctx context.Context, s *session, st client.ClusterStatus) (underReplicatedJSON, error) {
+	list, err := s.c.ListTopics(ctx)
+	if err != nil {
+		return underReplicatedJSON{}, err
+	}
+	out := underReplicatedJSON{TopicsTruncated: len(list) > maxUnderRepTopics}
+	list = list[:min(len(list), maxUnderRepTopics)]
+	ds := make([]client.TopicDescription, 0, len(list))
+	for _, t := range list {
+		d, err := s.c.DescribeTopic(ctx, t.Name)
+		if errors.Is(err, client.ErrNoSuchTopic) {
+			continue
+		}
+		if err != nil {
+			return underReplicatedJSON{}, err
+		}
+		ds = append(ds, d)
+	}
+	out.TopicsScanned = len(ds)
+	out.UnderReplicated, out.UnderReplicatedSegments = client.UnderReplicated(st, ds, maxUnderRepListed)
+	out.UnderReplicated = nonNil(out.UnderReplicated)
+	out.UnderReplicatedSegments = nonNil(out.UnderReplicatedSegments)
+	return out, nil
+}
+
+func printUnderReplicated(p *printer, u underReplicatedJSON) error {
+	total := 0
+	for _, t := range u.UnderReplicated {
+		total += t.Segments
+	}
+	head := "\nUnder-replicated segments: none"
+	if total > 0 {
+		head = fmt.Sprintf("\nUnder-replicated segments: %d", total)
+	}
+	if u.TopicsTruncated {
+		head += fmt.Sprintf(" (in the first %d topics only)", u.TopicsScanned)
+	}
+	p.textf("%s", head)
+	if total == 0 {
+		return nil
+	}
+	rows := make([][]string, 0, len(u.UnderReplicated))
+	for _, t := range u.UnderReplicated {
+		rows = append(rows, []string{t.Topic, itoa(t.Segments)})
+	}
+	if err := p.table([]string{"TOPIC", "SEGMENTS"}, rows); err != nil {
+		return err
+	}
+	if total > len(u.UnderReplicatedSegments) {
+		p.textf("\nThe first %d:", len(u.UnderReplicatedSegments))
+	}
+	rows = rows[:0]
+	for _, sg := range u.UnderReplicatedSegments {
+		rows = append(rows, []string{
+			itoa(sg.Segment), sg.Topic, itoa(sg.Range), state(sg.Active), strings.Join(sg.Replicas, ","),
+			fmt.Sprintf("%d of %d", sg.Live, len(sg.Replicas)),
+		})
+	}
+	return p.table([]string{"SEGMENT", "TOPIC", "RANGE", "STATE", "REPLICAS", "LIVE"}, rows)
 }

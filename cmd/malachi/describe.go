@@ -35,16 +35,20 @@ type (
 		Segments  []segmentJSON `json:"segments"`
 	}
 	segmentJSON struct {
-		ID        uint64   `json:"id"`
-		Active    bool     `json:"active"`
-		Replicas  []string `json:"replicas"`
-		Records   uint64   `json:"records"`
-		Bytes     uint64   `json:"bytes"`
-		Base      uint64   `json:"base"`
-		End       uint64   `json:"end"`
-		OpenedAt  string   `json:"opened_at,omitempty"`
-		SealedAt  string   `json:"sealed_at,omitempty"`
-		MaxExpiry string   `json:"max_expiry,omitempty"`
+		ID       uint64   `json:"id"`
+		Active   bool     `json:"active"`
+		Replicas []string `json:"replicas"`
+		Primary  string   `json:"primary,omitempty"`
+		// Watermark is set for the active segment of a replicated range:
+		// its commit watermark as the answering node knows it.
+		Watermark *uint64 `json:"watermark,omitempty"`
+		Records   uint64  `json:"records"`
+		Bytes     uint64  `json:"bytes"`
+		Base      uint64  `json:"base"`
+		End       uint64  `json:"end"`
+		OpenedAt  string  `json:"opened_at,omitempty"`
+		SealedAt  string  `json:"sealed_at,omitempty"`
+		MaxExpiry string  `json:"max_expiry,omitempty"`
 	}
 )
 
@@ -62,9 +66,12 @@ func describeJSON(d *client.TopicDescription) topicJSON {
 		}
 		for j, s := range r.Segments {
 			rj.Segments[j] = segmentJSON{
-				ID: s.ID, Active: s.Active, Replicas: nonNil(s.Replicas), Records: s.Records, Bytes: s.Bytes,
+				ID: s.ID, Active: s.Active, Replicas: nonNil(s.Replicas), Primary: s.Primary(), Records: s.Records, Bytes: s.Bytes,
 				Base: s.Base, End: s.End, OpenedAt: jsonTime(s.OpenedAt), SealedAt: jsonTime(s.SealedAt),
 				MaxExpiry: jsonTime(s.MaxExpiry),
+			}
+			if wm, ok := s.Watermark(); ok {
+				rj.Segments[j].Watermark = &wm
 			}
 		}
 		t.Records += rj.Records
@@ -121,7 +128,7 @@ func printDescription(out *printer, d *client.TopicDescription, now time.Time) e
 		return err
 	}
 	fmt.Fprintln(out.w, "\nSegments")
-	return out.table([]string{"ID", "RANGE", "STATE", "REPLICAS", "RECORDS", "BYTES", "OPENED"}, segmentRows(d, now))
+	return out.table([]string{"ID", "RANGE", "STATE", "PRIMARY", "REPLICAS", "WATERMARK", "RECORDS", "BYTES", "OPENED"}, segmentRows(d, now))
 }
 
 func rangeRows(d *client.TopicDescription) [][]string {
@@ -141,9 +148,13 @@ func segmentRows(d *client.TopicDescription, now time.Time) [][]string {
 	for i := range d.Ranges {
 		r := &d.Ranges[i]
 		for _, s := range r.Segments {
+			wm := "-"
+			if w, ok := s.Watermark(); ok {
+				wm = itoa(w)
+			}
 			rows = append(rows, []string{
-				itoa(s.ID), itoa(r.ID), state(s.Active), orDefault(strings.Join(s.Replicas, ","), "-"),
-				itoa(s.Records), humanBytes(s.Bytes), humanTime(s.OpenedAt, now),
+				itoa(s.ID), itoa(r.ID), state(s.Active), orDefault(s.Primary(), "-"), orDefault(strings.Join(s.Replicas, ","), "-"),
+				wm, itoa(s.Records), humanBytes(s.Bytes), humanTime(s.OpenedAt, now),
 			})
 		}
 	}

@@ -142,9 +142,18 @@ type SegmentDescription struct {
 	Records   uint64
 	Bytes     uint64
 	Replicas  []string
+	// Primary is the node that writes the segment (Replicas[0]), "" for a
+	// segment opened by a single node.
+	Primary   string
 	OpenedAt  time.Time
 	SealedAt  time.Time
 	MaxExpiry time.Time
+	// Watermark is, for an active replicated segment, its commit
+	// watermark as this node knows it (WatermarkKnown): its primary's, or
+	// what its copy here learned. A node without a running copy knows
+	// none. End is then the lower of it and the copy's durable end.
+	Watermark      uint64
+	WatermarkKnown bool
 }
 
 // DescribeTopic reports a topic's ranges (with lineage) and segments.
@@ -195,7 +204,7 @@ func describe(st *metadata.State, t metadata.Topic) TopicDescription {
 		for _, s := range st.RangeSegments(rid) {
 			rd.Segments = append(rd.Segments, SegmentDescription{
 				ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records,
-				Bytes: uint64(s.Bytes), Replicas: s.Replicas, OpenedAt: msTime(s.OpenedAt),
+				Bytes: uint64(s.Bytes), Replicas: s.Replicas, Primary: primaryName(s), OpenedAt: msTime(s.OpenedAt),
 				SealedAt: msTime(s.SealedAt), MaxExpiry: msTime(s.MaxExpiry),
 			})
 		}
@@ -228,12 +237,21 @@ func (b *Broker) fillLive(d *TopicDescription) {
 				if !known {
 					continue
 				}
+				s.Watermark, s.WatermarkKnown = wm, true
 				s.End = min(s.End, wm)
 			}
 			s.Records = info.Records
 			s.Bytes = uint64(info.Bytes)
 		}
 	}
+}
+
+// primaryName is the node writing seg, "" when no replica is recorded.
+func primaryName(seg metadata.Segment) string {
+	if len(seg.Replicas) == 0 {
+		return ""
+	}
+	return seg.Replicas[0]
 }
 
 func msTime(ms int64) time.Time {

@@ -381,6 +381,7 @@ func (b *Broker) Close() error {
 		b.data.close()
 	}
 	b.endLife()
+	b.waitFailovers()
 	b.mu.Lock()
 	for _, w := range b.mu.watches {
 		w.fire()

@@ -120,6 +120,9 @@ type clusterNode struct {
 	// repl runs the replicas of this node's segments (cluster_replica.go);
 	// nil until the segment store is open.
 	repl atomic.Pointer[replica.Host]
+	// failovers are the ranges the dead-primary sweep is failing over
+	// (cluster_replica_sweep.go).
+	failovers failoverRuns
 }
 
 type appliedCmd struct {

@@ -85,6 +85,11 @@ type ClusterStatus struct {
 	Nodes  []ClusterNode  `json:"nodes"`
 	Groups []ClusterGroup `json:"groups"`
 	Peers  []ClusterPeer  `json:"peers,omitempty"` // traffic with each other node
+	// UnderReplicated counts, per topic, the segments (active or sealed)
+	// with fewer live replicas than their factor, in this node's view;
+	// UnderReplicatedSegments lists the first MaxUnderReplicatedListed.
+	UnderReplicated         []UnderReplicatedTopic   `json:"under_replicated,omitempty"`
+	UnderReplicatedSegments []UnderReplicatedSegment `json:"under_replicated_segments,omitempty"`
 }
 
 // ClusterNode is one node: registered by the control plane, known to
@@ -132,6 +137,7 @@ func (b *Broker) ClusterStatus() ClusterStatus {
 	}
 	out.Peers = c.peerStats()
 	out.Groups = st.Groups
+	out.UnderReplicated, out.UnderReplicatedSegments = b.underReplicated()
 	return out
 }
 

@@ -79,6 +79,15 @@ func (b *Broker) failoverLocked(h *head, seg metadata.Segment) error {
 		return fmt.Errorf("%w: fail over segment %d of range %d: %v", ErrRetry, seg.ID, h.rangeID, err)
 	}
 	end := f.End
+	// NB: unlike a roll's seal (sealInMetadata), this one records only the
+	// end, not the records, bytes, expiry and content hash. Those describe
+	// the copy's content up to the agreed end, and no copy can give them
+	// yet: the copies are cut and sealed only after this seal lands (the
+	// end may be below what some hold, and only the recorded seal may cut
+	// them, W6), the store computes a footer only when it seals, and the
+	// copy that answered the end (f.Source) may be on another node. The
+	// fields stay zero, which readers of the metadata take for "unknown"
+	// (reconcile compares a content hash only when one was recorded).
 	res, err := b.apply(ctx, metadata.Command{Kind: "seal_segment", Segment: seg.ID, End: end})
 	switch {
 	case errors.Is(err, metadata.ErrAlreadySealed) && res.Sealed != nil:

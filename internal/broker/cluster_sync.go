@@ -61,6 +61,7 @@ func (b *Broker) clusterLoop(ctx context.Context) {
 		case <-rejoin.C:
 			b.rejoinGossip(ctx)
 			b.retryJoin(ctx)
+			b.sweepDeadPrimaries()
 		}
 	}
 }
@@ -81,8 +82,13 @@ func (b *Broker) onMember(ev membership.Event) {
 				c.tr.SetAddr(m.ID, m.PeerAddr)
 			}
 		}
+		b.sweepDeadPrimaries()
 	case membership.EventConflict:
 		b.log.Error("cluster: another node claims this node's id", "node", ev.Member.ID, "gossip", ev.Member.GossipAddr)
+	case membership.EventDead, membership.EventLeave:
+		// Ranges whose primary it was fail over now, not at their next
+		// produce (cluster_replica_sweep.go).
+		b.sweepDeadPrimaries()
 	}
 }
 

@@ -96,6 +96,9 @@ func (r *RangeInfo) Records() uint64 {
 
 // SegmentInfo is one segment (file) of a range. Base and End are storage
 // positions, useful to operators; clients never address records by them.
+// For the active segment of a replicated range (more than one replica),
+// End is where readers stop: its commit watermark as the answering node
+// knows it, when that node keeps a running copy (see Watermark).
 type SegmentInfo struct {
 	ID        uint64
 	Active    bool
@@ -106,6 +109,27 @@ type SegmentInfo struct {
 	OpenedAt  time.Time
 	SealedAt  time.Time // zero while active
 	MaxExpiry time.Time // zero when no record expires
+}
+
+// Primary is the node that writes the segment: the first of Replicas, ""
+// when none is recorded (a segment a single node opened).
+func (s SegmentInfo) Primary() string {
+	if len(s.Replicas) == 0 {
+		return ""
+	}
+	return s.Replicas[0]
+}
+
+// Watermark is the commit watermark of an active replicated segment as
+// the answering node reported it (End), and false for any other segment.
+// A node that keeps no copy of the segment, or whose copy has not heard
+// from the primary since it started, reports the control plane's end
+// instead, which is not a watermark: ask the primary or a follower.
+func (s SegmentInfo) Watermark() (uint64, bool) {
+	if !s.Active || len(s.Replicas) < 2 {
+		return 0, false
+	}
+	return s.End, true
 }
 
 // GroupStatus is DescribeGroup's answer.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/malachi-log/malachi/internal/wire"
 )
@@ -186,4 +187,70 @@ func (c *Client) Rebalance(ctx context.Context, apply bool) (RebalancePlan, erro
 		})
 	}
 	return out, nil
+}
+
+// UnderReplicatedTopic counts a topic's segments with fewer live replicas
+// than their replica set holds.
+type UnderReplicatedTopic struct {
+	Topic    string `json:"topic"`
+	Segments int    `json:"segments"`
+}
+
+// UnderReplicatedSegment is one segment, active or sealed, some of whose
+// replicas are not live in a ClusterStatus.
+type UnderReplicatedSegment struct {
+	Topic    string   `json:"topic"`
+	Range    uint64   `json:"range"`
+	Segment  uint64   `json:"segment"`
+	Active   bool     `json:"active"`
+	Replicas []string `json:"replicas"`
+	Live     int      `json:"live"`
+}
+
+// UnderReplicated finds, in topics, the segments (active or sealed) with
+// fewer live replicas than their replica set, a node being live when st
+// says it is alive, suspect or leaving. It counts them per topic, in the
+// order of topics, and lists the first limit of them. The answer is
+// computed here from what the wire carries: a segment placed with fewer
+// replicas than its topic's factor (too few nodes were live when it
+// opened) is not seen; the node's own view counts it too
+// (broker.ClusterStatus).
+func UnderReplicated(st ClusterStatus, topics []TopicDescription, limit int) ([]UnderReplicatedTopic, []UnderReplicatedSegment) {
+	live := map[string]bool{}
+	for _, n := range st.Nodes {
+		switch n.Liveness {
+		case "alive", "suspect", "leaving":
+			live["node-"+strconv.FormatUint(n.ID, 10)] = true
+		}
+	}
+	var (
+		counts []UnderReplicatedTopic
+		listed []UnderReplicatedSegment
+	)
+	for i := range topics {
+		d := &topics[i]
+		n := 0
+		for _, r := range d.Ranges {
+			for _, s := range r.Segments {
+				up := 0
+				for _, name := range s.Replicas {
+					if live[name] {
+						up++
+					}
+				}
+				if up >= len(s.Replicas) {
+					continue
+				}
+				n++
+				if len(listed) < limit {
+					listed = append(listed, UnderReplicatedSegment{Topic: d.Name, Range: r.ID, Segment: s.ID,
+						Active: s.Active, Replicas: s.Replicas, Live: up})
+				}
+			}
+		}
+		if n > 0 {
+			counts = append(counts, UnderReplicatedTopic{Topic: d.Name, Segments: n})
+		}
+	}
+	return counts, listed
 }

@@ -1,0 +1,180 @@
+package broker
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/malachi-log/malachi/internal/metadata"
+)
+
+// Failover without a producer. A dead primary's active segment used to be
+// sealed only when a produce or a split reached its range; until then an
+// idle range kept a head nobody could write, and its readers waited on a
+// watermark that would never move. So the cluster loop sweeps for active
+// replicated segments whose primary membership declares dead or left (on
+// each such event, and on its periodic tick, which catches an event this
+// node missed or a failover that could not finish), and one node per
+// segment fails it over and opens the range's successor.
+//
+// That node is the lowest-numbered follower of the segment still live in
+// this node's view. A follower, because it keeps a copy: its own fence is
+// a local call, and it has the range's data to serve afterwards. The
+// lowest, because every node computes the same choice from the same
+// membership, with no coordination; views that disagree for a moment
+// only mean two nodes try, which is safe: fences are latches, the seal is
+// first-wins in the control plane (a second one adopts it, W4), and the
+// successor's open is refused to whichever comes second.
+
+// maxSweepFailovers bounds the failovers the sweep runs at once; ranges
+// past it wait for the next sweep.
+const maxSweepFailovers = 4
+
+// failoverRuns are the ranges the sweep is failing over, so a range is
+// not started twice.
+type failoverRuns struct {
+	mu     sync.Mutex
+	ranges map[uint64]bool
+	// wg counts the running failovers. They run on the broker's life
+	// (b.life), which ends after the loops stop, so Close waits for them
+	// after ending it (waitFailovers), not with the loops.
+	wg sync.WaitGroup
+}
+
+// take marks rangeID as being failed over, unless it is already or the
+// bound is reached.
+func (f *failoverRuns) take(rangeID uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ranges == nil {
+		f.ranges = map[uint64]bool{}
+	}
+	if f.ranges[rangeID] || len(f.ranges) >= maxSweepFailovers {
+		return false
+	}
+	f.ranges[rangeID] = true
+	return true
+}
+
+func (f *failoverRuns) running(rangeID uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ranges[rangeID]
+}
+
+func (f *failoverRuns) done(rangeID uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.ranges, rangeID)
+}
+
+// waitFailovers waits for the failovers the sweep started: after the
+// cluster loop stopped (no new one starts) and the broker's life ended
+// (the running ones give up), before the stores close under them.
+func (b *Broker) waitFailovers() {
+	if b.cluster != nil {
+		b.cluster.failovers.wg.Wait()
+	}
+}
+
+// deadPrimary is an active replicated segment whose primary is lost.
+type deadPrimary struct {
+	topicID, rangeID, primary uint64
+}
+
+// sweepDeadPrimaries starts the failovers this node owes: active
+// replicated segments whose primary is dead and whose lowest live
+// follower is this node. It runs on the cluster loop and does not block:
+// each failover runs on its own goroutine, at most maxSweepFailovers.
+func (b *Broker) sweepDeadPrimaries() {
+	if b.replicas() == nil || b.data == nil {
+		return
+	}
+	for _, d := range b.deadPrimaries() {
+		if !b.cluster.failovers.take(d.rangeID) {
+			continue
+		}
+		b.cluster.failovers.wg.Add(1)
+		go func() {
+			defer b.cluster.failovers.wg.Done()
+			defer b.cluster.failovers.done(d.rangeID)
+			b.failoverIdle(d)
+		}()
+	}
+}
+
+// deadPrimaries lists the failovers this node owes and is not running
+// yet, at most maxSweepFailovers of them; the next sweep finds the rest.
+func (b *Broker) deadPrimaries() []deadPrimary {
+	gone := b.departedNodes()
+	var out []deadPrimary
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
+		for _, t := range st.Topics() {
+			for _, r := range st.ActiveRanges(t.ID) {
+				if len(out) >= maxSweepFailovers {
+					return
+				}
+				seg, ok := st.ActiveSegment(r.ID)
+				if !ok || !replicated(seg) || b.cluster.failovers.running(r.ID) {
+					continue
+				}
+				p := primaryOf(seg)
+				if (b.nodeDead(p) || gone(p)) && b.runsFailover(seg, gone) {
+					out = append(out, deadPrimary{topicID: t.ID, rangeID: r.ID, primary: p})
+				}
+			}
+		}
+	})
+	return out
+}
+
+// departedNodes reports the nodes the registry no longer lists (removed
+// from the cluster). An unreadable registry reports none: not knowing is
+// not a reason to fail anything over.
+func (b *Broker) departedNodes() func(uint64) bool {
+	reg, err := b.cluster.ctl.Registry()
+	if err != nil {
+		return func(uint64) bool { return false }
+	}
+	ids := reg.NodeIDs()
+	self := b.cluster.cfg.NodeID
+	return func(node uint64) bool { return node != self && node != 0 && !slices.Contains(ids, node) }
+}
+
+// runsFailover reports whether this node is the one to fail seg over:
+// its lowest-numbered follower that is live in this node's view.
+func (b *Broker) runsFailover(seg metadata.Segment, gone func(uint64) bool) bool {
+	var lowest uint64
+	for _, id := range replicaIDs(seg)[1:] {
+		if b.nodeDead(id) || gone(id) {
+			continue
+		}
+		if lowest == 0 || id < lowest {
+			lowest = id
+		}
+	}
+	return lowest != 0 && lowest == b.cluster.cfg.NodeID
+}
+
+// failoverIdle fails over d's range and opens its successor here, so the
+// range has a live primary before anyone produces to it.
+func (b *Broker) failoverIdle(d deadPrimary) {
+	h := b.headFor(d.topicID, d.rangeID)
+	if !b.failoverFrom(h, d.primary) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := b.readyLocked(h); err != nil || h.retired || h.segment != 0 {
+		return
+	}
+	if v := b.viewRange(h.rangeID); v.retired || v.hasActive {
+		h.ready = false // another node opened the successor first: load it next time
+		return
+	}
+	if err := b.openSegmentLocked(h); err != nil {
+		b.log.Warn("opening a range's successor after a failover did not finish; the next produce opens it",
+			"range", d.rangeID, "err", err)
+		return
+	}
+	b.log.Info("failed over a range whose primary is lost", "range", d.rangeID, "lost", d.primary, "segment", h.segment)
+}
