@@ -50,7 +50,7 @@ func listPackages(t *testing.T) []pkg {
 var pureForbidden = []string{"os", "net", "net/http", "os/exec", "sync", "time", "math/rand", "math/rand/v2",
 	module + "/internal/vfs", module + "/internal/clock", module + "/internal/storage"}
 
-var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement", "dataplane", "replication"}
+var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement", "dataplane", "replication", "heal"}
 
 // internalPackages returns those of pkgs that are internal/<name> for
 // one of names.
@@ -104,7 +104,7 @@ func TestLeafPackages(t *testing.T) {
 func TestImportEdges(t *testing.T) {
 	// server is the broker's front door: it dispatches decoded requests to
 	// the broker and shares its request and error types.
-	mayImportBroker := []string{"/cmd/", "/pkg/client/clienttest", "/internal/sim", "/internal/e2e", "/internal/server"}
+	mayImportBroker := []string{"/cmd/", "/pkg/client/clienttest", "/internal/e2e", "/internal/server"}
 	for _, p := range listPackages(t) {
 		for _, imp := range p.Imports {
 			if imp == module+"/internal/broker" && !hasAny(p.ImportPath, mayImportBroker) {
@@ -244,6 +244,42 @@ func TestControlImports(t *testing.T) {
 		for _, imp := range p.Imports {
 			if strings.HasPrefix(imp, module+"/") && !slices.Contains(controlMayImport, strings.TrimPrefix(imp, module+"/")) {
 				t.Errorf("internal/control imports %s; it may import only %s", imp, strings.Join(controlMayImport, ", "))
+			}
+		}
+	}
+}
+
+// internal/heal (repair and scrub decisions) is pure, and sees the
+// cluster only through what it is given: placement for new replicas and
+// the batch format for verifying copies. The broker feeds it the
+// metadata, membership and storage it reads, so heal imports none of them.
+var healMayImport = []string{"internal/placement", "internal/batch"}
+
+func TestHealImports(t *testing.T) {
+	for _, p := range internalPackages(listPackages(t), "heal") {
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") && !slices.Contains(healMayImport, strings.TrimPrefix(imp, module+"/")) {
+				t.Errorf("internal/heal imports %s; it may import only %s", imp, strings.Join(healMayImport, ", "))
+			}
+		}
+	}
+}
+
+// internal/sim runs the broker's state machines over a simulated
+// network, disk and clock in one goroutine: it may import the pure
+// packages, the batch format, the key hashing and vfs (for MemFS), and
+// nothing that does real I/O, reads a clock or starts goroutines.
+var simMayImport = []string{"internal/batch", "internal/keyspace", "internal/metadata", "internal/placement",
+	"internal/replication", "internal/vfs"}
+
+func TestSimImports(t *testing.T) {
+	for _, p := range internalPackages(listPackages(t), "sim") {
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") && !slices.Contains(simMayImport, strings.TrimPrefix(imp, module+"/")) {
+				t.Errorf("internal/sim imports %s; it may import only %s", imp, strings.Join(simMayImport, ", "))
+			}
+			if slices.Contains([]string{"time", "net", "os/exec", "sync"}, imp) {
+				t.Errorf("internal/sim imports %s: its time, network and order are simulated", imp)
 			}
 		}
 	}
