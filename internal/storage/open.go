@@ -106,7 +106,9 @@ func (s *Store) recoverWithJournal() error {
 	}
 	// After the replay: every batch the journal holds of a fenced copy
 	// was durable before its fence was answered.
-	s.restoreFences(fenced)
+	if err := s.restoreFences(fenced); err != nil {
+		return err
+	}
 	if s.cfg.NoJournal {
 		return nil
 	}
@@ -175,10 +177,11 @@ func (s *Store) recoverAll(plan *journalPlan) ([]SegmentID, error) {
 		}
 		changed = changed || removed
 		switch {
-		case f.fence && f.log && !f.seal:
+		case f.fence && !f.seal && (f.log || plan.creates[id]):
 			fenced = append(fenced, id)
 		case f.fence:
-			// A sealed copy needs no latch, and one without a .log is gone.
+			// A sealed copy needs no latch, and one without a .log that
+			// the replay does not rebuild is gone.
 			if err := s.fs.Remove(s.path(id, fenceExt)); err != nil && !vfs.IsNotExist(err) {
 				return nil, err
 			}
@@ -192,12 +195,30 @@ func (s *Store) recoverAll(plan *journalPlan) ([]SegmentID, error) {
 }
 
 // restoreFences sets the latch of each recovered active copy in ids.
-func (s *Store) restoreFences(ids []SegmentID) {
+// fenceKept must say what the disk holds, since a fence asked again
+// writes nothing when it is set: the marker is looked at, not assumed,
+// and written again if it is missing, so a latch restored in memory
+// always outlives the next restart too.
+func (s *Store) restoreFences(ids []SegmentID) error {
 	for _, id := range ids {
-		if sg := s.segs[id]; sg != nil && sg.ready {
-			sg.fenced, sg.fenceKept = true, true
+		sg := s.segs[id]
+		if sg == nil || !sg.ready {
+			continue // no copy came back: the next Open drops the marker
+		}
+		sg.fenced = true
+		_, err := s.fs.Stat(s.path(id, fenceExt))
+		switch {
+		case err == nil:
+			sg.fenceKept = true
+		case !vfs.IsNotExist(err):
+			return err
+		case sg.h != nil && sg.damage == nil:
+			if err := s.keepFence(sg, sg.queuedEnd); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
 // recoverSegment recovers one segment; removed reports files it deleted.
@@ -208,7 +229,7 @@ func (s *Store) recoverSegment(id SegmentID, f *segFiles, plan *journalPlan) (re
 	case f.log && !f.seal && plan.creates[id]:
 		return false, nil // the replay recreates it from the journal
 	case !f.log:
-		return true, s.removeSidecars(id)
+		return true, s.removeSidecars(id, plan.creates[id])
 	case f.seal:
 		return false, s.recoverSealed(id)
 	default:
@@ -220,8 +241,23 @@ func (s *Store) recoverSegment(id SegmentID, f *segFiles, plan *journalPlan) (re
 	}
 }
 
-func (s *Store) removeSidecars(id SegmentID) error {
-	for _, ext := range []string{idxExt, sealExt, fenceExt} {
+// removeSidecars removes the sidecars of a segment whose .log is gone:
+// those an interrupted Delete or Quarantine left (they move the .log
+// first). When the journal's replay rebuilds the copy (recreated), its
+// fence marker stays with it: a crash inside recreate, after it removed
+// the old .log and before the new one exists, leaves a fenced copy's
+// marker with no .log, and dropping it would bring the rebuilt copy back
+// unfenced (W4). A .seal is removed all the same, as it cannot be the
+// rebuilt copy's: recreate runs only for a copy without one, a seal
+// fsyncs the directory, which makes the .log's entry durable, and Delete
+// and Quarantine journal a tombstone before they touch a file, so a
+// .seal without its .log never stands beside a replayed create.
+func (s *Store) removeSidecars(id SegmentID, recreated bool) error {
+	exts := []string{idxExt, sealExt, fenceExt}
+	if recreated {
+		exts = exts[:2]
+	}
+	for _, ext := range exts {
 		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
 			return err
 		}

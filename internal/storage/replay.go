@@ -361,12 +361,24 @@ func (r *replayer) apply(rec jrecord) error {
 // journal holds: nothing of it was checkpointed (the journal file holding
 // the record would be gone), so whatever a crash left of its file is
 // replaced by the journal's batches, appended next.
+//
+// Only the .log and its index cache are replaced. The copy's markers
+// describe the copy, not its bytes, and outlive the rebuild: a fence
+// marker was written after the create record was durable, so it is this
+// copy's (CreateFor made the removal of a predecessor's durable first),
+// and dropping it would let the copy take appends again at the next
+// restart, after restoreFences latched it only in memory (W4, W6). A
+// .seal or a .damage is never here: recoverAll routes a segment with
+// either to recoverSealed or recoverMarked, and apply skips the create of
+// a segment it already holds.
 func (s *Store) recreate(rec jrecord) error {
 	if len(rec.batch) != 4 {
 		return fmt.Errorf("%w: journal create record of %d bytes", ErrCorrupt, len(rec.batch))
 	}
-	if err := s.fs.Remove(s.path(rec.id, logExt)); err != nil && !vfs.IsNotExist(err) {
-		return err
+	for _, ext := range []string{logExt, idxExt} {
+		if err := s.fs.Remove(s.path(rec.id, ext)); err != nil && !vfs.IsNotExist(err) {
+			return err
+		}
 	}
 	owner := binary.LittleEndian.Uint32(rec.batch)
 	log, err := s.createFiles(rec.id, uint64(rec.pos), owner, true)

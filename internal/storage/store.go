@@ -384,7 +384,11 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 	s.mu.Unlock()
 
 	journaled := s.jr != nil
-	log, err := s.createFiles(id, base, owner, !journaled)
+	err := s.clearLeftovers(id)
+	var log *segment.Segment
+	if err == nil {
+		log, err = s.createFiles(id, base, owner, !journaled)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil && s.closing {
@@ -426,16 +430,36 @@ func (s *Store) journalCreateLocked(sg *seg, base uint64, owner uint32) error {
 	return s.failed
 }
 
-// createFiles creates a segment's .log; sync makes it and its directory
-// entry durable before returning.
-func (s *Store) createFiles(id SegmentID, base uint64, owner uint32, sync bool) (*segment.Segment, error) {
-	// A .seal or .idx left by an interrupted Delete must not attach to the
-	// new segment.
+// clearLeftovers removes the sidecars a Delete or Quarantine of a
+// predecessor under id left when it failed part-way in this run: they
+// describe a copy that is gone and must not attach to the new one. A
+// removal is made durable before the new copy's create can be: with the
+// journal on the create is durable through its record alone, and a
+// replay of it beside a marker a power loss brought back would restore a
+// deleted copy's fence or damage onto the new one (the replay keeps every
+// marker it finds, see recreate).
+func (s *Store) clearLeftovers(id SegmentID) error {
+	removed := false
 	for _, ext := range []string{sealExt, idxExt, damageExt, fenceExt} {
-		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
-			return nil, err
+		err := s.fs.Remove(s.path(id, ext))
+		switch {
+		case err == nil:
+			removed = true
+		case !vfs.IsNotExist(err):
+			return err
 		}
 	}
+	if !removed {
+		return nil
+	}
+	return s.fs.SyncDir(s.cfg.Dir)
+}
+
+// createFiles creates a segment's .log; sync makes it and its directory
+// entry durable before returning. It leaves every other file of the
+// segment as it is: CreateFor clears a predecessor's first, and a
+// replay's recreate keeps the markers of the copy it rebuilds.
+func (s *Store) createFiles(id SegmentID, base uint64, owner uint32, sync bool) (*segment.Segment, error) {
 	create := segment.CreateFor
 	if !sync {
 		create = segment.CreateUnsynced
