@@ -127,6 +127,11 @@ var (
 	// produce may or may not have been stored. UnreachableError names
 	// the node.
 	ErrUnreachable error = metadata.Error("unreachable")
+	// ErrNoQuorum: a failover of a replicated segment whose primary is
+	// lost got fewer fence answers than it needs (too few replicas
+	// reachable); nothing was sealed. Retriable once replicas return;
+	// the errors that carry it wrap ErrRetry too.
+	ErrNoQuorum error = metadata.Error("no_quorum")
 	// ErrTooManyRequests: a bound of the data path between nodes was
 	// reached (DataLimits); nothing was done. Retriable after a back-off.
 	ErrTooManyRequests error = metadata.Error("too_many_requests")

@@ -119,6 +119,13 @@ func (b *Broker) forwardLocked(h *head, node uint64, it *fwdItem) error {
 		return fmt.Errorf("%w: %d bytes of records for range %d, which another node writes; one call between nodes carries at most %d",
 			ErrTooLarge, it.bytes, h.rangeID, maxCallBytes)
 	}
+	if b.cluster != nil {
+		// A produce that would wait behind the range's failover answers
+		// now (C3); the client sends it again once the range has a head.
+		if err := b.cluster.failovers.failing(h.rangeID); err != nil {
+			return err
+		}
+	}
 	if node == 0 {
 		node = h.fwd.node
 	}
@@ -264,10 +271,22 @@ func (b *Broker) runForward(h *head) {
 // sendForward delivers items to the node writing h's range, following the
 // head when it moved, or appends them here when this node writes it now.
 // Every item's wait receives its outcome. seq is h's queue's place.
+//
+// A produce waits here at most one failover attempt (MetadataTimeout)
+// when gossip declares the head's node dead, or one call (CallTimeout)
+// when the node does not answer; a range that cannot fail over answers
+// at once, with the reason its last attempt failed, until it is tried
+// again (failoverRuns.begin). A node that did not answer is failed over
+// only once the items it took have their answer.
 func (b *Broker) sendForward(h *head, seq uint64, items []*fwdItem) {
 	ctx := b.data.ctx
-	hint := uint64(0)
+	hint, lost := uint64(0), uint64(0)
 	var err error
+	defer func() {
+		if lost != 0 {
+			_, _ = b.failoverFrom(h, lost) // the next items find the range moved, or answer why not
+		}
+	}()
 	for hop := 0; hop < maxForwardHops; hop++ {
 		node := hint
 		if node == 0 {
@@ -286,9 +305,16 @@ func (b *Broker) sendForward(h *head, seq uint64, items []*fwdItem) {
 				}
 			}
 		}
-		if b.nodeDead(node) && b.failoverFrom(h, node) {
-			hint = 0 // its primary is dead and the range failed over: look again
-			continue
+		if b.nodeDead(node) {
+			changed, ferr := b.failoverFrom(h, node)
+			if changed {
+				hint = 0 // its primary is dead and the range failed over: look again
+				continue
+			}
+			if ferr != nil {
+				err = ferr // nothing was sent: the range has no live head yet
+				break
+			}
 		}
 		var moved uint64
 		items, moved, err = b.forwardTo(ctx, node, h, seq, items)
@@ -296,7 +322,7 @@ func (b *Broker) sendForward(h *head, seq uint64, items []*fwdItem) {
 			// The items may or may not be stored there: they fail
 			// (retriable), and the range fails over for the next ones
 			// (a node shutting down leads nothing much longer).
-			b.failoverFrom(h, node)
+			lost = node
 		}
 		if err != nil || len(items) == 0 {
 			break

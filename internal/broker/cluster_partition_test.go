@@ -13,6 +13,7 @@ package broker_test
 // whole history (W6).
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -352,6 +353,30 @@ func (p *isolatedProbe) finish(t *testing.T, node uint64) {
 	t.Logf("produces through isolated node %d: %v", node, reasons)
 }
 
+// forwardBound is the longest a produce forwarded by a node cut off from
+// the range's primary may wait for its refusal under cfg: one call to
+// the primary (CallTimeout), behind at most one failover attempt of the
+// range (MetadataTimeout) that started just before it was queued.
+func forwardBound(cfg broker.Config) time.Duration {
+	mt := cfg.Cluster.MetadataTimeout
+	return cmp.Or(cfg.Cluster.Data.CallTimeout, mt) + mt
+}
+
+// answeredWithin checks that every produce of the probe was answered
+// within bound (C3: a minority answers in time, not at the client's
+// deadline).
+func (p *isolatedProbe) answeredWithin(t *testing.T, node uint64, bound time.Duration) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range p.answers {
+		if a.took > bound {
+			t.Errorf("%s through isolated node %d was answered after %s, past the %s its configured timeouts allow",
+				a.value, node, a.took.Round(time.Millisecond), bound)
+		}
+	}
+}
+
 // noneIsolated checks that no record the isolated node took is read
 // through nd: none was acknowledged, and none can be below the seal of
 // a segment failed over without it.
@@ -467,6 +492,7 @@ func TestClusterReplicatedFollowerPartitioned(t *testing.T) {
 		return nil
 	})
 	probe.finish(t, cutOff.id)
+	probe.answeredWithin(t, cutOff.id, forwardBound(tc.config(cutOff, nil)))
 	if seg := activeSegment(t, via.b, topic); seg.ID != old.ID {
 		t.Errorf("a follower's partition moved the range from segment %d to %+v", old.ID, seg)
 	}

@@ -30,13 +30,22 @@ import (
 const maxSweepFailovers = 4
 
 // failoverRuns are the ranges the sweep is failing over, so a range is
-// not started twice.
+// not started twice, and every range's failover state on this node
+// (cluster_replica_failover.go).
 type failoverRuns struct {
 	mu     sync.Mutex
 	ranges map[uint64]bool
-	// wg counts the running failovers. They run on the broker's life
-	// (b.life), which ends after the loops stop, so Close waits for them
-	// after ending it (waitFailovers), not with the loops.
+	// gates are the ranges failing over or waiting to be tried again,
+	// at most maxFailoverGates.
+	gates map[uint64]*failoverGate
+	// releases counts the background releases of failed attempts'
+	// holds, at most maxHoldReleases.
+	releases int
+	// closed: waitFailovers began, nothing more starts.
+	closed bool
+	// wg counts the running failovers and hold releases. They run on the
+	// broker's life (b.life), which ends after the loops stop, so Close
+	// waits for them after ending it (waitFailovers), not with the loops.
 	wg sync.WaitGroup
 }
 
@@ -71,9 +80,14 @@ func (f *failoverRuns) done(rangeID uint64) {
 // cluster loop stopped (no new one starts) and the broker's life ended
 // (the running ones give up), before the stores close under them.
 func (b *Broker) waitFailovers() {
-	if b.cluster != nil {
-		b.cluster.failovers.wg.Wait()
+	if b.cluster == nil {
+		return
 	}
+	f := &b.cluster.failovers
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.wg.Wait()
 }
 
 // deadPrimary is an active replicated segment whose primary is lost.
@@ -104,27 +118,41 @@ func (b *Broker) sweepDeadPrimaries() {
 
 // deadPrimaries lists the failovers this node owes and is not running
 // yet, at most maxSweepFailovers of them; the next sweep finds the rest.
+// Ranges never tried come first: a range whose last attempt failed (two
+// of its replicas gone) would fail again as likely as not, and must not
+// take the places of ranges that can fail over. A range failing over, or
+// waiting after a failed attempt, is not listed.
 func (b *Broker) deadPrimaries() []deadPrimary {
 	gone := b.departedNodes()
-	var out []deadPrimary
+	now := b.cfg.Clock.Now()
+	runs := &b.cluster.failovers
+	var fresh, again []deadPrimary
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			for _, r := range st.ActiveRanges(t.ID) {
-				if len(out) >= maxSweepFailovers {
+				if len(fresh) >= maxSweepFailovers {
 					return
 				}
 				seg, ok := st.ActiveSegment(r.ID)
-				if !ok || !replicated(seg) || b.cluster.failovers.running(r.ID) {
+				if !ok || !replicated(seg) || runs.running(r.ID) {
 					continue
 				}
 				p := primaryOf(seg)
-				if (b.nodeDead(p) || gone(p)) && b.runsFailover(seg, gone) {
-					out = append(out, deadPrimary{topicID: t.ID, rangeID: r.ID, primary: p})
+				if !(b.nodeDead(p) || gone(p)) || !b.runsFailover(seg, gone) {
+					continue
+				}
+				d := deadPrimary{topicID: t.ID, rangeID: r.ID, primary: p}
+				switch waits, failed := runs.state(r.ID, now); {
+				case waits:
+				case !failed:
+					fresh = append(fresh, d)
+				case len(again) < maxSweepFailovers:
+					again = append(again, d)
 				}
 			}
 		}
 	})
-	return out
+	return append(fresh, again[:min(len(again), maxSweepFailovers-len(fresh))]...)
 }
 
 // departedNodes reports the nodes the registry no longer lists (removed
@@ -159,8 +187,8 @@ func (b *Broker) runsFailover(seg metadata.Segment, gone func(uint64) bool) bool
 // range has a live primary before anyone produces to it.
 func (b *Broker) failoverIdle(d deadPrimary) {
 	h := b.headFor(d.topicID, d.rangeID)
-	if !b.failoverFrom(h, d.primary) {
-		return
+	if ok, _ := b.failoverFrom(h, d.primary); !ok {
+		return // failoverFrom logged an attempt that failed; the next sweep tries again
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -42,14 +42,21 @@ func (b *Broker) holdRanges(ctx context.Context, ids ...uint64) error {
 	if b.cluster == nil {
 		return nil
 	}
-	until := b.nowMs() + b.rangeHold().Milliseconds()
 	for _, id := range ids {
-		if _, err := b.apply(ctx, metadata.Command{Kind: metadata.KindHoldRange, Range: id, Until: until}); err != nil {
+		if err := b.holdRange(ctx, id); err != nil {
 			b.releaseRanges(ids...)
 			return err
 		}
 	}
 	return nil
+}
+
+// holdRange holds one range for rangeHold, and leaves a hold that failed
+// (it may still have landed) to the caller to release.
+func (b *Broker) holdRange(ctx context.Context, id uint64) error {
+	until := b.nowMs() + b.rangeHold().Milliseconds()
+	_, err := b.apply(ctx, metadata.Command{Kind: metadata.KindHoldRange, Range: id, Until: until})
+	return err
 }
 
 // releaseRanges ends the holds of a split or merge that failed, so the

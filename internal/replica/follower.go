@@ -114,10 +114,17 @@ func (h *Host) copyRefused(s *seg, from uint64, err error) {
 }
 
 // newCopy starts the follower of segment id from the store's copy,
-// creating the copy at the segment's base when there is none and create
-// is allowed (a primary's first Append; a fence finds an existing one).
-// The control plane must list this node in the set and, for an append,
-// primary as its primary.
+// creating the copy at the segment's base when there is none. The control
+// plane must list this node in the set and, for an append, primary as its
+// primary.
+//
+// A fence of an active segment this node holds no copy of (its primary
+// died before reaching it) creates the copy too, empty: the copy answers
+// the base, which is safe since it fsynced nothing, and the caller
+// latches it so it refuses the old primary from then on. Without that
+// answer a segment whose primary is lost before a quorum of followers
+// made their copies could never gather a quorum of fence answers, and
+// its range would take no writes again.
 func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
 	info, ok := h.cfg.Lookup(id)
 	switch {
@@ -130,10 +137,8 @@ func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
 	}
 	sid := storage.SegmentID(id)
 	queued, durable, err := h.cfg.Store.Ends(sid)
-	if errors.Is(err, storage.ErrNotFound) && !fence {
-		if err = h.cfg.Store.CreateFor(sid, info.Base, info.Owner); err == nil {
-			queued, durable = info.Base, info.Base
-		}
+	if errors.Is(err, storage.ErrNotFound) {
+		queued, durable, err = h.createCopy(sid, info, fence)
 	}
 	if err != nil {
 		return nil, err
@@ -163,6 +168,25 @@ func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// createCopy creates an empty copy of a segment at its base. A fence
+// creates one only for a segment still active in this node's view: a
+// sealed segment's end is decided, and an empty copy of it would only be
+// left behind unsealed. Another message may create the copy meanwhile:
+// its ends are read again.
+func (h *Host) createCopy(sid storage.SegmentID, info SegmentInfo, fence bool) (queued, durable uint64, err error) {
+	if fence && !info.Active {
+		return 0, 0, fmt.Errorf("%w: %d has no copy here and is sealed", ErrUnknownSegment, sid)
+	}
+	err = h.cfg.Store.CreateFor(sid, info.Base, info.Owner)
+	switch {
+	case err == nil:
+		return info.Base, info.Base, nil
+	case errors.Is(err, storage.ErrExists):
+		return h.cfg.Store.Ends(sid)
+	}
+	return 0, 0, err
 }
 
 // fenceCopy answers a failover's fence of this node's copy of id: the

@@ -86,14 +86,15 @@ type Config struct {
 
 	// NoFenceWithoutCopy makes a replica that holds no copy of a segment
 	// (the primary never reached it) refuse a failover's fence, as
-	// internal/replica's fenceCopy does. A segment whose primary is lost
+	// internal/replica once did. A segment whose primary is lost
 	// before a quorum of its followers made a copy can then never fail
 	// over. By default such a replica creates an empty copy, fences it and
-	// answers the segment's base, which is safe: it fsynced nothing.
+	// answers the segment's base, which is safe: it fsynced nothing (the
+	// node's rule too).
 	NoFenceWithoutCopy bool
 
 	// VolatileFence keeps a follower's fence in memory only, as
-	// internal/replica does: a fenced copy that restarts before the seal is
+	// internal/replica once did: a fenced copy that restarts before the seal is
 	// recorded takes appends from a primary still running, which may then
 	// commit above the failover's seal. By default the fence is recorded
 	// on disk before it is answered and survives a restart.

@@ -297,7 +297,7 @@ func (n *node) newCopy(id, primary uint64, fence bool) (*folSeg, error) {
 	if c == nil {
 		// A replica the primary never reached holds nothing: it may answer
 		// the segment's base, once an empty copy exists to stay fenced.
-		// internal/replica refuses instead (Config.NoFenceWithoutCopy).
+		// Config.NoFenceWithoutCopy brings back the old refusal.
 		if fence && n.w.cfg.NoFenceWithoutCopy {
 			return nil, errors.New("no copy to fence")
 		}
