@@ -65,6 +65,14 @@
 //     back. (An incarnation number in Ack and Behind would tell the two
 //     apart and save the resend, at the cost of one more field every
 //     caller must keep across restarts.)
+//   - Any quorum commits: the primary's own fsync is one vote, not a
+//     required one, so the watermark is the second of three fsyncs. The
+//     node's shell (internal/replica) answers a produce only once the
+//     primary's own copy is durable too: its store serves fsynced bytes
+//     only, so answering earlier would let a read through the primary,
+//     made right after the answer, miss the record. Answering on the
+//     watermark alone was measured and gained nothing beyond noise on one
+//     shared disk (docs/perf.md).
 //   - The watermark counts fsyncs, never writes, and only grows (W1, R1).
 //     Followers learn it from every Append; reads on any node stop at the
 //     watermark that node learned, so a reader never sees a record that a

@@ -492,3 +492,39 @@ func TestStoreReadWaitsForRoom(t *testing.T) {
 		t.Fatalf("the big batch alone in the window: %+v, %v", msgs, err)
 	}
 }
+
+// W1, any quorum: two followers' fsyncs commit an append while the
+// primary's own fsync is still pending; the primary is one voter among
+// three, not a required one. The committed batch stays in memory until
+// the local fsync (a follower that falls behind it is served from
+// memory, never from a store read of bytes the local copy may not hold
+// durable), the late local fsync commits nothing twice, and a fenced
+// primary is drained on the followers' fsyncs alone.
+func TestWatermarkAdvancesWhilePrimaryFsyncPending(t *testing.T) {
+	b := testBatch(t, 3)
+	p := newPrimary(t, Config{Replicas: []uint64{1, 2, 3}})
+	mustAppend(t, p, b, 0)
+	if out := p.Acked(2, 3, 0); p.Watermark() != 0 || len(out.Committed) != 0 {
+		t.Fatalf("one follower's fsync: watermark %d, committed %v", p.Watermark(), out.Committed)
+	}
+	out := p.Acked(3, 3, 0)
+	if p.Watermark() != 3 || !reflect.DeepEqual(out.Committed, []Span{{0, 3}}) {
+		t.Fatalf("two followers' fsyncs: watermark %d, committed %v; want 3, [{0 3}]", p.Watermark(), out.Committed)
+	}
+	if p.RetainedBytes() != len(b) {
+		t.Fatalf("%d bytes retained before the local fsync, want %d", p.RetainedBytes(), len(b))
+	}
+	if out := p.Behind(3, 0, 0); len(out.Reads) != 0 || len(sendsTo(out, 3)) != 1 {
+		t.Fatalf("a follower behind the committed batch: reads %v, sends %v; want one resend from memory", out.Reads, out.Sends)
+	}
+	if p.Fence() != 3 || !p.Drained() {
+		t.Fatalf("fenced at %d, drained %v: want 3 and drained with the primary's fsync pending", p.End(), p.Drained())
+	}
+	if out := p.LocalSynced(3, 0); len(out.Committed) != 0 || p.Watermark() != 3 {
+		t.Fatalf("the late local fsync: committed %v, watermark %d", out.Committed, p.Watermark())
+	}
+	p.Acked(3, 3, 0) // after the Behind above, node 3 acks again
+	if p.RetainedBytes() != 0 {
+		t.Fatalf("%d bytes retained once every replica fsynced", p.RetainedBytes())
+	}
+}
