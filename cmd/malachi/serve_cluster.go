@@ -45,6 +45,10 @@ type clusterFlags struct {
 	// autoRebalance and rebalanceStable turn the automatic rebalance on.
 	autoRebalance   bool
 	rebalanceStable time.Duration
+	// Repair: the dead-after grace, the heal pass and its serving rate,
+	// and the scrubber's pace. Rates are sizes per second ("32MiB").
+	deadAfter, healInterval, scrubInterval time.Duration
+	healRate, scrubRate                    string
 	// nodeIDSet is true when --node-id came from the command line or
 	// the environment: that is what turns cluster mode on.
 	nodeIDSet bool
@@ -65,6 +69,11 @@ func (c *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&c.peerCA, "peer-tls-ca", envString("MALACHI_PEER_TLS_CAFILE", ""), "PEM CA every other node's certificate must chain to (env MALACHI_PEER_TLS_CAFILE)")
 	fl.BoolVar(&c.autoRebalance, "auto-rebalance", envBool("MALACHI_AUTO_REBALANCE"), "apply the metadata rebalance plan without an operator once the nodes have been stable for --rebalance-stable; the cluster acts on the setting of the node leading the root group (env MALACHI_AUTO_REBALANCE)")
 	fl.DurationVar(&c.rebalanceStable, "rebalance-stable", envDuration("MALACHI_REBALANCE_STABLE", 5*time.Minute), "how long the registered nodes, and which of them are live, must stay unchanged before --auto-rebalance acts (env MALACHI_REBALANCE_STABLE)")
+	fl.DurationVar(&c.deadAfter, "dead-after", envDuration("MALACHI_DEAD_AFTER", broker.DefaultDeadAfter), "how long a node must be down (gossip: dead or left) before the sealed segments it held are copied to other nodes; shorter heals sooner, but copies whole segments for a node that was only restarting (env MALACHI_DEAD_AFTER)")
+	fl.DurationVar(&c.healInterval, "heal-interval", envDuration("MALACHI_HEAL_INTERVAL", broker.DefaultHealInterval), "how often a node plans heals and deletes copies the metadata no longer lists (env MALACHI_HEAL_INTERVAL)")
+	fl.StringVar(&c.healRate, "heal-rate", envString("MALACHI_HEAL_RATE", "32MiB"), "bytes per second a node serves to heals copying from it, e.g. 32MiB; bounds what repair takes from produce (env MALACHI_HEAL_RATE)")
+	fl.DurationVar(&c.scrubInterval, "scrub-interval", envDuration("MALACHI_SCRUB_INTERVAL", broker.DefaultScrubInterval), "how often each sealed copy is verified again against its seal (env MALACHI_SCRUB_INTERVAL)")
+	fl.StringVar(&c.scrubRate, "scrub-rate", envString("MALACHI_SCRUB_RATE", "8MiB"), "bytes per second the scrubber reads, e.g. 8MiB (env MALACHI_SCRUB_RATE)")
 }
 
 // envList reads a comma-separated list; empty items are dropped.
@@ -126,6 +135,9 @@ func (c *clusterFlags) clusterConfig(listen, http string) (*clusterSetting, erro
 	if err := c.checkSizes(); err != nil {
 		return nil, err
 	}
+	if cc.Heal, err = c.healConfig(); err != nil {
+		return nil, err
+	}
 	if cc.PeerTLS, err = c.peerTLS(); err != nil {
 		return nil, err
 	}
@@ -161,6 +173,42 @@ func (c *clusterFlags) checkSizes() error {
 		return usageErr("--rebalance-stable %s: want a positive duration such as 5m", c.rebalanceStable)
 	}
 	return nil
+}
+
+// healConfig checks and turns the repair flags into the broker's.
+func (c *clusterFlags) healConfig() (broker.HealConfig, error) {
+	hc := broker.HealConfig{DeadAfter: c.deadAfter, Interval: c.healInterval, ScrubInterval: c.scrubInterval}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--dead-after", c.deadAfter}, {"--heal-interval", c.healInterval}, {"--scrub-interval", c.scrubInterval}} {
+		if d.v < 0 {
+			return hc, usageErr("%s %s: want a positive duration such as 2m (0: the default)", d.flag, d.v)
+		}
+	}
+	var err error
+	if hc.Rate, err = rateFlag("--heal-rate", c.healRate); err != nil {
+		return hc, err
+	}
+	if hc.ScrubRate, err = rateFlag("--scrub-rate", c.scrubRate); err != nil {
+		return hc, err
+	}
+	return hc, nil
+}
+
+// maxRate bounds --heal-rate and --scrub-rate (the heal bucket's limit).
+const maxRate = 1 << 30
+
+// rateFlag parses a rate; "" is 0, the broker's default.
+func rateFlag(flag, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := parseSize(strings.TrimSpace(strings.TrimSuffix(v, "/s")))
+	if err != nil || n < 1 || n > maxRate {
+		return 0, usageErr("%s %q: want bytes per second from 1 to 1GiB, such as 32MiB", flag, v)
+	}
+	return n, nil
 }
 
 // maxSegmentReplicas bounds --segment-replicas and topic create

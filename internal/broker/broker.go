@@ -382,6 +382,7 @@ func (b *Broker) Close() error {
 	}
 	b.endLife()
 	b.waitFailovers()
+	b.waitHeal()
 	b.mu.Lock()
 	for _, w := range b.mu.watches {
 		w.fire()

@@ -74,6 +74,7 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 	if c.SegmentReplicas <= 0 {
 		c.SegmentReplicas = 3
 	}
+	c.Heal = c.Heal.withDefaults()
 	return c
 }
 
@@ -89,6 +90,9 @@ func (c ClusterConfig) validate() error {
 		return errors.New("broker: Cluster.Vnodes and Cluster.Factor cannot be negative")
 	case c.SegmentReplicas > metadata.MaxReplicas:
 		return fmt.Errorf("broker: Cluster.SegmentReplicas %d is above %d", c.SegmentReplicas, metadata.MaxReplicas)
+	}
+	if err := c.Heal.validate(); err != nil {
+		return err
 	}
 	if _, ok := c.Attrs[clusterIDAttr]; ok || len(c.Attrs) >= membership.MaxAttributes {
 		return fmt.Errorf("broker: at most %d attributes, and %s is reserved (gossip carries the cluster id in it)", membership.MaxAttributes-1, clusterIDAttr)
@@ -123,6 +127,8 @@ type clusterNode struct {
 	// failovers are the ranges the dead-primary sweep is failing over
 	// (cluster_replica_sweep.go).
 	failovers failoverRuns
+	// heal is the state of healing and scrubbing (cluster_heal.go).
+	heal healState
 }
 
 type appliedCmd struct {
@@ -158,6 +164,9 @@ func (b *Broker) openCluster(ctx context.Context) (err error) {
 	fresh := !exists(b.cfg.FS, raftDir)
 	joining := len(cc.Join) > 0
 	c := &clusterNode{cfg: cc, applied: make(chan appliedCmd, appliedQueue), wake: make(chan struct{}, 1)}
+	if err := c.heal.init(cc.Heal, b.nowMs()); err != nil {
+		return fmt.Errorf("broker: heal: %w", err)
+	}
 	if c.incarnation, err = loadIncarnation(b.cfg.FS, dir, fresh); err != nil {
 		return err
 	}
@@ -201,6 +210,9 @@ func (b *Broker) openCluster(ctx context.Context) (err error) {
 		return err
 	}
 	if err := c.registerReplication(); err != nil {
+		return err
+	}
+	if err := c.registerHeal(b); err != nil {
 		return err
 	}
 	if err := c.tr.Start(); err != nil {
@@ -465,6 +477,9 @@ func (c *clusterNode) catchUp(ctx context.Context, b *Broker) {
 // close stops what openCluster opened, in reverse order.
 func (c *clusterNode) close(log interface{ Warn(string, ...any) }) error {
 	var errs []error
+	// The heal and scrub loops run on the broker's life, which ended
+	// before this; they only need to notice.
+	c.heal.wg.Wait()
 	if h := c.repl.Load(); h != nil {
 		h.Close()
 	}

@@ -90,6 +90,10 @@ type ClusterStatus struct {
 	// UnderReplicatedSegments lists the first MaxUnderReplicatedListed.
 	UnderReplicated         []UnderReplicatedTopic   `json:"under_replicated,omitempty"`
 	UnderReplicatedSegments []UnderReplicatedSegment `json:"under_replicated_segments,omitempty"`
+	// Heal is repair in this node's view: the copies it is filling, the
+	// damaged copies nodes report, and the segments its last plan could
+	// not heal (cluster_scrub.go).
+	Heal *HealStatus `json:"heal,omitempty"`
 }
 
 // ClusterNode is one node: registered by the control plane, known to
@@ -138,6 +142,8 @@ func (b *Broker) ClusterStatus() ClusterStatus {
 	out.Peers = c.peerStats()
 	out.Groups = st.Groups
 	out.UnderReplicated, out.UnderReplicatedSegments = b.underReplicated()
+	hs := b.healStatus()
+	out.Heal = &hs
 	return out
 }
 

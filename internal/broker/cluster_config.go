@@ -62,4 +62,31 @@ type ClusterConfig struct {
 	// `malachi cluster rebalance --apply` moves voters for balance.
 	AutoRebalance   bool
 	RebalanceStable time.Duration
+	// Heal paces self-healing and scrubbing (cluster_heal.go,
+	// cluster_scrub.go).
+	Heal HealConfig
+}
+
+// HealConfig shapes the repair of sealed segments. Zero fields take the
+// defaults below.
+type HealConfig struct {
+	// DeadAfter is how long a node must have been down (gossip declared
+	// it dead, or it left) before its copies stop counting and are
+	// copied elsewhere. Shorter heals sooner but copies whole segments
+	// for a node that was only restarting. Default 2 min.
+	DeadAfter time.Duration
+	// Interval is how often a node plans heals and collects copies the
+	// metadata no longer lists. Default 10 s.
+	Interval time.Duration
+	// Rate bounds the bytes/s a node serves to heals copying from it.
+	// Default 32 MiB/s.
+	Rate int64
+	// ScrubInterval is how often each sealed copy is verified again;
+	// ScrubRate bounds the bytes/s the scrubber reads. Defaults 24 h and
+	// 8 MiB/s.
+	ScrubInterval time.Duration
+	ScrubRate     int64
+	// MaxTasksPerNode bounds the heals a node takes part in at once.
+	// Default heal.DefaultMaxTasksPerNode.
+	MaxTasksPerNode int
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/malachi-log/malachi/internal/dataplane"
+	"github.com/malachi-log/malachi/internal/heal"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/storage/segment"
@@ -35,7 +36,10 @@ func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uin
 	if b.holds(seg) && b.copyComplete(seg) {
 		bound, _ := b.readBound(seg, upTo)
 		buf, next, err := b.store.Read(storage.SegmentID(seg.ID), from, maxBytes, bound)
-		if err != nil || len(buf) > 0 || !b.followsActive(seg) {
+		switch {
+		case b.readFoundDamage(seg, from, err):
+			// Another replica answers this read (S1).
+		case err != nil || len(buf) > 0 || !b.followsActive(seg):
 			return buf, next, err
 		}
 		// A follower's copy read to the watermark it learned, which lags
@@ -167,6 +171,11 @@ func (b *Broker) segmentExtent(ctx context.Context, seg metadata.Segment) (segEx
 	if d == nil || node == 0 {
 		return segExtent{}, b.local(seg)
 	}
+	if !seg.Active && replicated(seg) {
+		// Any whole copy knows a sealed segment's extent; the primary's
+		// may be the damaged or missing one.
+		return b.sealedExtent(ctx, seg)
+	}
 	if node == b.cluster.cfg.NodeID {
 		// Led here before a restart and not failed over yet: its
 		// watermark is unknown until it is.
@@ -181,6 +190,26 @@ func (b *Broker) segmentExtent(ctx context.Context, seg metadata.Segment) (segEx
 		return segExtent{}, segRefusal(node, seg.ID, err)
 	}
 	return segExtent{durableEnd: ans.DurableEnd, records: ans.Records, maxTimestamp: ans.MaxTimestamp}, nil
+}
+
+// sealedExtent asks seg's other replicas in turn for its extent.
+func (b *Broker) sealedExtent(ctx context.Context, seg metadata.Segment) (segExtent, error) {
+	err := fmt.Errorf("%w: segment %d has no other replica to ask", ErrMetadataUnavailable, seg.ID)
+	for _, node := range b.readNodes(seg) {
+		var resp []byte
+		resp, err = b.data.call(ctx, node, (&dataplane.Info{Segment: seg.ID}).Encode())
+		if err == nil {
+			var ans dataplane.InfoAnswer
+			if ans, err = dataplane.DecodeInfoAnswer(resp); err == nil {
+				return segExtent{durableEnd: ans.DurableEnd, records: ans.Records, maxTimestamp: ans.MaxTimestamp}, nil
+			}
+			err = segRefusal(node, seg.ID, err)
+		}
+		if !b.tryAnotherCopy(seg, err) {
+			break
+		}
+	}
+	return segExtent{}, err
 }
 
 // seekSegment is storage.Store.SeekTime on whichever node holds seg.
@@ -226,6 +255,9 @@ func (d *dataPlane) serveRead(req []byte) ([]byte, error) {
 	maxBytes := int(min(m.MaxBytes, uint64(d.lim.ReadBytes)))
 	buf, next, err := d.b.store.Read(id, m.From, maxBytes, upTo)
 	if err != nil {
+		if seg, ok := d.b.segmentByID(m.Segment); ok {
+			d.b.readFoundDamage(seg, m.From, err) // the reader asks another copy
+		}
 		return storeRefusal(m.Segment, err), nil
 	}
 	info, err := d.b.store.Info(id)
@@ -279,6 +311,19 @@ func (b *Broker) servedBound(id, upTo uint64) (uint64, error) {
 	}
 	bound, _ := b.readBound(seg, upTo)
 	return bound, nil
+}
+
+// readFoundDamage reports whether err is damage met reading this node's
+// copy of sealed, replicated seg, and if so marks the copy damaged
+// (cluster_scrub.go), as the scrubber would: it is never served again,
+// and a read of it goes to another replica at once rather than failing
+// until the scrubber's next turn at it.
+func (b *Broker) readFoundDamage(seg metadata.Segment, from uint64, err error) bool {
+	if !storage.IsCorrupt(err) || b.cluster == nil || seg.Active || !replicated(seg) {
+		return false
+	}
+	b.markDamaged(seg.ID, heal.Verdict{Outcome: heal.Damaged, At: from, Reason: err.Error()}, markInStore)
+	return true
 }
 
 // readFailed wraps a failed segment read, keeping its reason.

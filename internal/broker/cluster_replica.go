@@ -64,6 +64,7 @@ func (b *Broker) startReplicas() error {
 		return err
 	}
 	c.repl.Store(h)
+	b.startHeal()
 	return nil
 }
 
@@ -414,6 +415,9 @@ func (b *Broker) segmentByID(id uint64) (metadata.Segment, bool) {
 // must not serve reads, which would end early; one not cut yet serves
 // up to the seal only, see readBound).
 func (b *Broker) copyComplete(seg metadata.Segment) bool {
+	if b.copyDamaged(seg) {
+		return false // found damaged or missing: another replica serves (cluster_scrub.go)
+	}
 	if !replicated(seg) {
 		return true
 	}

@@ -114,3 +114,13 @@ func FuzzDecodeCopy(f *testing.F) {
 		}
 	})
 }
+
+// Logs and errors name the copy call, not a bare number.
+func TestKindCopyIsNamed(t *testing.T) {
+	if got := KindCopy.String(); got != "copy" {
+		t.Fatalf("KindCopy.String() = %q, want copy", got)
+	}
+	if got := Kind(99).String(); got != "kind-99" {
+		t.Fatalf("Kind(99).String() = %q, want kind-99", got)
+	}
+}

@@ -37,6 +37,8 @@ func (k Kind) String() string {
 		return "roll"
 	case KindGroup:
 		return "group"
+	case KindCopy:
+		return "copy"
 	}
 	return fmt.Sprintf("kind-%d", uint8(k))
 }

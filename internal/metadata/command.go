@@ -24,6 +24,13 @@ const (
 	KindGrantACL      = "grant_acl"
 	KindRevokeACL     = "revoke_acl"
 	KindInitCluster   = "init_cluster"
+	// KindSetSegmentReplicas replaces a sealed segment's replica list
+	// (healing: a verified copy added, then dead or damaged ones
+	// dropped), only if the list is still Expect.
+	KindSetSegmentReplicas = "set_segment_replicas"
+	// KindMarkCopyDamaged records that Node's copy of a sealed segment is
+	// damaged or missing: planners count it out and heal around it.
+	KindMarkCopyDamaged = "mark_copy_damaged"
 )
 
 // Limits checked by Apply.
@@ -80,7 +87,7 @@ type Command struct {
 	// in the range; 0 releases a hold.
 	Until int64 `json:"until,omitempty"`
 
-	Segment     uint64   `json:"segment,omitempty"`      // seal_segment, delete_segment
+	Segment     uint64   `json:"segment,omitempty"`      // seal_segment, delete_segment, set_segment_replicas, mark_copy_damaged
 	Base        uint64   `json:"base,omitempty"`         // open_segment: first offset
 	End         uint64   `json:"end,omitempty"`          // seal_segment: offset after the last record
 	Records     uint64   `json:"records,omitempty"`      // seal_segment
@@ -88,7 +95,13 @@ type Command struct {
 	MaxExpiry   int64    `json:"max_expiry,omitempty"`   // seal_segment: unix ms, 0 = none
 	ContentHash uint64   `json:"content_hash,omitempty"` // seal_segment: footer hash
 	Generation  uint32   `json:"generation,omitempty"`   // seal_segment: compaction generation
-	Replicas    []string `json:"replicas,omitempty"`     // open_segment: primary first
+	Replicas    []string `json:"replicas,omitempty"`     // open_segment, set_segment_replicas: primary first
+	// Expect (set_segment_replicas) is the replica list the proposer
+	// saw; the command is refused unless the segment still has it, so a
+	// heal planned on an old view never undoes a change made since.
+	Expect []string `json:"expect,omitempty"`
+	// Node (mark_copy_damaged) is the replica whose copy is damaged.
+	Node string `json:"node,omitempty"`
 	// MinID (open_segment) is the lowest id the new segment may take. A
 	// node passes one past the highest segment id its store has ever held,
 	// so an id that a command lost in a crash handed out is never handed
@@ -130,7 +143,8 @@ type Result struct {
 	// RangeIDs: create_topic, the initial ranges by Start; split_range,
 	// [lo, hi]; merge_ranges, [child].
 	RangeIDs []uint64
-	// SegmentID: open_segment, seal_segment, delete_segment.
+	// SegmentID: open_segment, seal_segment, delete_segment,
+	// set_segment_replicas.
 	SegmentID uint64
 	// Sealed: seal_segment, the segment as sealed (a copy).
 	Sealed *Segment

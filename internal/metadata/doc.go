@@ -33,6 +33,19 @@
 //	    no_such_segment; already_sealed (with the existing seal in Sealed, so
 //	    racing sealers converge); End >= Base and Records <= End-Base.
 //	delete_segment Segment -> Deleted   no_such_segment; segment_active.
+//	set_segment_replicas Segment, Expect, Replicas -> SegmentID
+//	    invalid_command (Replicas empty, repeated, a name empty or over 255
+//	    bytes, more than MaxReplicas); no_such_segment; segment_active (only
+//	    a sealed segment's list changes); replicas_changed (the list is not
+//	    Expect, in order); invalid_command (the segment has no list, or the
+//	    new one keeps none of its holders whose copy is not damaged).
+//	    Healing adds a verified copy, then drops dead or damaged ones, each
+//	    conditional on the list it saw; a dropped holder leaves Damaged.
+//	mark_copy_damaged Segment, Node -> SegmentID
+//	    invalid_command (Node empty); no_such_segment; segment_active;
+//	    replicas_changed (Node not in the list). Adds Node to the sealed
+//	    segment's Damaged set (sorted; marking twice changes nothing);
+//	    delete_segment and delete_topic forget it with the segment.
 //	split_range    Range -> RangeIDs [lo, hi]
 //	    no_such_range; sealed; cannot_split (size 1); active_segment_exists
 //	    (seal first: the caller fences and seals the head before splitting);

@@ -40,6 +40,9 @@ const (
 	// ErrRangeHeld: open_segment in a range held for a split or merge
 	// (hold_range); retriable once the split, the merge or the hold ends.
 	ErrRangeHeld Error = "range_held"
+	// ErrReplicasChanged: set_segment_replicas named an Expect list that
+	// is no longer the segment's; read it again and re-plan.
+	ErrReplicasChanged Error = "replicas_changed"
 )
 
 // Errors lists every reason Apply can answer, for tables of wire reasons.
@@ -49,5 +52,5 @@ var Errors = []Error{
 	ErrNotBuddies, ErrActiveSegmentExists, ErrSegmentOverlap, ErrNoSuchSegment,
 	ErrSegmentActive, ErrAlreadySealed, ErrUserExists, ErrUserNotFound,
 	ErrInvalidPermissions, ErrInvalidOperation, ErrUnknownCommand, ErrInvalidCommand,
-	ErrQuotaExceeded, ErrNotFound, ErrLastAdmin, ErrRangeHeld,
+	ErrQuotaExceeded, ErrNotFound, ErrLastAdmin, ErrRangeHeld, ErrReplicasChanged,
 }

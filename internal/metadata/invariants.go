@@ -168,6 +168,8 @@ func (s *State) checkSegments(rr *rangeRec) error {
 			return fmt.Errorf("segment %d: active but not the head of an active range", seg.ID)
 		case !seg.Active && seg.End > rr.r.NextOffset:
 			return fmt.Errorf("segment %d ends at %d past next offset %d", seg.ID, seg.End, rr.r.NextOffset)
+		case !validDamaged(seg):
+			return fmt.Errorf("segment %d: damaged copies %v are not a sorted subset of its replicas %v", seg.ID, seg.Damaged, seg.Replicas)
 		}
 		end = seg.End
 	}
@@ -218,4 +220,15 @@ func (s *State) checkAccess() error {
 		return fmt.Errorf("cluster secret of %d bytes", len(s.clusterSecret))
 	}
 	return nil
+}
+
+// validDamaged: a segment's damaged set is sorted, without repeats, and
+// names only its replicas.
+func validDamaged(seg *Segment) bool {
+	for i, d := range seg.Damaged {
+		if !slices.Contains(seg.Replicas, d) || i > 0 && seg.Damaged[i-1] >= d {
+			return false
+		}
+	}
+	return true
 }

@@ -157,8 +157,8 @@ func TestErrorsAreWireReasons(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 25 {
-		t.Errorf("%d reasons, want 25", len(seen))
+	if len(seen) != 26 {
+		t.Errorf("%d reasons, want 26", len(seen))
 	}
 }
 
@@ -175,6 +175,8 @@ func FuzzApply(f *testing.F) {
 		`{"v":1,"k":"hold_range","range":3,"until":5000,"now":1000}`,
 		`{"v":1,"k":"open_segment","range":1,"base":7,"replicas":["a","b"]}`,
 		`{"v":1,"k":"seal_segment","segment":1,"end":9,"records":2}`,
+		`{"v":1,"k":"set_segment_replicas","segment":1,"expect":[],"replicas":["a","b"]}`,
+		`{"v":1,"k":"mark_copy_damaged","segment":1,"node":"a"}`,
 		`{"v":1,"k":"commit_offsets","group":"g","topic":"t","entries":[{"source":1,"slice_start":0,"slice_bits":2,"offset":5}]}`,
 		`{"v":1,"k":"grant_acl","user":"u","operation":"produce","pattern":"t*"}`,
 		`{"v":1,"k":"delete_topic","topic":"t"}`,

@@ -96,3 +96,61 @@ func (s *State) deleteSegment(c *Command) Result {
 	delete(s.segments, seg.ID)
 	return Result{SegmentID: seg.ID, Deleted: []uint64{seg.ID}}
 }
+
+// setSegmentReplicas: Segment, Expect, Replicas. The segment must be
+// sealed (an active segment's replicas are its replica host's: changing
+// them under it would split its quorum), have a list (a segment written
+// without one has its only copy on a node no list names, which a list
+// would make look superseded), and its list must still be Expect,
+// compared in order, since the first is the primary. Replicas must be a
+// valid, non-empty list keeping at least one current holder whose copy
+// is not damaged: a list of nodes none of which holds a good copy would
+// make every real copy look superseded (S3, S4). Holders leaving the
+// list leave its damaged set too.
+func (s *State) setSegmentReplicas(c *Command) Result {
+	if len(c.Replicas) == 0 || !validReplicas(c.Replicas) {
+		return failed(ErrInvalidCommand)
+	}
+	seg, ok := s.segments[c.Segment]
+	switch {
+	case !ok:
+		return failed(ErrNoSuchSegment)
+	case seg.Active:
+		return failed(ErrSegmentActive)
+	case !slices.Equal(seg.Replicas, c.Expect):
+		return failed(ErrReplicasChanged)
+	case len(seg.Replicas) == 0:
+		return failed(ErrInvalidCommand)
+	case !slices.ContainsFunc(c.Replicas, func(r string) bool {
+		return slices.Contains(seg.Replicas, r) && !slices.Contains(seg.Damaged, r)
+	}):
+		return failed(ErrInvalidCommand)
+	}
+	seg.Replicas = slices.Clone(c.Replicas)
+	seg.Damaged = slices.DeleteFunc(seg.Damaged, func(r string) bool { return !slices.Contains(seg.Replicas, r) })
+	if len(seg.Damaged) == 0 {
+		seg.Damaged = nil
+	}
+	return Result{SegmentID: seg.ID}
+}
+
+// markCopyDamaged: Segment, Node. The segment must be sealed and Node in
+// its list (else replicas_changed: the copy is no longer listed). Marking
+// a copy already marked changes nothing, so a retried mark converges.
+func (s *State) markCopyDamaged(c *Command) Result {
+	seg, ok := s.segments[c.Segment]
+	switch {
+	case c.Node == "":
+		return failed(ErrInvalidCommand)
+	case !ok:
+		return failed(ErrNoSuchSegment)
+	case seg.Active:
+		return failed(ErrSegmentActive)
+	case !slices.Contains(seg.Replicas, c.Node):
+		return failed(ErrReplicasChanged)
+	}
+	if i, found := slices.BinarySearch(seg.Damaged, c.Node); !found {
+		seg.Damaged = slices.Insert(seg.Damaged, i, c.Node)
+	}
+	return Result{SegmentID: seg.ID}
+}

@@ -73,6 +73,10 @@ func (s *State) Apply(cmd Command) Result {
 		return s.sealSegment(c)
 	case KindDeleteSegment:
 		return s.deleteSegment(c)
+	case KindSetSegmentReplicas:
+		return s.setSegmentReplicas(c)
+	case KindMarkCopyDamaged:
+		return s.markCopyDamaged(c)
 	case KindSplitRange:
 		return s.splitRange(c)
 	case KindMergeRanges:

@@ -61,9 +61,13 @@ func (r Range) Contains(pos uint64) bool { return pos >= r.Start && pos < r.End 
 // active segment has End == Base in metadata: its real end lives on the
 // primary until the seal records it.
 type Segment struct {
-	ID          uint64   `json:"id"`
-	Range       uint64   `json:"range"`
-	Replicas    []string `json:"replicas,omitempty"` // the first is the primary
+	ID       uint64   `json:"id"`
+	Range    uint64   `json:"range"`
+	Replicas []string `json:"replicas,omitempty"` // the first is the primary
+	// Damaged are the replicas whose copy was found damaged or missing
+	// (mark_copy_damaged), sorted; always a subset of Replicas, since a
+	// node leaving the list leaves it too.
+	Damaged     []string `json:"damaged,omitempty"`
 	Active      bool     `json:"active"`
 	Base        uint64   `json:"base"`
 	End         uint64   `json:"end"`
@@ -148,6 +152,7 @@ func (r Range) clone() Range {
 
 func (s Segment) clone() Segment {
 	s.Replicas = slices.Clone(s.Replicas)
+	s.Damaged = slices.Clone(s.Damaged)
 	return s
 }
 

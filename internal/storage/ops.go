@@ -439,3 +439,45 @@ func (s *Store) SeekTime(id SegmentID, t int64) (base uint64, ok bool, err error
 	defer s.release(h)
 	return h.log.SeekTime(t)
 }
+
+// MarkDamaged records, durably, that segment id is damaged: a check above
+// the store (a read or a scrub whose CRC or content hash failed) found it
+// so. It writes the damage marker every later Open honours, so the copy
+// comes back damaged after a restart rather than served as good (S1), and
+// from then on Ends, Fence, appends and a seal answer the damage. Its
+// files are kept for repair or inspection; Delete and Quarantine take
+// the marker with them. A copy deleted meanwhile answers ErrNotFound.
+func (s *Store) MarkDamaged(id SegmentID, reason string) error {
+	sg, err := s.lookup(id)
+	if err != nil {
+		return err
+	}
+	// Delete and Quarantine hold the seal lock while they remove the
+	// files: holding it here keeps a marker from outliving its .log.
+	_ = sg.sealMu.lock(context.Background())
+	defer sg.sealMu.unlock()
+	s.mu.Lock()
+	switch {
+	case sg.gone:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	case s.closing:
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	end := max(sg.queuedEnd, sg.endPastDamage)
+	s.mu.Unlock()
+	if err := writeDamageMarker(s.fs, s.path(id, damageExt), end, reason); err != nil {
+		return err
+	}
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sg.damage == nil {
+		sg.damage = fmt.Errorf("%w: segment %d: %s", ErrCorrupt, id, reason)
+	}
+	sg.fenced, sg.endPastDamage = true, end
+	return nil
+}

@@ -1,0 +1,538 @@
+package broker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/control"
+	"github.com/malachi-log/malachi/internal/heal"
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage"
+)
+
+// Self-healing (docs/operations.md, "Repair"). internal/heal decides; this
+// file runs its decisions. Every node runs one heal loop, owned by the
+// broker and ended with its life. Each pass it:
+//
+//   - notes when each registered node went down (gossip: dead or left),
+//     since membership reports only the state, and counts the dead-after
+//     grace from this node's first sight of it;
+//   - records in the metadata the copies it found damaged or missing
+//     (cluster_scrub.go), so that every planner counts them out;
+//   - plans with heal.PlanHeals over every sealed segment of a topic with
+//     a factor above one, from the metadata (its damaged copies
+//     included) and its membership view;
+//   - fills the copies the plan asks of it as a target: it pulls the
+//     sealed copy from the planned source with the copy call (served
+//     paced by the source's heal bucket, cluster_heal_copy.go), appends
+//     it at exactly its offsets (AppendAt) into a new copy, seals it at
+//     exactly the seal's end, verifies it whole against the seal, and
+//     only then records itself in the replica list with the conditional
+//     set_segment_replicas (S3: add before remove);
+//   - on the planning node (the lowest-numbered live node, the same for
+//     every node that sees the same membership), records the drops the
+//     plan asks once the healthy copies reach the factor: dead and
+//     damaged holders leave the list;
+//   - deletes its own copies the metadata no longer lists, only after a
+//     barrier on the segment's group shows that is still so (S4): a
+//     node back from the dead, a damaged copy replaced, a partial copy
+//     whose record was refused.
+//
+// Every target decides for itself from the same inputs, so two nodes
+// with different views may both fill a copy; the conditional record lets
+// one win, and the other finds itself no longer needed and deletes its
+// copy, which no command named.
+
+// healChunk is the bytes a copy call asks for; healCallTimeout bounds
+// one call, pacing at the source included.
+const (
+	healChunk       = 1 << 20
+	healCallTimeout = 30 * time.Second
+	// maxCollectPerPass bounds the unlisted copies one pass deletes, each
+	// after a barrier.
+	maxCollectPerPass = 16
+	// maxRecordAttempts bounds the records a filled copy tries when the
+	// list changed under it.
+	maxRecordAttempts = 3
+)
+
+// Defaults of HealConfig.
+const (
+	DefaultDeadAfter     = 2 * time.Minute
+	DefaultHealInterval  = 10 * time.Second
+	DefaultHealRate      = 32 << 20
+	DefaultScrubInterval = 24 * time.Hour
+	DefaultScrubRate     = 8 << 20
+)
+
+func (h HealConfig) withDefaults() HealConfig {
+	h.DeadAfter = cmp.Or(h.DeadAfter, DefaultDeadAfter)
+	h.Interval = cmp.Or(h.Interval, DefaultHealInterval)
+	h.Rate = cmp.Or(h.Rate, DefaultHealRate)
+	h.ScrubInterval = cmp.Or(h.ScrubInterval, DefaultScrubInterval)
+	h.ScrubRate = cmp.Or(h.ScrubRate, DefaultScrubRate)
+	h.MaxTasksPerNode = cmp.Or(h.MaxTasksPerNode, heal.DefaultMaxTasksPerNode)
+	return h
+}
+
+func (h HealConfig) validate() error {
+	if h.DeadAfter < 0 || h.Interval < 0 || h.Rate < 0 || h.ScrubInterval < 0 || h.ScrubRate < 0 || h.MaxTasksPerNode < 0 {
+		return errors.New("broker: Cluster.Heal durations, rates and bounds cannot be negative")
+	}
+	if h.Rate > heal.MaxTakeBytes || h.ScrubRate > heal.MaxTakeBytes {
+		return fmt.Errorf("broker: Cluster.Heal rates are at most %d bytes/s", heal.MaxTakeBytes)
+	}
+	return nil
+}
+
+// healState is a node's side of healing and scrubbing. mu guards the
+// maps; the buckets have their own locks.
+type healState struct {
+	mu sync.Mutex
+	// downSince: registered nodes gossip reports down, since when (unix
+	// ms, this node's first sight).
+	downSince map[uint64]int64
+	// filling: the copies this node is making as a heal target.
+	filling map[uint64]heal.Assignment
+	// unknown: copies whose record got no answer, kept until the given
+	// unix ms: the control plane may still apply it.
+	unknown map[uint64]int64
+	// damaged: this node's copies its scrubber, a read or a missing
+	// file showed damaged; never served, recorded in the metadata by the
+	// heal pass. Bounded by the copies the metadata lists this node for.
+	damaged map[uint64]heal.Verdict
+	// behind: listed copies of sealed segments found unsealed below the
+	// seal, since when (unix ms); past a grace they count as damaged.
+	behind map[uint64]int64
+	// missing: sealed copies the metadata lists this node for and its
+	// store lacks, since when (unix ms); past a grace they count as
+	// damaged.
+	missing map[uint64]int64
+	// scrubbing is the copy the scrubber is reading; scrubVoid is set
+	// when the heal deletes it meanwhile, so the verdict is dropped.
+	scrubbing uint64
+	scrubVoid bool
+	// reports: the last plan's segments it could not heal.
+	reports []heal.Report
+	// scrub: the scrubber's last summary.
+	scrub heal.ScrubStatus
+
+	serve, scrubRead *pacer
+	// wg counts the heal and scrub loops and the fills they start.
+	wg sync.WaitGroup
+}
+
+// init makes the maps and the buckets; openCluster calls it before the
+// copy call's handler can run.
+func (h *healState) init(cfg HealConfig, now int64) error {
+	serve, err := newPacer(cfg.Rate, now)
+	if err != nil {
+		return err
+	}
+	scrub, err := newPacer(cfg.ScrubRate, now)
+	if err != nil {
+		return err
+	}
+	h.downSince = map[uint64]int64{}
+	h.filling = map[uint64]heal.Assignment{}
+	h.unknown = map[uint64]int64{}
+	h.damaged = map[uint64]heal.Verdict{}
+	h.behind = map[uint64]int64{}
+	h.missing = map[uint64]int64{}
+	h.serve, h.scrubRead = serve, scrub
+	return nil
+}
+
+// startHeal starts the heal and scrub loops on the broker's life, once
+// the replica host (and so the segment store) exists.
+func (b *Broker) startHeal() {
+	h := &b.cluster.heal
+	h.wg.Add(2)
+	go b.healLoop(b.life)
+	go b.scrubLoop(b.life)
+}
+
+// waitHeal waits for the heal and scrub loops and their fills, which end
+// with the broker's life, before Close closes the stores they use.
+func (b *Broker) waitHeal() {
+	if b.cluster != nil {
+		b.cluster.heal.wg.Wait()
+	}
+}
+
+func (b *Broker) healLoop(ctx context.Context) {
+	defer b.cluster.heal.wg.Done()
+	t := time.NewTicker(b.cluster.cfg.Heal.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.healPass(ctx)
+	}
+}
+
+// healPass is one round of planning, filling, dropping and collecting.
+func (b *Broker) healPass(ctx context.Context) {
+	now := b.nowMs()
+	b.trackDown(now)
+	b.noteMissing(now)
+	b.recordDamaged(ctx)
+	in, err := b.healInput(now)
+	if err != nil {
+		return // not joined yet: nothing is known
+	}
+	plan, err := heal.PlanHeals(b.healPlanConfig(), in)
+	if err != nil {
+		b.log.Error("heal: planning failed", "err", err)
+		return
+	}
+	h := &b.cluster.heal
+	h.mu.Lock()
+	h.reports = plan.Reports
+	h.mu.Unlock()
+	self := b.cluster.cfg.NodeID
+	planner := plannerOf(in.Live)
+	for _, a := range plan.Tasks {
+		switch {
+		case len(a.Targets) == 0 && planner == self:
+			b.dropCopies(ctx, a)
+		case slices.Contains(a.Targets, self):
+			b.startFill(ctx, a)
+		}
+	}
+	b.collectUnlisted(ctx, now)
+}
+
+func (b *Broker) healPlanConfig() heal.Config {
+	hc := b.cluster.cfg.Heal
+	return heal.Config{DeadAfterMs: hc.DeadAfter.Milliseconds(), MaxTasksPerNode: hc.MaxTasksPerNode}
+}
+
+// plannerOf is the node that records drops: the lowest live id.
+func plannerOf(live []heal.Node) uint64 {
+	var lowest uint64
+	for _, n := range live {
+		if lowest == 0 || n.ID < lowest {
+			lowest = n.ID
+		}
+	}
+	return lowest
+}
+
+// trackDown notes when registered nodes went down in gossip's view and
+// forgets those that are back.
+func (b *Broker) trackDown(now int64) {
+	h := &b.cluster.heal
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[uint64]bool{}
+	for _, m := range b.cluster.gossip.Members() {
+		seen[m.ID] = true
+		if m.State.Live() || m.ID == b.cluster.cfg.NodeID {
+			delete(h.downSince, m.ID)
+		} else if _, ok := h.downSince[m.ID]; !ok {
+			h.downSince[m.ID] = now
+		}
+	}
+	for id := range h.downSince {
+		if !seen[id] {
+			delete(h.downSince, id) // gossip forgot it: unknown, not dead
+		}
+	}
+}
+
+// healInput gathers what the planner sees: every sealed segment of a
+// topic whose factor is above one, the live nodes, the nodes down and
+// since when, and this node's own fills in flight.
+func (b *Broker) healInput(now int64) (heal.Input, error) {
+	c := b.cluster
+	live, registered, err := b.liveNodes()
+	if err != nil {
+		return heal.Input{}, err
+	}
+	in := heal.Input{Now: now}
+	liveIDs := map[uint64]bool{}
+	for _, n := range live {
+		liveIDs[n.ID] = true
+		in.Live = append(in.Live, heal.Node{ID: n.ID, Attributes: placementAttrs(n.Attributes)})
+	}
+	local := c.heal.localDamaged()
+	h := &c.heal
+	h.mu.Lock()
+	for id, since := range h.downSince {
+		if !liveIDs[id] {
+			in.Down = append(in.Down, heal.Down{ID: id, SinceMs: since})
+		}
+	}
+	for _, a := range h.filling {
+		in.InFlight = append(in.InFlight, a)
+	}
+	h.mu.Unlock()
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
+		for _, t := range st.Topics() {
+			factor := min(cmp.Or(t.Replicas, c.cfg.SegmentReplicas, 1), registered)
+			if factor <= 1 {
+				continue
+			}
+			for _, rid := range t.Ranges {
+				for _, seg := range st.RangeSegments(rid) {
+					if seg.Active || len(seg.Replicas) == 0 {
+						continue
+					}
+					in.Segments = append(in.Segments, heal.Segment{
+						Seal: sealOf(seg), Topic: fmt.Sprint(t.ID), Range: rid,
+						Replicas: replicaIDs(seg), Factor: factor, Damaged: b.damagedOf(seg, local),
+					})
+				}
+			}
+		}
+	})
+	return in, nil
+}
+
+// placementAttrs drops the attributes gossip carries for the cluster's
+// own use, which are no placement attributes.
+func placementAttrs(attrs map[string]string) map[string]string {
+	out := maps.Clone(attrs)
+	delete(out, clusterIDAttr)
+	return out
+}
+
+// sealOf is what the metadata recorded when seg was sealed.
+func sealOf(seg metadata.Segment) heal.Seal {
+	return heal.Seal{Segment: seg.ID, Base: seg.Base, End: seg.End, Records: seg.Records, Bytes: seg.Bytes,
+		ContentHash: seg.ContentHash, Generation: seg.Generation}
+}
+
+// dropCopies records a drop-only assignment: the list without its dead
+// and damaged holders, if the list is still the one planned.
+func (b *Broker) dropCopies(ctx context.Context, a heal.Assignment) {
+	seg, ok := b.segmentByID(a.Seal.Segment)
+	if !ok || !slices.Equal(replicaIDs(seg), a.Replicas) {
+		return // changed since the plan: the next pass sees it
+	}
+	kept := slices.DeleteFunc(slices.Clone(seg.Replicas), func(name string) bool {
+		return slices.Contains(a.Drop, nodeOfName(name))
+	})
+	_, err := b.apply(ctx, metadata.Command{Kind: metadata.KindSetSegmentReplicas, Segment: seg.ID,
+		Expect: seg.Replicas, Replicas: kept})
+	if err != nil {
+		b.log.Warn("heal: dropping dead or damaged copies from a segment's list failed; the next pass retries",
+			"segment", seg.ID, "drop", a.Drop, "err", err)
+		return
+	}
+	b.log.Info("heal: dropped copies from a segment's list", "segment", seg.ID, "dropped", a.Drop, "replicas", kept)
+}
+
+// startFill starts filling a's copy here, unless this node already fills
+// it, is at its bound, or still holds a file of the segment (a stale or
+// damaged one: collectUnlisted or the drop deals with it first).
+func (b *Broker) startFill(ctx context.Context, a heal.Assignment) {
+	h := &b.cluster.heal
+	id := a.Seal.Segment
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, busy := h.filling[id]; busy || len(h.filling) >= b.cluster.cfg.Heal.MaxTasksPerNode || b.hasFile(id) {
+		return
+	}
+	h.filling[id] = a
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		b.fill(ctx, a)
+		h.mu.Lock()
+		delete(h.filling, id)
+		h.mu.Unlock()
+	}()
+}
+
+// hasFile reports whether the store holds any file of segment id,
+// damaged ones included.
+func (b *Broker) hasFile(id uint64) bool {
+	_, _, err := b.store.Ends(storage.SegmentID(id))
+	return !errors.Is(err, storage.ErrNotFound)
+}
+
+// recordOutcome is how a filled copy's record ended.
+type recordOutcome uint8
+
+const (
+	recordDone    recordOutcome = iota + 1 // the list names this node
+	recordRefused                          // refused, or no longer needed: nothing names the copy
+	recordUnknown                          // no answer: it may still be applied
+)
+
+// fill makes, verifies and records this node's copy for a. A copy that
+// fails before any record, or whose record was refused, is deleted: no
+// command names it. One whose record got no answer is kept for a while
+// (unknown), since the control plane may still apply it.
+func (b *Broker) fill(ctx context.Context, a heal.Assignment) {
+	id := storage.SegmentID(a.Seal.Segment)
+	seg, ok := b.segmentByID(a.Seal.Segment)
+	if !ok || seg.Active {
+		return
+	}
+	if err := b.store.CreateFor(id, a.Seal.Base, ownerTag(seg.Range)); err != nil {
+		b.log.Warn("heal: could not create a copy", "segment", id, "err", err)
+		return
+	}
+	outcome := recordRefused
+	defer func() {
+		if outcome == recordRefused {
+			if err := b.deleteCopy(uint64(id)); err != nil && !errors.Is(err, storage.ErrClosed) {
+				b.log.Warn("heal: could not delete an unrecorded copy", "segment", id, "err", err)
+			}
+		}
+	}()
+	if err := b.makeCopy(ctx, a); err != nil {
+		b.log.Warn("heal: copying a sealed segment failed; the next pass plans it again",
+			"segment", id, "source", a.Source, "err", err)
+		return
+	}
+	outcome = b.recordCopy(ctx, a)
+	if outcome == recordDone {
+		b.log.Info("heal: a verified copy was recorded", "segment", id, "source", a.Source, "bytes", a.Seal.Bytes)
+	}
+}
+
+// makeCopy pulls the sealed copy from a's source, seals it exactly at
+// the seal's end and verifies it whole.
+func (b *Broker) makeCopy(ctx context.Context, a heal.Assignment) error {
+	id := storage.SegmentID(a.Seal.Segment)
+	if err := b.copyFrom(ctx, a.Source, a.Seal); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, b.cluster.cfg.MetadataTimeout)
+	defer cancel()
+	if _, err := b.store.SealWith(sctx, id, storage.SealOptions{End: a.Seal.End, Exact: true}); err != nil {
+		return fmt.Errorf("seal the copy at %d: %w", a.Seal.End, err)
+	}
+	if v := heal.Verify(a.Seal, b.storeReader(ctx, id, nil), 0); !v.Whole() {
+		return fmt.Errorf("the copy does not verify: %v", v)
+	}
+	return nil
+}
+
+// recordCopy adds this node to the segment's list, conditional on the
+// list it reads. When the list changed since the plan, it records only
+// if a plan on the new list still makes this node a target.
+func (b *Broker) recordCopy(ctx context.Context, a heal.Assignment) recordOutcome {
+	self := clusterNodeName(b.cluster.cfg.NodeID)
+	for attempt := range maxRecordAttempts {
+		seg, ok := b.segmentByID(a.Seal.Segment)
+		switch {
+		case !ok:
+			return recordRefused
+		case slices.Contains(seg.Replicas, self):
+			return recordDone
+		case (attempt > 0 || !slices.Equal(replicaIDs(seg), a.Replicas)) && !b.stillTarget(seg.ID):
+			return recordRefused
+		}
+		_, err := b.apply(ctx, metadata.Command{Kind: metadata.KindSetSegmentReplicas, Segment: seg.ID,
+			Expect: seg.Replicas, Replicas: append(slices.Clone(seg.Replicas), self)})
+		var me metadata.Error
+		switch {
+		case err == nil:
+			return recordDone
+		case errors.Is(err, metadata.ErrReplicasChanged):
+			continue
+		case errors.As(err, &me):
+			return recordRefused
+		}
+		b.keepUnknown(seg.ID)
+		b.log.Warn("heal: recording a copy got no answer; the copy is kept until the metadata shows it",
+			"segment", seg.ID, "err", err)
+		return recordUnknown
+	}
+	return recordRefused
+}
+
+// stillTarget plans again on the current metadata and reports whether
+// this node is still to take a copy of segment id.
+func (b *Broker) stillTarget(id uint64) bool {
+	in, err := b.healInput(b.nowMs())
+	if err != nil {
+		return false
+	}
+	in.Segments = slices.DeleteFunc(in.Segments, func(s heal.Segment) bool { return s.Seal.Segment != id })
+	in.InFlight = slices.DeleteFunc(in.InFlight, func(a heal.Assignment) bool { return a.Seal.Segment == id })
+	plan, err := heal.PlanHeals(b.healPlanConfig(), in)
+	if err != nil {
+		return false
+	}
+	for _, a := range plan.Tasks {
+		if slices.Contains(a.Targets, b.cluster.cfg.NodeID) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepUnknown protects a copy whose record got no answer from
+// collection for a few metadata timeouts.
+func (b *Broker) keepUnknown(id uint64) {
+	h := &b.cluster.heal
+	h.mu.Lock()
+	h.unknown[id] = b.nowMs() + 4*b.cluster.cfg.MetadataTimeout.Milliseconds()
+	h.mu.Unlock()
+}
+
+// collectUnlisted deletes this node's copies of sealed segments whose
+// replica list does not name it, once a barrier on the segment's group
+// confirms it (S4): the local metadata may lag a record this node's own
+// fill made. Copies being filled, or whose record got no answer lately,
+// are left alone.
+func (b *Broker) collectUnlisted(ctx context.Context, now int64) {
+	self := clusterNodeName(b.cluster.cfg.NodeID)
+	unlisted := func(id uint64) bool {
+		seg, ok := b.segmentByID(id)
+		return ok && !seg.Active && len(seg.Replicas) > 0 && !slices.Contains(seg.Replicas, self)
+	}
+	n := 0
+	for _, info := range b.store.List() {
+		id := uint64(info.ID)
+		if n >= maxCollectPerPass || ctx.Err() != nil {
+			return
+		}
+		if !unlisted(id) || b.healBusy(id, now) {
+			continue
+		}
+		n++
+		bctx, cancel := context.WithTimeout(ctx, b.cluster.cfg.MetadataTimeout)
+		err := b.cluster.ctl.Barrier(bctx, control.GroupOfID(id))
+		cancel()
+		if err != nil || !unlisted(id) || b.healBusy(id, now) {
+			continue
+		}
+		if err := b.deleteCopy(id); err != nil {
+			b.log.Warn("heal: could not delete a copy the metadata no longer lists", "segment", id, "err", err)
+			continue
+		}
+		b.log.Info("heal: deleted a copy the metadata no longer lists", "segment", id)
+	}
+}
+
+// healBusy reports whether a copy of id is being filled here or its
+// record's answer is still awaited.
+func (b *Broker) healBusy(id uint64, now int64) bool {
+	h := &b.cluster.heal
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if until, ok := h.unknown[id]; ok {
+		if now < until {
+			return true
+		}
+		delete(h.unknown, id)
+	}
+	_, filling := h.filling[id]
+	return filling
+}

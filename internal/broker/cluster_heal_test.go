@@ -1,0 +1,346 @@
+package broker_test
+
+// Self-healing and scrubbing in a four-node cluster on loopback, with a
+// replication factor of three, so a lost or damaged copy has a node to go
+// to: a node stopped for good past its dead-after grace has every sealed
+// segment it held copied back to three verified replicas, byte for byte
+// the same; a byte flipped in a sealed copy on disk is found by the
+// scrubber, the copy is replaced and deleted, and no reader is ever given
+// the damaged bytes; with no node to take a new copy, the damaged one is
+// kept and reported but never served.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/broker"
+	"github.com/malachi-log/malachi/internal/server"
+)
+
+// startHealCluster is startCluster with segments rolled at segMax bytes
+// and the repair settings hc on every node.
+func startHealCluster(t *testing.T, n int, segMax int64, hc broker.HealConfig) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, log: quietLogger()}
+	root := t.TempDir()
+	t.Cleanup(tc.closeAll)
+	for i := 1; i <= n; i++ {
+		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: "127.0.0.1:0", gossip: "127.0.0.1:0"}
+		tc.nodes = append(tc.nodes, nd)
+		var join []string
+		if i > 1 {
+			join = []string{tc.nodes[0].gossip}
+		}
+		cfg := tc.config(nd, join)
+		cfg.SegmentMaxBytes = segMax
+		cfg.Cluster.Heal = hc
+		tc.openHeal(nd, cfg)
+		if i == 1 {
+			if _, err := nd.b.SeedUsers(t.Context(), true, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return tc
+}
+
+func (tc *testCluster) openHeal(nd *clusterNode, cfg broker.Config) {
+	tc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := broker.Open(ctx, cfg)
+	if err != nil {
+		tc.t.Fatalf("node %d: %v", nd.id, err)
+	}
+	nd.b = b
+	self := tc.self(nd)
+	nd.peer, nd.gossip = self.PeerAddr, self.GossipAddr
+	nd.srv = server.New(server.Config{Addr: nd.clientAddr, Logger: tc.log}, b)
+	if err := nd.srv.Listen(); err != nil {
+		b.Close()
+		nd.b = nil
+		tc.t.Fatal(err)
+	}
+	nd.served = make(chan error, 1)
+	go func() { nd.served <- nd.srv.Serve() }()
+}
+
+// produceSealed produces n records of about 200 bytes in batches of 4
+// through b, so that the topic's range rolls several segments, and
+// answers the values in order.
+func produceSealed(t *testing.T, b *broker.Broker, topic string, n int) []string {
+	t.Helper()
+	var want []string
+	pad := string(bytes.Repeat([]byte("x"), 200))
+	for i := 0; i < n; i += 4 {
+		var recs []broker.Record
+		for j := i; j < min(i+4, n); j++ {
+			v := strconv.Itoa(j) + pad
+			recs = append(recs, rec("k", v))
+			want = append(want, v)
+		}
+		eventually(t, 20*time.Second, fmt.Sprintf("produce %d", i), func() error {
+			_, err := b.Produce(t.Context(), topic, recs)
+			return err
+		})
+	}
+	return want
+}
+
+// sealedSegments lists the topic's sealed segments as b sees them.
+func sealedSegments(t *testing.T, b *broker.Broker, topic string) []broker.SegmentDescription {
+	t.Helper()
+	d, err := b.DescribeTopic(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []broker.SegmentDescription
+	for _, r := range d.Ranges {
+		for _, s := range r.Segments {
+			if !s.Active {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func (tc *testCluster) node(name string) *clusterNode {
+	for _, nd := range tc.nodes {
+		if "node-"+strconv.FormatUint(nd.id, 10) == name {
+			return nd
+		}
+	}
+	tc.t.Fatalf("no node %s", name)
+	return nil
+}
+
+// checkCopiesWhole verifies every replica's copy of seg against its
+// seal and against each other, byte for byte.
+func (tc *testCluster) checkCopiesWhole(seg broker.SegmentDescription) {
+	tc.t.Helper()
+	var first []byte
+	for i, name := range seg.Replicas {
+		nd := tc.node(name)
+		v, err := nd.b.VerifyLocalCopy(seg.ID)
+		if err != nil || !v.Whole() {
+			tc.t.Fatalf("segment %d on %s: %v %v", seg.ID, name, v, err)
+		}
+		got, err := nd.b.LocalCopyBytes(seg.ID)
+		if err != nil {
+			tc.t.Fatalf("segment %d on %s: %v", seg.ID, name, err)
+		}
+		if i == 0 {
+			first = got
+		} else if !bytes.Equal(got, first) {
+			tc.t.Fatalf("segment %d: %s's copy differs from %s's", seg.ID, name, seg.Replicas[0])
+		}
+	}
+}
+
+// checkRead reads the whole topic through b and compares it with want.
+func checkRead(t *testing.T, b *broker.Broker, topic string, want []string) {
+	t.Helper()
+	if got := values(readAll(t, b, topic, len(want))); !slices.Equal(got, want) {
+		t.Fatalf("read %d records that differ from the %d produced", len(got), len(want))
+	}
+}
+
+func TestClusterHealsTheSegmentsOfADeadNode(t *testing.T) {
+	tc := startHealCluster(t, 4, 2<<10, broker.HealConfig{DeadAfter: time.Second, Interval: 100 * time.Millisecond, ScrubInterval: time.Hour})
+	n1 := tc.nodes[0]
+	tc.createEverywhere(n1, "heal", 1)
+	want := produceSealed(t, n1.b, "heal", 60)
+	sealed := sealedSegments(t, n1.b, "heal")
+	if len(sealed) < 2 {
+		t.Fatalf("%d sealed segments, want several", len(sealed))
+	}
+	var victim string
+	for _, name := range sealed[0].Replicas {
+		if name != "node-1" {
+			victim = name
+			break
+		}
+	}
+	var held []uint64
+	for _, s := range sealed {
+		if slices.Contains(s.Replicas, victim) {
+			held = append(held, s.ID)
+		}
+	}
+	tc.stop(tc.node(victim))
+
+	eventually(t, 60*time.Second, "every sealed segment "+victim+" held back at three replicas", func() error {
+		for _, s := range sealedSegments(t, n1.b, "heal") {
+			if slices.Contains(held, s.ID) && (len(s.Replicas) != 3 || slices.Contains(s.Replicas, victim)) {
+				return fmt.Errorf("segment %d has replicas %v", s.ID, s.Replicas)
+			}
+		}
+		return nil
+	})
+	for _, s := range sealedSegments(t, n1.b, "heal") {
+		if slices.Contains(held, s.ID) {
+			tc.checkCopiesWhole(s)
+		}
+	}
+	for _, nd := range tc.nodes {
+		if nd.b != nil {
+			checkRead(t, nd.b, "heal", want)
+		}
+	}
+
+	// Back from the dead, the node finds its copies superseded: it
+	// deletes them once the metadata confirms nothing lists them (S4).
+	back := tc.node(victim)
+	cfg := tc.config(back, []string{n1.gossip})
+	cfg.SegmentMaxBytes = 2 << 10
+	cfg.Cluster.Heal = broker.HealConfig{DeadAfter: time.Second, Interval: 100 * time.Millisecond, ScrubInterval: time.Hour}
+	tc.openHeal(back, cfg)
+	eventually(t, 30*time.Second, victim+"'s stale copies deleted", func() error {
+		for _, id := range held {
+			if back.b.HasLocalCopy(id) {
+				return fmt.Errorf("%s still holds segment %d", victim, id)
+			}
+		}
+		return nil
+	})
+	checkRead(t, back.b, "heal", want)
+}
+
+// flipMiddleByte flips one byte in the middle of the file at path.
+func flipMiddleByte(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := st.Size() / 2
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x40
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClusterScrubberReplacesADamagedCopy(t *testing.T) {
+	tc := startHealCluster(t, 4, 2<<10, broker.HealConfig{
+		DeadAfter: time.Hour, Interval: 100 * time.Millisecond,
+		ScrubInterval: 300 * time.Millisecond, ScrubRate: 64 << 20,
+	})
+	n1 := tc.nodes[0]
+	tc.createEverywhere(n1, "scrub", 1)
+	want := produceSealed(t, n1.b, "scrub", 40)
+	seg := sealedSegments(t, n1.b, "scrub")[0]
+	tc.checkCopiesWhole(seg)
+	var bad *clusterNode
+	for _, name := range seg.Replicas {
+		if name != "node-1" {
+			bad = tc.node(name)
+			break
+		}
+	}
+	flipMiddleByte(t, bad.b.SegmentLogPath(seg.ID))
+
+	// Until the copy is replaced, a read through the damaged node may
+	// fail, never answer other records than those produced.
+	eventually(t, 60*time.Second, fmt.Sprintf("segment %d replaced off node %d", seg.ID, bad.id), func() error {
+		readNeverWrong(t, bad.b, "scrub", want)
+		for _, s := range sealedSegments(t, n1.b, "scrub") {
+			if s.ID == seg.ID && (len(s.Replicas) != 3 || slices.Contains(s.Replicas, fmt.Sprintf("node-%d", bad.id))) {
+				return fmt.Errorf("replicas %v", s.Replicas)
+			}
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, "the damaged copy deleted", func() error {
+		if bad.b.HasLocalCopy(seg.ID) {
+			return fmt.Errorf("node %d still holds segment %d", bad.id, seg.ID)
+		}
+		return nil
+	})
+	for _, s := range sealedSegments(t, n1.b, "scrub") {
+		if s.ID == seg.ID {
+			tc.checkCopiesWhole(s)
+		}
+	}
+	for _, nd := range tc.nodes {
+		checkRead(t, nd.b, "scrub", want)
+	}
+}
+
+// readNeverWrong reads the topic through b once from its start: an error
+// is allowed (the copy refuses damaged batches), records that differ
+// from want are not.
+func readNeverWrong(t *testing.T, b *broker.Broker, topic string, want []string) {
+	t.Helper()
+	var cur *string
+	var got []string
+	for len(got) < len(want) {
+		p, err := b.Fetch(t.Context(), broker.FetchRequest{Topic: topic, Cursor: cur, Max: 1000})
+		if err != nil || len(p.Records) == 0 {
+			return
+		}
+		got = append(got, values(p.Records)...)
+		if len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
+			t.Fatalf("a read through a node with a damaged copy answered records that were never produced")
+		}
+		cur = p.Cursor
+	}
+}
+
+// With as many nodes as the factor, a damaged copy has nowhere to be
+// replaced: it is kept (S4), reported, and never served; reads through
+// its node answer the produced records from the other replicas.
+func TestClusterDamagedCopyWithNoSpareNodeIsKeptAndNotServed(t *testing.T) {
+	tc := startHealCluster(t, 3, 2<<10, broker.HealConfig{
+		DeadAfter: time.Hour, Interval: 100 * time.Millisecond,
+		ScrubInterval: 300 * time.Millisecond, ScrubRate: 64 << 20,
+	})
+	n1 := tc.nodes[0]
+	tc.createEverywhere(n1, "kept", 1)
+	want := produceSealed(t, n1.b, "kept", 40)
+	seg := sealedSegments(t, n1.b, "kept")[0]
+	bad := tc.node(seg.Replicas[len(seg.Replicas)-1])
+	flipMiddleByte(t, bad.b.SegmentLogPath(seg.ID))
+
+	eventually(t, 30*time.Second, "the damage reported and the plan short of a target", func() error {
+		h := bad.b.ClusterStatus().Heal
+		if h == nil || !slices.Contains(h.Damaged, broker.DamagedSegment{Segment: seg.ID, Node: bad.id}) {
+			return fmt.Errorf("damaged copies %+v", h)
+		}
+		if !slices.ContainsFunc(h.Problems, func(p broker.HealProblem) bool { return p.Segment == seg.ID && p.Problem == "no target" }) {
+			return fmt.Errorf("problems %+v", h.Problems)
+		}
+		return nil
+	})
+	checkRead(t, bad.b, "kept", want)
+	if !bad.b.HasLocalCopy(seg.ID) {
+		t.Fatalf("node %d deleted its only-replaceable copy of segment %d", bad.id, seg.ID)
+	}
+	for _, s := range sealedSegments(t, n1.b, "kept") {
+		if s.ID == seg.ID && !slices.Equal(s.Replicas, seg.Replicas) {
+			t.Fatalf("replicas %v, want %v unchanged", s.Replicas, seg.Replicas)
+		}
+	}
+	if v, err := bad.b.VerifyLocalCopy(seg.ID); err != nil || v.Whole() {
+		t.Fatalf("the damaged copy verifies %v (%v)", v, err)
+	}
+}
