@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/replica"
+	"github.com/malachi-log/malachi/internal/replication"
 	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/vfs"
 )
@@ -138,16 +139,17 @@ func TestRestartedFencedFollowerTakesTheNextSegment(t *testing.T) {
 	}
 }
 
-// W6: an append the old primary sent before the fence, queued in the
-// follower's store with its fsync held when the follower answered, lands
-// after the answer (Latch does not wait for it). The follower must not
-// vote for it: the old primary, alive, would otherwise count a quorum for
-// a record above the end the failover sealed.
-func TestFencedFollowerDoesNotVoteForAnAppendQueuedBeforeItsFence(t *testing.T) {
+// fencedWithQueuedAppend builds the shape both tests below start from:
+// node 1 (its commit timeout set) has three appends acked on segment 40,
+// then sends a fourth that node 3 queues with its fsync held while node 2
+// fences the copies; node 3's fsync is then released. It answers the
+// cluster, the old primary's pending answer and the fence's answer.
+func fencedWithQueuedAppend(t *testing.T, commitTimeout time.Duration) (*cluster, <-chan error, replication.Failover) {
+	t.Helper()
 	c := newCluster(t, 3, memFS)
 	n1, n2, n3 := c.nodes[1], c.nodes[2], c.nodes[3]
 	c.stop(n1)
-	c.startWith(n1, func(cfg *replica.Config) { cfg.CommitTimeout = 2 * time.Second })
+	c.startWith(n1, func(cfg *replica.Config) { cfg.CommitTimeout = commitTimeout })
 	c.open(40, 0, 1, 2, 3)
 	for _, v := range []string{"a", "b", "c"} {
 		_, ch := appendAsync(t, n1, 40, v)
@@ -169,14 +171,31 @@ func TestFencedFollowerDoesNotVoteForAnAppendQueuedBeforeItsFence(t *testing.T) 
 	}
 	n3.gate.release()
 	waitFor(t, "node 3's queued append to be durable", func() bool { return durableEnd(n3, 40) == 4 })
+	return c, ch, f
+}
+
+// oldPrimaryMustNotCount fails when the old primary's pending append was
+// acknowledged above the end the failover seals at (W6).
+func oldPrimaryMustNotCount(t *testing.T, ch <-chan error, f replication.Failover, what string) {
+	t.Helper()
 	select {
 	case err := <-ch:
 		if err == nil && f.End < 4 {
-			t.Fatalf("the old primary acknowledged offset 3 through a fenced follower; the failover seals at %d (W6)", f.End)
+			t.Fatalf("the old primary acknowledged offset 3 through a %s; the failover seals at %d (W6)", what, f.End)
 		}
 	case <-time.After(waitLimit):
 		t.Fatal("the old primary's append was never answered")
 	}
+}
+
+// W6: an append the old primary sent before the fence, queued in the
+// follower's store with its fsync held when the follower answered, lands
+// after the answer (Latch does not wait for it). The follower must not
+// vote for it: the old primary, alive, would otherwise count a quorum for
+// a record above the end the failover sealed.
+func TestFencedFollowerDoesNotVoteForAnAppendQueuedBeforeItsFence(t *testing.T) {
+	_, ch, f := fencedWithQueuedAppend(t, 2*time.Second)
+	oldPrimaryMustNotCount(t, ch, f, "fenced follower")
 }
 
 // W6: as above, and then the follower restarts before the old primary
@@ -184,42 +203,12 @@ func TestFencedFollowerDoesNotVoteForAnAppendQueuedBeforeItsFence(t *testing.T) 
 // durable, above its answer. It must still not vote for it when the old
 // primary sends it again.
 func TestRestartedFencedFollowerDoesNotVoteAboveItsAnswer(t *testing.T) {
-	c := newCluster(t, 3, memFS)
-	n1, n2, n3 := c.nodes[1], c.nodes[2], c.nodes[3]
-	c.stop(n1)
-	c.startWith(n1, func(cfg *replica.Config) { cfg.CommitTimeout = 3 * time.Second })
-	c.open(40, 0, 1, 2, 3)
-	for _, v := range []string{"a", "b", "c"} {
-		_, ch := appendAsync(t, n1, 40, v)
-		waitDone(t, ch)
-	}
-	waitFor(t, "node 3 to hold the acknowledged appends", func() bool { return durableEnd(n3, 40) == 3 })
-	c.net.Partition(1, 2)
-	n3.gate.hold()
-	_, ch := appendAsync(t, n1, 40, "queued")
-	waitFor(t, "node 3 to queue the append", func() bool {
-		q, _, _ := n3.store.Ends(storage.SegmentID(40))
-		return q == 4
-	})
-	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
-	defer cancel()
-	f, err := n2.host.FenceCopies(ctx, 40, []uint64{1, 2, 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n3.gate.release()
-	waitFor(t, "node 3's queued append to be durable", func() bool { return durableEnd(n3, 40) == 4 })
+	c, ch, f := fencedWithQueuedAppend(t, 3*time.Second)
+	n3 := c.nodes[3]
 	c.stop(n3) // a clean stop: the marker is kept
 	c.start(n3)
 	if in, err := n3.store.Info(storage.SegmentID(40)); err != nil || !in.Fenced || in.DurableEnd != 4 {
 		t.Fatalf("node 3's copy after the restart: %+v (%v), want fenced at 4", in, err)
 	}
-	select {
-	case err := <-ch:
-		if err == nil && f.End < 4 {
-			t.Fatalf("the old primary acknowledged offset 3 through a restarted fenced follower; the failover seals at %d (W6)", f.End)
-		}
-	case <-time.After(waitLimit):
-		t.Fatal("the old primary's append was never answered")
-	}
+	oldPrimaryMustNotCount(t, ch, f, "restarted fenced follower")
 }
