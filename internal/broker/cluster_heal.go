@@ -197,7 +197,7 @@ func (b *Broker) healPass(ctx context.Context) {
 	}
 	h := &b.cluster.heal
 	h.mu.Lock()
-	h.reports = plan.Reports
+	h.reports = slices.Clone(plan.Reports[:min(len(plan.Reports), maxHealListed)]) // status lists no more (B1)
 	h.mu.Unlock()
 	self := b.cluster.cfg.NodeID
 	planner := plannerOf(in.Live)
@@ -424,18 +424,31 @@ func (b *Broker) makeCopy(ctx context.Context, a heal.Assignment) error {
 
 // recordCopy adds this node to the segment's list, conditional on the
 // list it reads. When the list changed since the plan, it records only
-// if a plan on the new list still makes this node a target.
+// if a plan on the new list still makes this node a target. Once one
+// command was sent, a later refusal may be the answer to a repeat of a
+// command already applied (its answer lost, the repeat past the dedup
+// window) while this node's view still lags: the copy is then kept as
+// unknown, for collectUnlisted to delete after a barrier if the list
+// truly does not name it (S4).
 func (b *Broker) recordCopy(ctx context.Context, a heal.Assignment) recordOutcome {
 	self := clusterNodeName(b.cluster.cfg.NodeID)
+	sent := false
+	refused := func(id uint64) recordOutcome {
+		if !sent {
+			return recordRefused
+		}
+		b.keepUnknown(id)
+		return recordUnknown
+	}
 	for attempt := range maxRecordAttempts {
 		seg, ok := b.segmentByID(a.Seal.Segment)
 		switch {
 		case !ok:
-			return recordRefused
+			return recordRefused // the segment is gone: nothing can name the copy
 		case slices.Contains(seg.Replicas, self):
 			return recordDone
 		case (attempt > 0 || !slices.Equal(replicaIDs(seg), a.Replicas)) && !b.stillTarget(seg.ID):
-			return recordRefused
+			return refused(seg.ID)
 		}
 		_, err := b.apply(ctx, metadata.Command{Kind: metadata.KindSetSegmentReplicas, Segment: seg.ID,
 			Expect: seg.Replicas, Replicas: append(slices.Clone(seg.Replicas), self)})
@@ -444,16 +457,17 @@ func (b *Broker) recordCopy(ctx context.Context, a heal.Assignment) recordOutcom
 		case err == nil:
 			return recordDone
 		case errors.Is(err, metadata.ErrReplicasChanged):
+			sent = true
 			continue
 		case errors.As(err, &me):
-			return recordRefused
+			return refused(seg.ID)
 		}
 		b.keepUnknown(seg.ID)
 		b.log.Warn("heal: recording a copy got no answer; the copy is kept until the metadata shows it",
 			"segment", seg.ID, "err", err)
 		return recordUnknown
 	}
-	return recordRefused
+	return refused(a.Seal.Segment)
 }
 
 // stillTarget plans again on the current metadata and reports whether

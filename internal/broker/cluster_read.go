@@ -49,6 +49,12 @@ func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uin
 	d := b.data
 	nodes := b.readNodes(seg)
 	if d == nil || len(nodes) == 0 {
+		if replicated(seg) && b.holds(seg) {
+			// This node's copy was refused above (damaged, behind, or its
+			// watermark unknown) and no other copy is there to ask: an
+			// empty page would skip the segment (R3, T1).
+			return nil, from, ErrMetadataUnavailable
+		}
 		return nil, from, b.local(seg)
 	}
 	if err := d.reserveRead(); err != nil {

@@ -415,11 +415,13 @@ func (b *Broker) segmentByID(id uint64) (metadata.Segment, bool) {
 // must not serve reads, which would end early; one not cut yet serves
 // up to the seal only, see readBound).
 func (b *Broker) copyComplete(seg metadata.Segment) bool {
+	if !replicated(seg) {
+		// The only copy: its reads verify every batch and fail at a bad
+		// one, serving the good prefix; refusing it would hide it all.
+		return true
+	}
 	if b.copyDamaged(seg) {
 		return false // found damaged or missing: another replica serves (cluster_scrub.go)
-	}
-	if !replicated(seg) {
-		return true
 	}
 	if seg.Active {
 		_, ok := b.readBound(seg, 0)

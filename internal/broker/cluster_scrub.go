@@ -111,7 +111,10 @@ func (b *Broker) localSealedCopies() (copies []heal.LocalCopy, seals map[uint64]
 		id := uint64(info.ID)
 		seg, ok := b.segmentByID(id)
 		switch {
-		case !ok || seg.Active || !slices.Contains(seg.Replicas, self):
+		case !ok || seg.Active || !replicated(seg) || !slices.Contains(seg.Replicas, self):
+			// A single copy is not scrubbed: with no peer to repair it
+			// from, a damage mark would only hide its good prefix; its
+			// reads verify every batch (S1).
 		case info.Sealed:
 			copies = append(copies, heal.LocalCopy{Segment: id, Bytes: seg.Bytes})
 			seals[id] = sealOf(seg)
