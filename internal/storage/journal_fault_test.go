@@ -77,7 +77,7 @@ func TestJournalCheckpointDropsDeletedSegmentBeforeTombstoneDurable(t *testing.T
 	releasePrealloc := make(chan struct{})
 	releaseJournalSync := make(chan struct{})
 	var holdJournalSync atomic.Bool
-	var journalDirSyncs atomic.Int32
+	var file1Named atomic.Bool
 	fs := vfs.NewFaulty(mem, func(op vfs.Op, name string) error {
 		switch {
 		case op == vfs.OpWrite && strings.Contains(name, "prealloc-1"):
@@ -85,7 +85,12 @@ func TestJournalCheckpointDropsDeletedSegmentBeforeTombstoneDurable(t *testing.T
 		case op == vfs.OpSync && strings.HasSuffix(name, journalExt) && holdJournalSync.Load():
 			<-releaseJournalSync // the tombstone's round is not durable yet
 		case op == vfs.OpSyncDir && name == "/data/journal":
-			journalDirSyncs.Add(1)
+			// Counted once journal file 1 is named: the spare's
+			// preallocation syncs this directory too, at a time that
+			// depends on scheduling.
+			if _, err := mem.Stat("/data/journal/" + journalName(1)); err == nil {
+				file1Named.Store(true)
+			}
 		}
 		return nil
 	})
@@ -105,12 +110,12 @@ func TestJournalCheckpointDropsDeletedSegmentBeforeTombstoneDurable(t *testing.T
 	if err := s.AppendAsync(ctx, 5, span(t, 0, 3), func(err error) { acked <- err }); err != nil {
 		t.Fatal(err)
 	}
-	// Open preallocated the first file (a SyncDir of the journal directory)
-	// and opened it (another); the checkpoint goroutine is held writing the
-	// next spare (spare-prealloc-1). The round retires journal file 0: file
-	// 1 is created (a third SyncDir), then the hand-over to the checkpoint
-	// goroutine waits for the preallocation.
-	waitFor(t, "journal file 1", func() bool { return journalDirSyncs.Load() >= 3 })
+	// The checkpoint goroutine is held writing the next spare
+	// (spare-prealloc-1). The append's round is synced, then retires
+	// journal file 0: file 1 is named and the journal directory synced,
+	// then the hand-over to the checkpoint goroutine waits for the
+	// preallocation; only later rounds' syncs are held below.
+	waitFor(t, "journal file 1", file1Named.Load)
 	deleted := make(chan error, 1)
 	go func() { deleted <- s.Delete(5) }()
 	waitFor(t, "Delete to mark the segment gone", func() bool {
