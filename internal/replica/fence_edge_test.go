@@ -31,7 +31,11 @@ func fencedSetup(t *testing.T) (*cluster, map[uint64]*vfs.MemFS) {
 		_, ch := appendAsync(t, n1, 40, v)
 		waitDone(t, ch)
 	}
-	waitFor(t, "node 3 to hold the acknowledged appends", func() bool { return durableEnd(n3, 40) == 3 })
+	// A quorum is the primary and one follower: both followers are
+	// waited for, so either may seal at 3 below.
+	waitFor(t, "nodes 2 and 3 to hold the acknowledged appends", func() bool {
+		return durableEnd(n2, 40) == 3 && durableEnd(n3, 40) == 3
+	})
 	c.net.Partition(1, 2)
 	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
 	defer cancel()
