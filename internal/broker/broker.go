@@ -15,6 +15,7 @@ import (
 	"github.com/malachi-log/malachi/internal/clock"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/metastore"
+	"github.com/malachi-log/malachi/internal/retention"
 	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/storage/segment"
 	"github.com/malachi-log/malachi/internal/vfs"
@@ -44,6 +45,14 @@ type Config struct {
 	SegmentMaxAge time.Duration
 	// RollCheckInterval is how often the age roll is checked. Default 30 s.
 	RollCheckInterval time.Duration
+	// Retention is the node's value of storage policy fields
+	// (retention.Field* names) a topic's policy leaves unset; a field
+	// absent here is off, except the segment roll bounds, replication
+	// factor and placement, which default to what the node runs with.
+	Retention retention.Defaults
+	// RetentionInterval is how often the retention sweep runs; 0 means
+	// DefaultRetentionInterval.
+	RetentionInterval time.Duration
 	// FetchMaxBytes bounds the record bytes of one fetch page. Default
 	// 1 MiB: with at most 256 requests in flight per connection, a client
 	// that pipelines fetches and reads slowly pins at most ~256 MiB.
@@ -112,6 +121,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RollCheckInterval == 0 {
 		c.RollCheckInterval = 30 * time.Second
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = DefaultRetentionInterval
 	}
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = 1 << 20
@@ -424,15 +436,17 @@ func (b *Broker) apply(ctx context.Context, cmd metadata.Command) (metadata.Resu
 	return res, res.Err
 }
 
-// maintenanceLoop rolls segments by age, expires silent group members and
-// runs the range coordinator. It is the broker's only long-lived goroutine
+// maintenanceLoop rolls segments by age, expires silent group members,
+// runs the range coordinator and, every RetentionInterval, the retention
+// sweep. It is the broker's only long-lived goroutine
 // and exits when Close cancels ctx.
 func (b *Broker) maintenanceLoop(ctx context.Context) {
 	defer b.done.Done()
-	interval := b.cfg.RollCheckInterval
+	interval := min(b.cfg.RollCheckInterval, b.cfg.RetentionInterval)
 	if b.cfg.AutoSplit.enabled() {
 		interval = min(interval, b.cfg.AutoSplit.Interval)
 	}
+	nextSweep := b.cfg.Clock.Now().Add(b.cfg.RetentionInterval)
 	for {
 		t := b.cfg.Clock.NewTimer(interval)
 		select {
@@ -444,5 +458,11 @@ func (b *Broker) maintenanceLoop(ctx context.Context) {
 		b.rollAged()
 		b.expireMembers()
 		b.reshardTick(ctx)
+		if now := b.cfg.Clock.Now(); !now.Before(nextSweep) {
+			// ctx is the loop's own: a file goes only once the metadata
+			// answered, so a sweep Close cuts short leaves nothing half done.
+			b.sweepRetention(ctx)
+			nextSweep = now.Add(b.cfg.RetentionInterval)
+		}
 	}
 }

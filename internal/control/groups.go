@@ -56,16 +56,18 @@ type routing struct {
 	refused error
 }
 
-// route picks the group of a command: users, ACLs and the cluster id go
-// to the root; topic commands by name to the topic's vnode on the ring;
-// range and segment commands to the shard of their id.
+// route picks the group of a command: users, ACLs, the cluster id and
+// storage policies go to the root; topic commands (a topic's policy
+// binding too) by name to the topic's vnode on the ring; range and
+// segment commands to the shard of their id.
 func route(cmd *metadata.Command, ring placement.Ring) routing {
 	switch cmd.Kind {
 	case metadata.KindCreateUser, metadata.KindDeleteUser, metadata.KindSetPassword,
-		metadata.KindGrantACL, metadata.KindRevokeACL, metadata.KindInitCluster:
+		metadata.KindGrantACL, metadata.KindRevokeACL, metadata.KindInitCluster,
+		metadata.KindDefinePolicy, metadata.KindDeletePolicy:
 		return routing{group: RootGroup}
 	case metadata.KindCreateTopic, metadata.KindDeleteTopic, metadata.KindCommitOffsets,
-		metadata.KindSetOffsets, metadata.KindDeleteGroup:
+		metadata.KindSetOffsets, metadata.KindDeleteGroup, metadata.KindBindTopicPolicy:
 		return routing{group: VnodeGroup(ring.VnodeOf(cmd.Topic))}
 	case metadata.KindOpenSegment, metadata.KindSplitRange, metadata.KindMergeRanges, metadata.KindHoldRange:
 		return byID(cmd.Range, ring, metadata.ErrNoSuchRange)
@@ -89,4 +91,5 @@ func byID(id uint64, ring placement.Ring, missing metadata.Error) routing {
 var rootKinds = map[string]bool{
 	metadata.KindCreateUser: true, metadata.KindDeleteUser: true, metadata.KindSetPassword: true,
 	metadata.KindGrantACL: true, metadata.KindRevokeACL: true, metadata.KindInitCluster: true,
+	metadata.KindDefinePolicy: true, metadata.KindDeletePolicy: true,
 }

@@ -50,7 +50,7 @@ func listPackages(t *testing.T) []pkg {
 var pureForbidden = []string{"os", "net", "net/http", "os/exec", "sync", "time", "math/rand", "math/rand/v2",
 	module + "/internal/vfs", module + "/internal/clock", module + "/internal/storage"}
 
-var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement", "dataplane", "replication", "heal"}
+var purePackages = []string{"keyspace", "cursor", "metadata", "groups", "placement", "dataplane", "replication", "heal", "retention"}
 
 // internalPackages returns those of pkgs that are internal/<name> for
 // one of names.
@@ -267,9 +267,10 @@ func TestHealImports(t *testing.T) {
 
 // internal/sim runs the broker's state machines over a simulated
 // network, disk and clock in one goroutine: it may import the pure
-// packages, the batch format, the key hashing and vfs (for MemFS), and
-// nothing that does real I/O, reads a clock or starts goroutines.
-var simMayImport = []string{"internal/batch", "internal/keyspace", "internal/metadata", "internal/placement",
+// packages (internal/heal among them), the batch format, the key
+// hashing and vfs (for MemFS), and nothing that does real I/O, reads a
+// clock or starts goroutines.
+var simMayImport = []string{"internal/batch", "internal/heal", "internal/keyspace", "internal/metadata", "internal/placement",
 	"internal/replication", "internal/vfs"}
 
 func TestSimImports(t *testing.T) {
@@ -280,6 +281,21 @@ func TestSimImports(t *testing.T) {
 			}
 			if slices.Contains([]string{"time", "net", "os/exec", "sync"}, imp) {
 				t.Errorf("internal/sim imports %s: its time, network and order are simulated", imp)
+			}
+		}
+	}
+}
+
+// internal/retention (policy resolution and expiry planning) is pure and
+// reads only the metadata it is handed: the broker feeds it the segments
+// and proposes what it returns.
+var retentionMayImport = []string{"internal/metadata"}
+
+func TestRetentionImports(t *testing.T) {
+	for _, p := range internalPackages(listPackages(t), "retention") {
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") && !slices.Contains(retentionMayImport, strings.TrimPrefix(imp, module+"/")) {
+				t.Errorf("internal/retention imports %s; it may import only %s", imp, strings.Join(retentionMayImport, ", "))
 			}
 		}
 	}

@@ -31,6 +31,13 @@ const (
 	// KindMarkCopyDamaged records that Node's copy of a sealed segment is
 	// damaged or missing: planners count it out and heal around it.
 	KindMarkCopyDamaged = "mark_copy_damaged"
+	// KindDefinePolicy creates or replaces a storage policy (root group).
+	KindDefinePolicy = "define_policy"
+	// KindDeletePolicy removes a storage policy (root group).
+	KindDeletePolicy = "delete_policy"
+	// KindBindTopicPolicy binds a topic to a policy by name, or unbinds
+	// it (the topic's vnode).
+	KindBindTopicPolicy = "bind_topic_policy"
 )
 
 // Limits checked by Apply.
@@ -130,6 +137,17 @@ type Command struct {
 	// the limits the proposer asks Apply to hold this command to; nil sets
 	// none. See Quota for why limits travel in the command.
 	Quota *Quota `json:"quota,omitempty"`
+
+	// Policy names a storage policy: define_policy, delete_policy,
+	// bind_topic_policy ("" unbinds), create_topic (optional).
+	Policy string `json:"policy,omitempty"`
+	// PolicyFields (define_policy) is the policy's definition.
+	PolicyFields map[string]PolicyValue `json:"policy_fields,omitempty"`
+	// Force (delete_policy) deletes a policy topics are still bound to.
+	Force bool `json:"force,omitempty"`
+	// Reason (delete_segment) is why: ReasonOperator, ReasonRetention or
+	// ReasonTTL. The last two delete only the range's first segment.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Result is the output of Apply. Err is nil when the command took effect;

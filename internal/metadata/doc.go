@@ -18,7 +18,7 @@
 // fields answer ErrInvalidCommand. A refused command changes nothing, and
 // Apply never panics on any input.
 //
-//	create_topic   Topic, Bits, Ranges, Owner, ReplicationFactor -> TopicID, RangeIDs
+//	create_topic   Topic, Bits, Ranges, Owner, ReplicationFactor, Policy -> TopicID, RangeIDs
 //	    name 1..249 bytes of [A-Za-z0-9._-], not "." or ".." (invalid_topic_name);
 //	    Bits 1..32, 0 = 16 (invalid_keyspace_bits); Ranges a power of two
 //	    <= min(2^Bits, 1024), 0 = 1 (invalid_range_count); already_exists;
@@ -32,7 +32,11 @@
 //	seal_segment   Segment, End, Records, Bytes, MaxExpiry, ContentHash, Generation -> Sealed
 //	    no_such_segment; already_sealed (with the existing seal in Sealed, so
 //	    racing sealers converge); End >= Base and Records <= End-Base.
-//	delete_segment Segment -> Deleted   no_such_segment; segment_active.
+//	delete_segment Segment, Reason -> Deleted   no_such_segment; segment_active;
+//	    invalid_command (Reason not "", "retention" or "ttl"); segment_not_first
+//	    (a retention or ttl delete of any but the range's first segment).
+//	    The range records the span in Deleted (Skip unless "ttl") and, when
+//	    the segment was its first, raises Trimmed; WasDeleted remembers the id.
 //	set_segment_replicas Segment, Expect, Replicas -> SegmentID
 //	    invalid_command (Replicas empty, repeated, a name empty or over 255
 //	    bytes, more than MaxReplicas); no_such_segment; segment_active (only
@@ -76,6 +80,16 @@
 //	    invalid_topic_name for a pattern that is not a topic name, "prefix*" or "*".
 //	revoke_acl     User, Operation, Pattern    idempotent
 //	init_cluster   ClusterSecret, ClusterID    once; then already_exists
+//	define_policy  Policy, PolicyFields        invalid_policy; too_many_policies
+//	    (a new name past MaxPolicies). Creates or replaces; DefinedAt = Now.
+//	delete_policy  Policy, Force               no_such_policy; policy_in_use
+//	    (a topic of this state is bound to it and Force is not set)
+//	bind_topic_policy Topic, Policy ("" unbinds) -> TopicID   no_such_topic;
+//	    invalid_policy. The policy need not exist here (the root holds them).
+//
+// commit_offsets also counts, per group, the records deleted (not expired)
+// between a stored position and the one an entry advances it to
+// (GroupSkipped); a first commit and set_offsets count nothing.
 //
 // # Quotas
 //

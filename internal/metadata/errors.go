@@ -43,6 +43,17 @@ const (
 	// ErrReplicasChanged: set_segment_replicas named an Expect list that
 	// is no longer the segment's; read it again and re-plan.
 	ErrReplicasChanged Error = "replicas_changed"
+	// ErrInvalidPolicy: a policy name or definition is malformed.
+	ErrInvalidPolicy Error = "invalid_policy"
+	// ErrNoSuchPolicy: delete_policy of a policy that does not exist.
+	ErrNoSuchPolicy Error = "no_such_policy"
+	// ErrPolicyInUse: delete_policy without Force while a topic is bound.
+	ErrPolicyInUse Error = "policy_in_use"
+	// ErrTooManyPolicies: define_policy of a new policy past MaxPolicies.
+	ErrTooManyPolicies Error = "too_many_policies"
+	// ErrSegmentNotFirst: a retention or ttl delete_segment of a segment
+	// that is not the range's first; retention only trims the front.
+	ErrSegmentNotFirst Error = "segment_not_first"
 )
 
 // Errors lists every reason Apply can answer, for tables of wire reasons.
@@ -53,4 +64,5 @@ var Errors = []Error{
 	ErrSegmentActive, ErrAlreadySealed, ErrUserExists, ErrUserNotFound,
 	ErrInvalidPermissions, ErrInvalidOperation, ErrUnknownCommand, ErrInvalidCommand,
 	ErrQuotaExceeded, ErrNotFound, ErrLastAdmin, ErrRangeHeld, ErrReplicasChanged,
+	ErrInvalidPolicy, ErrNoSuchPolicy, ErrPolicyInUse, ErrTooManyPolicies, ErrSegmentNotFirst,
 }

@@ -18,10 +18,12 @@ func (s *State) commitOffsets(c *Command) Result {
 	if refused != "" {
 		return failed(refused)
 	}
-	merged := mergeEntries(tr.groups[c.Group], c.Entries)
+	stored := tr.groups[c.Group]
+	merged := mergeEntries(stored, c.Entries)
 	if len(merged) > MaxGroupEntries {
 		return failed(ErrInvalidCommand)
 	}
+	s.countSkips(tr, c.Group, stored, c.Entries)
 	tr.groups[c.Group] = merged
 	return Result{TopicID: tr.t.ID}
 }
@@ -75,6 +77,7 @@ func (s *State) deleteGroup(c *Command) Result {
 		return failed(ErrNotFound)
 	}
 	delete(tr.groups, c.Group)
+	delete(tr.skips, c.Group)
 	return Result{TopicID: tr.t.ID}
 }
 

@@ -18,7 +18,11 @@ import (
 //   - group entries are sorted, capped, and name ranges of their topic;
 //   - ids never exceed their counters, and a sharded state's counters and
 //     ids lie in its shard's block; ACLs belong to existing users;
-//   - the owner index counts exactly each owner's topics and their ranges.
+//   - the owner index counts exactly each owner's topics and their ranges;
+//   - policies are valid and canonical, at most MaxPolicies; deleted
+//     spans are ordered within [0, NextOffset] and at most
+//     MaxDeletedSpans; the deleted-id record is bounded and names only
+//     ids no longer held; skip counters belong to existing groups.
 func (s *State) CheckInvariants() error {
 	if len(s.byName) != len(s.topics) {
 		return fmt.Errorf("name index has %d topics, table %d", len(s.byName), len(s.topics))
@@ -46,12 +50,21 @@ func (s *State) CheckInvariants() error {
 	if err := s.checkShard(); err != nil {
 		return err
 	}
+	if err := s.checkPolicies(); err != nil {
+		return err
+	}
+	if err := s.checkDeletedIDs(); err != nil {
+		return err
+	}
 	return s.checkAccess()
 }
 
 func (s *State) checkTopic(tr *topicRec) error {
 	if tr.t.Bits < 1 || tr.t.Bits > MaxBits || tr.t.ID > s.lastTopic {
 		return fmt.Errorf("bad bits %d or id %d", tr.t.Bits, tr.t.ID)
+	}
+	if tr.t.Policy != "" && !validName(tr.t.Policy) {
+		return fmt.Errorf("bad policy name %q", tr.t.Policy)
 	}
 	if err := s.checkTiling(tr); err != nil {
 		return err
@@ -64,6 +77,9 @@ func (s *State) checkTopic(tr *topicRec) error {
 		if err := s.checkRange(rr); err != nil {
 			return fmt.Errorf("range %d: %w", id, err)
 		}
+	}
+	if err := checkSkips(tr); err != nil {
+		return err
 	}
 	return s.checkGroups(tr)
 }
@@ -102,6 +118,9 @@ func (s *State) checkRange(rr *rangeRec) error {
 		return fmt.Errorf("bad id or span [%d,%d)", r.Start, r.End)
 	}
 	if err := s.checkLineage(r); err != nil {
+		return err
+	}
+	if err := checkRetention(rr); err != nil {
 		return err
 	}
 	return s.checkSegments(rr)

@@ -157,8 +157,8 @@ func TestErrorsAreWireReasons(t *testing.T) {
 		}
 		seen[e] = true
 	}
-	if len(seen) != 26 {
-		t.Errorf("%d reasons, want 26", len(seen))
+	if len(seen) != 31 {
+		t.Errorf("%d reasons, want 31", len(seen))
 	}
 }
 
@@ -180,6 +180,10 @@ func FuzzApply(f *testing.F) {
 		`{"v":1,"k":"commit_offsets","group":"g","topic":"t","entries":[{"source":1,"slice_start":0,"slice_bits":2,"offset":5}]}`,
 		`{"v":1,"k":"grant_acl","user":"u","operation":"produce","pattern":"t*"}`,
 		`{"v":1,"k":"delete_topic","topic":"t"}`,
+		`{"v":1,"k":"define_policy","policy":"p","policy_fields":{"retention.max_age_ms":{"int":5},"spread_by":{"off":true}}}`,
+		`{"v":1,"k":"delete_policy","policy":"p","force":true}`,
+		`{"v":1,"k":"bind_topic_policy","topic":"t","policy":"p"}`,
+		`{"v":1,"k":"delete_segment","segment":1,"reason":"retention"}`,
 		`{"v":3,"k":"nope"}`,
 	} {
 		f.Add([]byte(s))

@@ -76,7 +76,37 @@ func checkModel(t *rapid.T, st *State) {
 		for _, r := range st.TopicRanges(tp.ID) {
 			checkLineageOrder(t, st, r, pos)
 			checkSegments(t, st, r)
+			checkSpans(t, r)
 		}
+		for _, g := range st.Groups(tp.ID) {
+			if _, _, ok := st.GroupSkipped(tp.Name, g); !ok {
+				t.Fatalf("topic %s: group %s has a position but no counter", tp.Name, g)
+			}
+		}
+	}
+	for _, p := range st.Policies() {
+		if fs, err := ValidatePolicy(p.Fields); err != nil || len(fs) != len(p.Fields) {
+			t.Fatalf("policy %s stored invalid: %v", p.Name, err)
+		}
+	}
+}
+
+// checkSpans: the spans lie below the range's live segments' data and
+// DeletedBetween over everything is the sum of the skip spans' records.
+func checkSpans(t *rapid.T, r Range) {
+	var sum uint64
+	bound := false
+	for _, sp := range r.Deleted {
+		if sp.Skip {
+			sum += sp.Records
+			bound = bound || sp.Bound
+		}
+	}
+	if n, b := r.DeletedBetween(0, r.NextOffset); n != sum || b != bound {
+		t.Fatalf("range %d: DeletedBetween(0, next) = %d,%v, spans say %d,%v", r.ID, n, b, sum, bound)
+	}
+	if len(r.Deleted) > 0 && r.Deleted[len(r.Deleted)-1].End > r.NextOffset {
+		t.Fatalf("range %d: a span ends past next offset", r.ID)
 	}
 }
 
@@ -148,7 +178,12 @@ func checkSegments(t *rapid.T, st *State, r Range) {
 // things that do not, so every refusal is exercised too.
 func genCommand(t *rapid.T, st *State, now int64) Command {
 	c := Command{V: Version, Now: now}
-	kind := rapid.IntRange(0, 13).Draw(t, "kind")
+	kind := rapid.IntRange(0, 18).Draw(t, "kind")
+	if kind > 13 {
+		genRetention(t, st, &c, kind)
+		c.Quota = genQuota(t)
+		return c
+	}
 	switch kind {
 	case 0:
 		genCreate(t, &c)
@@ -304,4 +339,58 @@ func genUnknown(t *rapid.T, c *Command) {
 		c.Kind = "bogus"
 	}
 	c.Topic, c.Range = "a", 1
+}
+
+var policyNames = []string{"p", "q", ""}
+
+// genRetention draws the policy, retention and seek commands.
+func genRetention(t *rapid.T, st *State, c *Command, kind int) {
+	c.Policy = rapid.SampledFrom(policyNames).Draw(t, "policy")
+	switch kind {
+	case 14:
+		c.Kind = KindDefinePolicy
+		c.PolicyFields = map[string]PolicyValue{}
+		for range rapid.IntRange(0, 3).Draw(t, "fields") {
+			name := rapid.SampledFrom([]string{FieldMaxAge, "retention.max_bytes", FieldReplicas,
+				FieldPlacement, FieldSpreadBy, "bogus"}).Draw(t, "field")
+			c.PolicyFields[name] = rapid.SampledFrom([]PolicyValue{{Off: true}, {Int: 0}, {Int: 3},
+				{Int: -1}, {Str: "hard", IsStr: true}}).Draw(t, "value")
+		}
+	case 15:
+		c.Kind, c.Force = KindDeletePolicy, rapid.Bool().Draw(t, "force")
+	case 16:
+		c.Kind = rapid.SampledFrom([]string{KindBindTopicPolicy, KindCreateTopic}).Draw(t, "bind_or_create")
+		c.Topic = rapid.SampledFrom(topicNames).Draw(t, "topic")
+	case 17:
+		c.Kind, c.Segment = KindDeleteSegment, pickSealed(t, st)
+		c.Reason = rapid.SampledFrom([]string{ReasonOperator, ReasonRetention, ReasonTTL, "x"}).Draw(t, "reason")
+	default:
+		genCommit(t, st, c)
+		c.Kind = rapid.SampledFrom([]string{KindCommitOffsets, KindSetOffsets, KindDeleteGroup}).Draw(t, "group_kind")
+	}
+}
+
+// pickSealed returns a sealed segment, most often the first of its range.
+func pickSealed(t *rapid.T, st *State) uint64 {
+	var firsts, all []uint64
+	for _, tp := range st.Topics() {
+		for _, r := range st.TopicRanges(tp.ID) {
+			for i, seg := range st.RangeSegments(r.ID) {
+				if seg.Active {
+					continue
+				}
+				all = append(all, seg.ID)
+				if i == 0 {
+					firsts = append(firsts, seg.ID)
+				}
+			}
+		}
+	}
+	switch {
+	case len(all) == 0:
+		return rapid.Uint64Range(0, st.lastSegment+1).Draw(t, "segment")
+	case len(firsts) > 0 && rapid.IntRange(0, 2).Draw(t, "first") > 0:
+		return rapid.SampledFrom(firsts).Draw(t, "segment")
+	}
+	return rapid.SampledFrom(all).Draw(t, "segment")
 }

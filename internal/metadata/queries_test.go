@@ -2,6 +2,8 @@ package metadata
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -20,6 +22,11 @@ var queries = map[string]query{
 	"users":    queryUsers,
 	"acls":     queryACLs,
 	"cluster":  queryCluster,
+	"policies": queryPolicies,
+	"bound":    queryBound,
+	"spans":    querySpans,
+	"skipped":  querySkipped,
+	"deleted":  queryDeleted,
 }
 
 func lines(ls []string) string {
@@ -46,6 +53,9 @@ func queryTopics(_ *testing.T, st *State, _ map[string]string) string {
 		line := fmt.Sprintf("topic %d %s bits=%d created=%d ranges=%v", tp.ID, tp.Name, tp.Bits, tp.CreatedAt, tp.Ranges)
 		if tp.Replicas != 0 {
 			line += fmt.Sprintf(" replicas=%d", tp.Replicas)
+		}
+		if tp.Policy != "" {
+			line += " policy=" + tp.Policy
 		}
 		out = append(out, line)
 	}
@@ -147,4 +157,58 @@ func TestCommitKeepsNarrowerFurtherEntries(t *testing.T) {
 	if got := st.GroupEntries("g", tp.ID); len(got) != 1 || got[0].Offset != 95 {
 		t.Fatalf("after a wider commit: %+v", got)
 	}
+}
+
+func queryPolicies(_ *testing.T, st *State, _ map[string]string) string {
+	var out []string
+	for _, p := range st.Policies() {
+		names := slices.Sorted(maps.Keys(p.Fields))
+		var fs []string
+		for _, n := range names {
+			v := p.Fields[n]
+			switch {
+			case v.Off:
+				fs = append(fs, n+"=off")
+			case v.IsStr:
+				fs = append(fs, fmt.Sprintf("%s=%q", n, v.Str))
+			default:
+				fs = append(fs, fmt.Sprintf("%s=%d", n, v.Int))
+			}
+		}
+		out = append(out, fmt.Sprintf("policy %s defined=%d %s", p.Name, p.DefinedAt, strings.Join(fs, " ")))
+	}
+	return lines(out)
+}
+
+func queryBound(_ *testing.T, st *State, f map[string]string) string {
+	return fmt.Sprint(st.TopicsBoundTo(f["policy"]))
+}
+
+func querySpans(t *testing.T, st *State, f map[string]string) string {
+	r, ok := st.Range(num(t, f["range"]))
+	if !ok {
+		return "no range"
+	}
+	out := []string{fmt.Sprintf("trimmed=%d", r.Trimmed)}
+	for _, sp := range r.Deleted {
+		out = append(out, fmt.Sprintf("[%d,%d) records=%d skip=%v bound=%v", sp.Base, sp.End, sp.Records, sp.Skip, sp.Bound))
+	}
+	if from, ok := f["from"]; ok {
+		n, bound := r.DeletedBetween(num(t, from), num(t, f["to"]))
+		out = append(out, fmt.Sprintf("between=%d bound=%v", n, bound))
+	}
+	return lines(out)
+}
+
+func querySkipped(_ *testing.T, st *State, f map[string]string) string {
+	n, bound, ok := st.GroupSkipped(f["topic"], f["group"])
+	return fmt.Sprintf("skipped=%d bound=%v ok=%v", n, bound, ok)
+}
+
+func queryDeleted(t *testing.T, st *State, f map[string]string) string {
+	var out []string
+	for id := range strings.SplitSeq(f["ids"], ",") {
+		out = append(out, fmt.Sprintf("%s=%v", id, st.WasDeleted(num(t, id))))
+	}
+	return strings.Join(out, " ")
 }

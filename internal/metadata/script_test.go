@@ -193,8 +193,42 @@ func parseAccess(t *testing.T, c *Command, k, v string) {
 	case "id":
 		c.ClusterID = v
 	default:
+		parsePolicy(t, c, k, v)
+	}
+}
+
+func parsePolicy(t *testing.T, c *Command, k, v string) {
+	switch k {
+	case "policy":
+		c.Policy = v
+	case "force":
+		c.Force = v == "true"
+	case "reason":
+		c.Reason = v
+	case "fields":
+		c.PolicyFields = parseFields(t, v)
+	default:
 		t.Fatalf("unknown field %q", k)
 	}
+}
+
+// parseFields reads name:off, name:123 or name:s:text, comma separated.
+func parseFields(t *testing.T, v string) map[string]PolicyValue {
+	m := make(map[string]PolicyValue)
+	for f := range strings.SplitSeq(v, ",") {
+		name, val, ok := strings.Cut(f, ":")
+		switch str, isStr := strings.CutPrefix(val, "s:"); {
+		case !ok:
+			t.Fatalf("policy field %q: want name:value", f)
+		case val == "off":
+			m[name] = PolicyValue{Off: true}
+		case isStr:
+			m[name] = PolicyValue{Str: str, IsStr: true}
+		default:
+			m[name] = PolicyValue{Int: int64(num(t, val))}
+		}
+	}
+	return m
 }
 
 // parseEntries reads source/start/bits/offset,...

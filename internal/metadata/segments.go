@@ -82,8 +82,14 @@ func (s *State) sealSegment(c *Command) Result {
 	return Result{SegmentID: seg.ID, Sealed: &sealed}
 }
 
-// deleteSegment: Segment, which must be sealed.
+// deleteSegment: Segment, which must be sealed, and Reason. A retention
+// or ttl delete takes only the range's first segment, so retention makes
+// holes only at the front. The range records the deleted span and the
+// state the id (WasDeleted).
 func (s *State) deleteSegment(c *Command) Result {
+	if !validReason(c.Reason) {
+		return failed(ErrInvalidCommand)
+	}
 	seg, ok := s.segments[c.Segment]
 	if !ok {
 		return failed(ErrNoSuchSegment)
@@ -92,8 +98,14 @@ func (s *State) deleteSegment(c *Command) Result {
 		return failed(ErrSegmentActive)
 	}
 	rr := s.ranges[seg.Range]
+	first := rr.segs[0] == seg
+	if c.Reason != ReasonOperator && !first {
+		return failed(ErrSegmentNotFirst)
+	}
 	rr.segs = slices.DeleteFunc(rr.segs, func(x *Segment) bool { return x == seg })
 	delete(s.segments, seg.ID)
+	rr.recordDeletion(seg, c.Reason, first)
+	s.deleted.add(seg.ID)
 	return Result{SegmentID: seg.ID, Deleted: []uint64{seg.ID}}
 }
 

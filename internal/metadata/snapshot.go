@@ -35,12 +35,20 @@ type image struct {
 	Groups        []groupRecord `json:"groups"`
 	Users         []User        `json:"users"`
 	ACLs          []ACL         `json:"acls"`
+	// Policies (sorted by name) and DeletedSegments (oldest first, the
+	// order eviction follows) are absent from older snapshots, and from
+	// states that never had them, whose bytes are thus unchanged.
+	Policies        []Policy `json:"policies,omitempty"`
+	DeletedSegments []uint64 `json:"deleted_segments,omitempty"`
 }
 
 type groupRecord struct {
 	Topic   uint64       `json:"topic"`
 	Group   string       `json:"group"`
 	Entries []GroupEntry `json:"entries"`
+	// Skipped and SkipBound are the group's skip counter (GroupSkipped).
+	Skipped   uint64 `json:"skipped,omitempty"`
+	SkipBound bool   `json:"skip_bound,omitempty"`
 }
 
 // Snapshot encodes the state deterministically (JSON with every table
@@ -90,11 +98,17 @@ func (s *State) export() *image {
 		LastSegment: s.lastSegment, LastUser: s.lastUser, Shard: s.shard, ClusterID: s.clusterID, ClusterSecret: slices.Clone(s.clusterSecret),
 		Topics: []Topic{}, Ranges: []Range{}, Segments: []Segment{}, Groups: []groupRecord{},
 		Users: s.Users(), ACLs: []ACL{},
+		DeletedSegments: slices.Clone(s.deleted.order),
+	}
+	if len(s.policies) > 0 {
+		img.Policies = s.Policies()
 	}
 	for _, tr := range s.topics {
 		img.Topics = append(img.Topics, tr.t.clone())
 		for g, es := range tr.groups {
-			img.Groups = append(img.Groups, groupRecord{Topic: tr.t.ID, Group: g, Entries: slices.Clone(es)})
+			sc := tr.skips[g]
+			img.Groups = append(img.Groups, groupRecord{Topic: tr.t.ID, Group: g, Entries: slices.Clone(es),
+				Skipped: sc.n, SkipBound: sc.bound})
 		}
 	}
 	for _, rr := range s.ranges {
@@ -124,7 +138,7 @@ func load(img *image) (*State, error) {
 	s.lastUser = img.LastUser
 	s.shard = img.Shard
 	s.clusterID, s.clusterSecret = img.ClusterID, img.ClusterSecret
-	steps := []func(*image) error{s.loadTopics, s.loadRanges, s.loadSegments, s.loadGroups, s.loadAccess}
+	steps := []func(*image) error{s.loadTopics, s.loadRanges, s.loadSegments, s.loadGroups, s.loadAccess, s.loadPolicies}
 	for _, step := range steps {
 		if err := step(img); err != nil {
 			return nil, err
@@ -139,7 +153,7 @@ func (s *State) loadTopics(img *image) error {
 		if t.ID == 0 || t.ID > s.lastTopic || s.topics[t.ID] != nil || s.byName[t.Name] != nil {
 			return fmt.Errorf("topic %d %q: bad or duplicate id or name", t.ID, t.Name)
 		}
-		tr := &topicRec{t: t, groups: make(map[string][]GroupEntry)}
+		tr := &topicRec{t: t, groups: make(map[string][]GroupEntry), skips: make(map[string]skipCount)}
 		s.topics[t.ID] = tr
 		s.byName[t.Name] = tr
 	}
@@ -202,6 +216,11 @@ func (s *State) loadGroups(img *image) error {
 			g.Entries = []GroupEntry{} // a group with an empty position still exists
 		}
 		tr.groups[g.Group] = g.Entries
+		if g.Skipped > 0 {
+			tr.skips[g.Group] = skipCount{n: g.Skipped, bound: g.SkipBound}
+		} else if g.SkipBound {
+			return fmt.Errorf("group %q: skip bound without a count", g.Group)
+		}
 	}
 	return nil
 }
@@ -222,6 +241,28 @@ func (s *State) loadAccess(img *image) error {
 			return fmt.Errorf("acl of unknown user %q", a.User)
 		}
 		s.acls[a.User] = append(s.acls[a.User], a)
+	}
+	return nil
+}
+
+// loadPolicies takes the policies and the deleted-id record; their
+// validity is CheckInvariants' to judge.
+func (s *State) loadPolicies(img *image) error {
+	if len(img.Policies) > MaxPolicies || len(img.DeletedSegments) > MaxDeletedIDs {
+		return fmt.Errorf("%d policies, %d deleted ids: over the bounds", len(img.Policies), len(img.DeletedSegments))
+	}
+	for i := range img.Policies {
+		p := img.Policies[i].clone()
+		if s.policies[p.Name] != nil {
+			return fmt.Errorf("policy %q: duplicate", p.Name)
+		}
+		s.policies[p.Name] = &p
+	}
+	for _, id := range img.DeletedSegments {
+		if s.deleted.set[id] {
+			return fmt.Errorf("deleted id %d: duplicate", id)
+		}
+		s.deleted.add(id)
 	}
 	return nil
 }

@@ -18,6 +18,8 @@ type State struct {
 	users    map[string]*User
 	acls     map[string][]ACL // by user, sorted
 	owners   map[string]usage // by Topic.Owner: what the owner's topics hold (no "" key)
+	policies map[string]*Policy
+	deleted  deletedIDs // the last MaxDeletedIDs deleted segment ids
 
 	clusterID     string
 	clusterSecret []byte
@@ -28,6 +30,7 @@ type topicRec struct {
 	t      Topic
 	active []*rangeRec             // active ranges sorted by Start; they tile the keyspace
 	groups map[string][]GroupEntry // committed positions by group, each sorted
+	skips  map[string]skipCount    // by group: records its commits passed after deletion (no zero entries)
 }
 
 // rangeRec is a range plus its segments.
@@ -47,6 +50,8 @@ func New() *State {
 		users:    make(map[string]*User),
 		acls:     make(map[string][]ACL),
 		owners:   make(map[string]usage),
+		policies: make(map[string]*Policy),
+		deleted:  deletedIDs{set: make(map[uint64]bool)},
 	}
 }
 
@@ -89,6 +94,8 @@ func (s *State) Apply(cmd Command) Result {
 		return s.setOffsets(c)
 	case KindDeleteGroup:
 		return s.deleteGroup(c)
+	case KindBindTopicPolicy:
+		return s.bindTopicPolicy(c)
 	}
 	return s.applyAccess(c)
 }
@@ -108,6 +115,10 @@ func (s *State) applyAccess(c *Command) Result {
 		return s.revokeACL(c)
 	case KindInitCluster:
 		return s.initCluster(c)
+	case KindDefinePolicy:
+		return s.definePolicy(c)
+	case KindDeletePolicy:
+		return s.deletePolicy(c)
 	}
 	return failed(ErrUnknownCommand)
 }

@@ -48,6 +48,9 @@ func (s *State) createTopic(c *Command) Result {
 	if c.ReplicationFactor < 0 || c.ReplicationFactor > MaxReplicas {
 		return failed(ErrInvalidCommand)
 	}
+	if c.Policy != "" && !validName(c.Policy) {
+		return failed(ErrInvalidPolicy)
+	}
 	if _, ok := s.byName[c.Topic]; ok {
 		return failed(ErrAlreadyExists)
 	}
@@ -56,8 +59,9 @@ func (s *State) createTopic(c *Command) Result {
 	}
 	tr := &topicRec{
 		t: Topic{ID: s.newTopicID(), Name: c.Topic, Bits: bits, CreatedAt: c.Now, Owner: c.Owner,
-			Replicas: c.ReplicationFactor},
+			Replicas: c.ReplicationFactor, Policy: c.Policy},
 		groups: make(map[string][]GroupEntry),
+		skips:  make(map[string]skipCount),
 	}
 	s.charge(tr.t.Owner, usage{topics: 1})
 	s.topics[tr.t.ID] = tr
@@ -95,5 +99,6 @@ func (s *State) deleteTopic(c *Command) Result {
 	delete(s.byName, tr.t.Name)
 	s.charge(tr.t.Owner, usage{topics: -1, ranges: -len(tr.t.Ranges)})
 	slices.Sort(freed)
+	s.deleted.add(freed...)
 	return Result{TopicID: tr.t.ID, Deleted: freed}
 }

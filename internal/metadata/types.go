@@ -20,6 +20,10 @@ type Topic struct {
 	// for the cluster's default. The node opening a segment clamps it to
 	// the live nodes.
 	Replicas int `json:"replicas,omitempty"`
+	// Policy is the storage policy the topic is bound to ("" for the
+	// node's defaults). The name may be undefined: policies live in the
+	// root group, and a topic bound to an unknown name expires nothing.
+	Policy string `json:"policy,omitempty"`
 }
 
 // Range is a buddy block [Start, End) of a topic's keyspace. An active range
@@ -49,6 +53,12 @@ type Range struct {
 	HeldUntil int64 `json:"held_until,omitempty"`
 	CreatedAt int64 `json:"created_at"`
 	SealedAt  int64 `json:"sealed_at,omitempty"`
+	// Deleted is what was deleted from the range, in offset order, so
+	// readers can be told what they missed (see DeletedSpan).
+	Deleted []DeletedSpan `json:"deleted,omitempty"`
+	// Trimmed is the end of the deleted prefix: every offset below it
+	// is gone.
+	Trimmed uint64 `json:"trimmed,omitempty"`
 }
 
 // Size is End - Start.
@@ -147,6 +157,7 @@ func (t Topic) clone() Topic {
 func (r Range) clone() Range {
 	r.Parents = slices.Clone(r.Parents)
 	r.Lineage = slices.Clone(r.Lineage)
+	r.Deleted = slices.Clone(r.Deleted)
 	return r
 }
 

@@ -68,24 +68,31 @@ func (r *DeleteTopicRequest) Decode(payload []byte) error {
 }
 
 // CreateTopicExRequest (key 67): str(topic) keyspace_bits:u8 ranges:u32
-// [replicas:u8]. Unlike v1 create_topic, Bits is honoured and the topic
-// starts with Ranges active ranges (a power of two); the answer is empty.
-// Replicas, the topic's replication factor, is sent only when not zero
-// (zero: the cluster's default), so a request without it is byte for
-// byte the original layout; a present zero is refused as malformed.
+// [replicas:u8 [str(policy)]]. Unlike v1 create_topic, Bits is honoured
+// and the topic starts with Ranges active ranges (a power of two); the
+// answer is empty. Replicas, the topic's replication factor, is sent only
+// when not zero (zero: the cluster's default) or when a policy follows,
+// so a request without either is byte for byte the original layout; a
+// present zero with nothing after it is refused as malformed. Policy
+// names the storage policy the topic is bound to ("" for none; a present
+// empty name is malformed).
 type CreateTopicExRequest struct {
 	Topic    *string
 	Bits     uint8
 	Ranges   uint32
 	Replicas uint8
+	Policy   string
 }
 
 func (CreateTopicExRequest) APIKey() uint16 { return KeyCreateTopicEx }
 
 func (r CreateTopicExRequest) AppendPayload(dst []byte) []byte {
 	dst = appendU32(appendU8(appendNStr(dst, r.Topic), r.Bits), r.Ranges)
-	if r.Replicas != 0 {
+	if r.Replicas != 0 || r.Policy != "" {
 		dst = appendU8(dst, r.Replicas)
+	}
+	if r.Policy != "" {
+		dst = appendString(dst, r.Policy)
 	}
 	return dst
 }
@@ -94,7 +101,12 @@ func (r *CreateTopicExRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = CreateTopicExRequest{Topic: d.nstr(), Bits: d.u8(), Ranges: d.u32()}
 	if d.err == nil && len(d.b) > 0 {
-		if r.Replicas = d.u8(); r.Replicas == 0 {
+		r.Replicas = d.u8()
+		if len(d.b) > 0 {
+			if r.Policy = d.name("policy name"); d.err == nil && r.Policy == "" {
+				d.fail("policy present and empty")
+			}
+		} else if r.Replicas == 0 {
 			d.fail("replicas present and zero")
 		}
 	}
@@ -139,21 +151,30 @@ func (r *MergeRangesRequest) Decode(payload []byte) error {
 	return d.finish("merge_ranges")
 }
 
-// DescribeGroupRequest (key 70): str(topic) str(group);
-// DescribeGroupResponse answers.
-type DescribeGroupRequest struct{ Topic, Group *string }
+// DescribeGroupRequest (key 70): str(topic) str(group) [flags:u8];
+// DescribeGroupResponse answers. Flags is sent only when not zero, so a
+// request without it is the original layout; FlagSkips asks the answer
+// to end with the group's skip count.
+type DescribeGroupRequest struct {
+	Topic, Group *string
+	Flags        uint8
+}
 
 func (DescribeGroupRequest) APIKey() uint16 { return KeyDescribeGroup }
 
 func (r DescribeGroupRequest) AppendPayload(dst []byte) []byte {
-	return appendNStr(appendNStr(dst, r.Topic), r.Group)
+	return appendFlags(appendNStr(appendNStr(dst, r.Topic), r.Group), r.Flags)
 }
 
 func (r *DescribeGroupRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = DescribeGroupRequest{Topic: d.nstr(), Group: d.nstr()}
+	r.Flags = d.flags()
 	return d.finish("describe_group")
 }
+
+// WantsSkips reports whether the request set FlagSkips.
+func (r DescribeGroupRequest) WantsSkips() bool { return r.Flags&FlagSkips != 0 }
 
 // ListGroupsRequest (key 71): str(topic); ListGroupsResponse answers.
 type ListGroupsRequest struct{ Topic *string }
@@ -330,14 +351,17 @@ func (r *MergeRangesResponse) Decode(payload []byte) error {
 }
 
 // DescribeGroupResponse answers describe_group (70): str(group)
-// str(cursor) lag:u64 list(RangeLag). Cursor is the committed cursor, nil
-// when the group has committed nothing; Lag is in records, summed over
-// Ranges.
+// str(cursor) lag:u64 list(RangeLag) [skipped:u64 bound:bool]. Cursor is
+// the committed cursor, nil when the group has committed nothing; Lag is
+// in records, summed over Ranges. Skips, present only when the request
+// set FlagSkips, counts the records the group's commits passed because
+// retention had deleted them.
 type DescribeGroupResponse struct {
 	Group  string
 	Cursor *string
 	Lag    uint64
 	Ranges []RangeLag
+	Skips  Skips
 }
 
 // RangeLag is one active range's lag in records: range:u64 lag:u64.
@@ -351,13 +375,14 @@ func (r DescribeGroupResponse) AppendPayload(dst []byte) []byte {
 	for _, rl := range r.Ranges {
 		dst = appendU64(appendU64(dst, rl.Range), rl.Lag)
 	}
-	return dst
+	return r.Skips.appendTo(dst)
 }
 
 func (r *DescribeGroupResponse) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = DescribeGroupResponse{Group: d.str(), Cursor: d.nstr(), Lag: d.u64()}
 	r.Ranges = list(&d, minRangeLagLen, func() RangeLag { return RangeLag{Range: d.u64(), Lag: d.u64()} })
+	r.Skips = d.skips()
 	return d.finish("describe_group response")
 }
 

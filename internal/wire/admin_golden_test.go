@@ -1,4 +1,5 @@
-// Golden frames for keys 64–84. These layouts are frozen once shipped,
+// Golden frames for keys 17–21 and 64–84, with the optional trailing
+// fields of version 2 of keys 67, 70, 82 and 83. These layouts are frozen once shipped,
 // like v1: the frames below (also quoted in docs/wire.md) must decode to
 // the listed values and the values must encode to the frames, byte for
 // byte. A change that breaks this test changes the protocol.
@@ -41,6 +42,26 @@ var adminGoldenRequests = []struct {
 		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("workers"), Window: 1000, MaxBytes: 1 << 20}},
 	{"0000002200540000000f01000000046447397201000000036170700100000006617070313233",
 		&SessionAuthRequest{Token: new("dG9r"), User: new("app"), Password: new("app123")}},
+	{"00000050001100000010010000000573686f72740003010000000a6d61785f6167655f6d7301000000000036ee80" +
+		"01000000096d61785f62797465730001000000097370726561645f627902000000047a6f6e65",
+		&DefinePolicyRequest{Name: "short", Fields: []PolicyField{
+			{Name: "max_age_ms", Value: PolicyValue{Int: 3600000}},
+			{Name: "max_bytes", Value: PolicyValue{Off: true}},
+			{Name: "spread_by", Value: PolicyValue{Str: "zone", IsStr: true}},
+		}}},
+	{"00000011001200000010010000000573686f727401", &DeletePolicyRequest{Name: "short", Force: true}},
+	{"00000006001300000010", &ListPoliciesRequest{}},
+	{"0000001b00140000001001000000066f7264657273010000000573686f7274", &BindTopicPolicyRequest{Topic: "orders", Policy: new("short")}},
+	{"0000001200140000001001000000066f726465727300", &BindTopicPolicyRequest{Topic: "orders"}},
+	{"0000001100150000001001000000066f7264657273", &GetTopicPolicyRequest{Topic: "orders"}},
+	{"0000002100430000001001000000066f7264657273100000000400010000000573686f7274",
+		&CreateTopicExRequest{Topic: new("orders"), Bits: 16, Ranges: 4, Policy: "short"}},
+	{"0000001e00460000001001000000066f72646572730100000007776f726b65727301",
+		&DescribeGroupRequest{Topic: new("orders"), Group: new("workers"), Flags: FlagSkips}},
+	{"0000002900520000001001000000066f726465727301000000045131565300000010000000000000000001f401",
+		&FetchBatchesRequest{Topic: new("orders"), Cursor: new("Q1VS"), MaxBytes: 1 << 20, WaitMs: 500, Flags: FlagSkips}},
+	{"0000002700530000001001000000066f72646572730100000007776f726b65727300000003e80010000001",
+		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("workers"), Window: 1000, MaxBytes: 1 << 20, Flags: FlagSkips}},
 }
 
 var adminGoldenResponses = []struct {
@@ -77,6 +98,22 @@ var adminGoldenResponses = []struct {
 		&FetchBatchesResponse{NextCursor: new("Q1VS"), Batches: []RangeBatch{{Range: 5, Batch: sampleBatch}}}},
 	{"000000180000000f00000100000004644739720000018bcfe5680001",
 		&SessionAuthResponse{Token: "dG9r", ExpiresMs: 1700000000000, Resumed: true}},
+	{"0000003600000010000000000001010000000573686f72740000018bcfe568000001010000000a6d61785f6167655f6d7301000000000036ee80",
+		&ListPoliciesResponse{Policies: []PolicyInfo{{Name: "short", DefinedAt: 1700000000000,
+			Fields: []PolicyField{{Name: "max_age_ms", Value: PolicyValue{Int: 3600000}}}}}}},
+	{"0000008100000010000001000000066f7264657273010000000573686f727401000000087265736f6c7665640001010000000a6d61785f6167" +
+		"655f6d7301000000000036ee800002010000000a6d61785f6167655f6d7301000000000036ee800100000006706f6c69637901000000096d" +
+		"61785f6279746573000100000006676c6f62616c",
+		&GetTopicPolicyResponse{Topic: "orders", Policy: new("short"), Resolution: "resolved",
+			Definition: []PolicyField{{Name: "max_age_ms", Value: PolicyValue{Int: 3600000}}},
+			Effective: []EffectiveField{
+				{Name: "max_age_ms", Value: PolicyValue{Int: 3600000}, Origin: "policy"},
+				{Name: "max_bytes", Value: PolicyValue{Off: true}, Origin: "global"},
+			}}},
+	{"000000280000001000000100000007776f726b65727300000000000000000700000000000000000000007800",
+		&DescribeGroupResponse{Group: "workers", Lag: 7, Skips: Skips{Asked: true, Count: 120}}},
+	{"0000001c0000001000000100000004513156530000000000000000000001f401",
+		&FetchBatchesResponse{NextCursor: new("Q1VS"), Skips: Skips{Asked: true, Count: 500, Bound: true}}},
 }
 
 // hintErrorGolden is a refusal of session_auth with a retry-after hint

@@ -63,7 +63,7 @@ func TestTruncatedAndTrailing(t *testing.T) {
 }
 
 func TestUnknownAPIKey(t *testing.T) {
-	for _, key := range []uint16{17, 21, 22, 63, 90, 0xFFFF} {
+	for _, key := range []uint16{22, 63, 90, 0xFFFF} {
 		if _, err := DecodeRequest(key, nil); !errors.Is(err, ErrUnknownAPIKey) {
 			t.Errorf("key %d: err = %v, want ErrUnknownAPIKey", key, err)
 		}
@@ -158,6 +158,15 @@ func badCases() []badCase {
 		{"absent required group", into(new(ListGroupsResponse)), payload(be32(1), absent())},
 		{"absent required reason", func(p []byte) error { _, err := DecodeError(p); return err }, absent()},
 		{"empty payload has a byte", decodeKey(KeyListUsers), oneByte(0)},
+		{"list_policies count", into(new(ListPoliciesResponse)), payload(lots(huge), zeros(10))},
+		{"list_policies field count", into(new(ListPoliciesResponse)), payload(be32(1), str("p"), be64(0), u16(0xFFFF), zeros(10))},
+		{"define_policy field count", decodeKey(KeyDefinePolicy), payload(str("p"), u16(0xFFFF), zeros(10))},
+		{"define_policy string length", decodeKey(KeyDefinePolicy), payload(str("p"), u16(1), str("f"), oneByte(policyStr), lots(huge), zeros(10))},
+		{"define_policy name length", decodeKey(KeyDefinePolicy), payload(oneByte(strPresent), lots(huge), zeros(10))},
+		{"get_topic_policy effective count", into(new(GetTopicPolicyResponse)), payload(str("t"), absent(), str("none"), u16(0), u16(0xFFFF), zeros(10))},
+		{"get_topic_policy absent resolution", into(new(GetTopicPolicyResponse)), payload(str("t"), absent(), absent(), u16(0), u16(0))},
+		{"fetch_batches flags 0", decodeKey(KeyFetchBatches), payload(absent(), absent(), absent(), absent(), zeros(12), oneByte(0))},
+		{"fetch_batches response bound 2", into(new(FetchBatchesResponse)), payload(absent(), emptyList(), be64(1), oneByte(2))},
 		{"second record truncated", decodeKey(KeyProduce), payload(str("t"), be32(2), record(absent()), zeros(16))},
 	}
 }

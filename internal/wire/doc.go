@@ -1,7 +1,8 @@
 // Package wire is the client protocol: frames, primitives, and the request
 // and response payload of every api key. Keys 0–16 are wire v1, accepted
-// byte for byte so the original clients keep working; keys 64–72 are this
-// broker's admin operations. docs/wire.md is the reference for client
+// byte for byte so the original clients keep working; keys 17–21 are the
+// storage policy operations (policy.go), numbered as the original numbers
+// them; keys 64 and up are this broker's own. docs/wire.md is the reference for client
 // authors; this comment is the reference for the code.
 //
 // # Frames

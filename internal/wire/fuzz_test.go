@@ -15,7 +15,7 @@ func addRequestSeeds(f *testing.F, add func(frame []byte)) {
 	for _, v := range loadVectors(f).Requests {
 		add(v.frame(f))
 	}
-	for i, r := range sampleRequests() {
+	for i, r := range append(sampleRequests(), extendedRequests()...) {
 		add(AppendRequestFrame(nil, uint32(i), r))
 	}
 }
@@ -81,6 +81,11 @@ func FuzzDecodeResponse(f *testing.F) {
 	kinds := sampleResponses()
 	for i, r := range kinds {
 		f.Add(uint8(i), r.AppendPayload(nil))
+		for _, ext := range extendedResponses() {
+			if reflect.TypeOf(ext) == reflect.TypeOf(r) {
+				f.Add(uint8(i), ext.AppendPayload(nil))
+			}
+		}
 	}
 	for _, v := range loadVectors(f).Responses {
 		_, _, payload, err := ParseResponse(v.frame(f)[LenPrefixSize:])

@@ -16,6 +16,7 @@ var allKeys = []uint16{
 	KeyAuth, KeyCreateTopic, KeyProduce, KeyFetch, KeyCommit, KeySubscribe, KeyStreamAck,
 	KeyLeaveGroup, KeyCreateUser, KeyDeleteUser, KeyChangePassword, KeyListUsers, KeyMTLSAuth,
 	KeyTokenAuth, KeyGrantACL, KeyRevokeACL, KeyListACLs,
+	KeyDefinePolicy, KeyDeletePolicy, KeyListPolicies, KeyBindTopicPolicy, KeyGetTopicPolicy,
 	KeyListTopics, KeyDescribeTopic, KeyDeleteTopic, KeyCreateTopicEx, KeySplitRange,
 	KeyMergeRanges, KeyDescribeGroup, KeyListGroups, KeyStatus, KeyEndCursor,
 	KeyCursorAtTime, KeyGroupSeek, KeyGroupDelete, KeyDescribeGroupMembers, KeyCursorFromEnd,
@@ -57,6 +58,11 @@ func sampleRequests() []Request {
 		&GrantACLRequest{User: new("alice"), Operation: new("consume"), Pattern: new("orders.*")},
 		&RevokeACLRequest{User: new("alice"), Operation: nil, Pattern: new("")},
 		&ListACLsRequest{User: nil},
+		&DefinePolicyRequest{Name: "short", Fields: samplePolicyFields()},
+		&DeletePolicyRequest{Name: "short", Force: true},
+		&ListPoliciesRequest{},
+		&BindTopicPolicyRequest{Topic: "orders", Policy: new("short")},
+		&GetTopicPolicyRequest{Topic: "orders"},
 		&ListTopicsRequest{},
 		&DescribeTopicRequest{Topic: new("orders")},
 		&DeleteTopicRequest{Topic: new("")},
@@ -94,6 +100,16 @@ func sampleResponses() []responseDecoder {
 		&TokenResponse{Token: "c2Vzc2lvbi10b2tlbg"},
 		&CountResponse{Count: 3},
 		&FetchResponse{Records: sampleRecords(), NextCursor: new("Q1VSU09S")},
+		&ListPoliciesResponse{Policies: []PolicyInfo{
+			{Name: "short", DefinedAt: 1_700_000_000_000, Fields: samplePolicyFields()},
+			{Name: "", DefinedAt: math.MaxUint64},
+		}},
+		&GetTopicPolicyResponse{Topic: "orders", Policy: new("short"), Resolution: "resolved",
+			Definition: samplePolicyFields(), Effective: []EffectiveField{
+				{Name: "max_age_ms", Value: PolicyValue{Int: 60000}, Origin: "policy"},
+				{Name: "max_bytes", Value: PolicyValue{Off: true}, Origin: "global"},
+				{Name: "spread_by", Value: PolicyValue{Str: "zone", IsStr: true}, Origin: "global"},
+			}},
 		&ListUsersResponse{Users: []UserEntry{{User: "alice", Perms: []string{"produce", ""}}, {User: "", Perms: nil}}},
 		&ListACLsResponse{ACLs: []ACLEntry{{Operation: "consume", Resource: "orders.*"}}},
 		&ListTopicsResponse{Topics: []TopicSummary{{Name: "orders", Bits: 16, ActiveRanges: 2, Ranges: 3, Segments: 4, Records: 5, Bytes: 6}}},
@@ -141,5 +157,44 @@ func sampleResponses() []responseDecoder {
 				{Group: 2, Name: "vnode-0", Voters: []uint64{1, 2, 3}, Target: []uint64{1, 4, 5}, Add: []uint64{4, 5}, Remove: []uint64{2, 3}, Leader: 1, NewLeader: 4},
 				{Group: 3, Name: "vnode-1", Voters: []uint64{1, 2, 3}, Target: []uint64{1, 2, 3}, Leader: 1, Held: "voters [1 2 3] would have no live quorum"},
 			}},
+	}
+}
+
+// samplePolicyFields has a value of every kind, an empty string and the
+// extremes of a bound.
+func samplePolicyFields() []PolicyField {
+	return []PolicyField{
+		{Name: "max_age_ms", Value: PolicyValue{Int: 60000}},
+		{Name: "max_bytes", Value: PolicyValue{Off: true}},
+		{Name: "max_records", Value: PolicyValue{Int: 0}},
+		{Name: "segment_max_bytes", Value: PolicyValue{Int: math.MaxInt64}},
+		{Name: "default_ttl_ms", Value: PolicyValue{Int: math.MinInt64}},
+		{Name: "spread_by", Value: PolicyValue{Str: "zone", IsStr: true}},
+		{Name: "placement", Value: PolicyValue{Str: "", IsStr: true}},
+	}
+}
+
+// extendedRequests are requests in the layouts that grew optional
+// trailing fields, with those fields present. They are kept out of
+// sampleRequests because a payload cut just before its optional fields is
+// a valid shorter request.
+func extendedRequests() []Request {
+	return []Request{
+		&CreateTopicExRequest{Topic: new("orders"), Bits: 16, Ranges: 4, Replicas: 3, Policy: "short"},
+		&CreateTopicExRequest{Topic: new("orders"), Bits: 16, Ranges: 4, Policy: "short"},
+		&DescribeGroupRequest{Topic: new("orders"), Group: new("g"), Flags: FlagSkips},
+		&FetchBatchesRequest{Topic: new("orders"), Group: new("g"), MaxBytes: 1 << 20, Flags: FlagSkips},
+		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("g"), Window: 100, Flags: FlagSkips},
+		&BindTopicPolicyRequest{Topic: "orders", Policy: nil},
+	}
+}
+
+// extendedResponses are answers with their optional skip report.
+func extendedResponses() []responseDecoder {
+	return []responseDecoder{
+		&DescribeGroupResponse{Group: "g", Lag: 1, Skips: Skips{Asked: true, Count: 42, Bound: true}},
+		&FetchBatchesResponse{NextCursor: new("Q1VSU09S"), Batches: []RangeBatch{{Range: 2, Batch: sampleBatch}},
+			Skips: Skips{Asked: true, Count: math.MaxUint64}},
+		&FetchBatchesResponse{NextCursor: new("Q1VSU09S"), Skips: Skips{Asked: true}},
 	}
 }

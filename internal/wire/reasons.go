@@ -81,6 +81,13 @@ const (
 	ReasonUnroutable          = "unroutable"
 	ReasonInsufficientDomains = "insufficient_domains"
 	ReasonInternalError       = "internal_error"
+
+	// Storage policies and retention.
+	ReasonInvalidPolicy   = "invalid_policy"
+	ReasonNoSuchPolicy    = "no_such_policy"
+	ReasonPolicyInUse     = "policy_in_use"
+	ReasonTooManyPolicies = "too_many_policies"
+	ReasonSegmentNotFirst = "segment_not_first"
 )
 
 // ReasonInfo describes one reason.
@@ -171,6 +178,12 @@ var Reasons = map[string]ReasonInfo{
 	ReasonUnroutable:          {false, "No active range covers the record's key. A server bug; report it."},
 	ReasonInsufficientDomains: {false, "Placement cannot satisfy the topic's failure-domain constraints; an operator must add capacity or relax them."},
 	ReasonInternalError:       {false, "An unexpected server error; the request may or may not have taken effect."},
+
+	ReasonInvalidPolicy:   {false, "A policy definition is not acceptable: an unknown field name, a value of the wrong kind, a negative or out-of-range bound, off for replicas, min_domains or placement, a field named twice, more than 32 fields, or a name that is not a valid name. Nothing changed."},
+	ReasonNoSuchPolicy:    {false, "No policy of that name is defined (delete_policy, or binding a topic to an undefined name)."},
+	ReasonPolicyInUse:     {false, "delete_policy without force of a policy still bound to a topic. Unbind the topics, or delete with force: bound topics then expire nothing until bound again."},
+	ReasonTooManyPolicies: {false, "The cluster already holds the most policies it may (1,024); delete one first."},
+	ReasonSegmentNotFirst: {false, "A deletion by retention or TTL named a segment that is not the first sealed segment of its range: retention removes data only from the front. Nothing changed; the next sweep sees the current segments."},
 }
 
 // IsRetriable reports whether a client should retry a request that failed

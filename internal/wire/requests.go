@@ -2,8 +2,10 @@ package wire
 
 import "fmt"
 
-// API keys. Keys 0–16 are wire v1 and frozen byte for byte; 17–63 are
-// reserved; 64 and up are this broker's own, laid out in docs/wire.md.
+// API keys. Keys 0–16 are wire v1 and frozen byte for byte; 17–21 are the
+// storage policy keys, numbered as the original protocol numbers them;
+// 22–63 are reserved; 64 and up are this broker's own, laid out in
+// docs/wire.md.
 const (
 	KeyAuth           uint16 = 0
 	KeyCreateTopic    uint16 = 1
@@ -22,6 +24,12 @@ const (
 	KeyGrantACL       uint16 = 14
 	KeyRevokeACL      uint16 = 15
 	KeyListACLs       uint16 = 16
+
+	KeyDefinePolicy    uint16 = 17
+	KeyDeletePolicy    uint16 = 18
+	KeyListPolicies    uint16 = 19
+	KeyBindTopicPolicy uint16 = 20
+	KeyGetTopicPolicy  uint16 = 21
 
 	KeyListTopics    uint16 = 64
 	KeyDescribeTopic uint16 = 65
@@ -62,7 +70,9 @@ var keyNames = map[uint16]string{
 	KeyLeaveGroup: "leave_group", KeyCreateUser: "create_user", KeyDeleteUser: "delete_user",
 	KeyChangePassword: "change_password", KeyListUsers: "list_users", KeyMTLSAuth: "mtls_auth",
 	KeyTokenAuth: "token_auth", KeyGrantACL: "grant_acl", KeyRevokeACL: "revoke_acl",
-	KeyListACLs:   "list_acls",
+	KeyListACLs:     "list_acls",
+	KeyDefinePolicy: "define_policy", KeyDeletePolicy: "delete_policy", KeyListPolicies: "list_policies",
+	KeyBindTopicPolicy: "bind_topic_policy", KeyGetTopicPolicy: "get_topic_policy",
 	KeyListTopics: "list_topics", KeyDescribeTopic: "describe_topic", KeyDeleteTopic: "delete_topic",
 	KeyCreateTopicEx: "create_topic_ex", KeySplitRange: "split_range", KeyMergeRanges: "merge_ranges",
 	KeyDescribeGroup: "describe_group", KeyListGroups: "list_groups", KeyStatus: "status", KeyEndCursor: "end_cursor",
@@ -139,7 +149,7 @@ func newRequest(key uint16) requestDecoder {
 	case KeyListACLs:
 		return new(ListACLsRequest)
 	}
-	return newAdminRequest(key)
+	return newPolicyRequest(key)
 }
 
 // DecodeRequest decodes the payload of a request with the given api key.

@@ -101,19 +101,31 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	KeyChangePassword: req(func(t *rapid.T) Request {
 		return &ChangePasswordRequest{User: genNStr.Draw(t, "user"), NewPassword: genNStr.Draw(t, "password")}
 	}),
-	KeyListUsers:  rapid.Just[Request](&ListUsersRequest{}),
-	KeyMTLSAuth:   rapid.Just[Request](&MTLSAuthRequest{}),
-	KeyTokenAuth:  req(func(t *rapid.T) Request { return &TokenAuthRequest{JWT: genNStr.Draw(t, "jwt")} }),
-	KeyGrantACL:   req(func(t *rapid.T) Request { g := genACL(t); return (*GrantACLRequest)(&g) }),
-	KeyRevokeACL:  req(func(t *rapid.T) Request { g := genACL(t); return (*RevokeACLRequest)(&g) }),
-	KeyListACLs:   req(func(t *rapid.T) Request { return &ListACLsRequest{User: genNStr.Draw(t, "user")} }),
-	KeyListTopics: rapid.Just[Request](&ListTopicsRequest{}),
+	KeyListUsers: rapid.Just[Request](&ListUsersRequest{}),
+	KeyMTLSAuth:  rapid.Just[Request](&MTLSAuthRequest{}),
+	KeyTokenAuth: req(func(t *rapid.T) Request { return &TokenAuthRequest{JWT: genNStr.Draw(t, "jwt")} }),
+	KeyGrantACL:  req(func(t *rapid.T) Request { g := genACL(t); return (*GrantACLRequest)(&g) }),
+	KeyRevokeACL: req(func(t *rapid.T) Request { g := genACL(t); return (*RevokeACLRequest)(&g) }),
+	KeyListACLs:  req(func(t *rapid.T) Request { return &ListACLsRequest{User: genNStr.Draw(t, "user")} }),
+	KeyDefinePolicy: req(func(t *rapid.T) Request {
+		return &DefinePolicyRequest{Name: genName.Draw(t, "name"), Fields: genPolicyFields(t)}
+	}),
+	KeyDeletePolicy: req(func(t *rapid.T) Request {
+		return &DeletePolicyRequest{Name: genName.Draw(t, "name"), Force: genBool.Draw(t, "force")}
+	}),
+	KeyListPolicies: rapid.Just[Request](&ListPoliciesRequest{}),
+	KeyBindTopicPolicy: req(func(t *rapid.T) Request {
+		return &BindTopicPolicyRequest{Topic: genString.Draw(t, "topic"), Policy: rapid.Ptr(genName, true).Draw(t, "policy")}
+	}),
+	KeyGetTopicPolicy: req(func(t *rapid.T) Request { return &GetTopicPolicyRequest{Topic: genString.Draw(t, "topic")} }),
+	KeyListTopics:     rapid.Just[Request](&ListTopicsRequest{}),
 	KeyDescribeTopic: req(func(t *rapid.T) Request {
 		return &DescribeTopicRequest{Topic: genNStr.Draw(t, "topic")}
 	}),
 	KeyDeleteTopic: req(func(t *rapid.T) Request { return &DeleteTopicRequest{Topic: genNStr.Draw(t, "topic")} }),
 	KeyCreateTopicEx: req(func(t *rapid.T) Request {
-		return &CreateTopicExRequest{Topic: genNStr.Draw(t, "topic"), Bits: genU8.Draw(t, "bits"), Ranges: genU32.Draw(t, "ranges"), Replicas: genU8.Draw(t, "replicas")}
+		return &CreateTopicExRequest{Topic: genNStr.Draw(t, "topic"), Bits: genU8.Draw(t, "bits"), Ranges: genU32.Draw(t, "ranges"),
+			Replicas: genU8.Draw(t, "replicas"), Policy: genOptName.Draw(t, "policy")}
 	}),
 	KeySplitRange: req(func(t *rapid.T) Request {
 		return &SplitRangeRequest{Topic: genNStr.Draw(t, "topic"), Range: genU64.Draw(t, "range")}
@@ -122,7 +134,7 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 		return &MergeRangesRequest{Topic: genNStr.Draw(t, "topic"), A: genU64.Draw(t, "a"), B: genU64.Draw(t, "b")}
 	}),
 	KeyDescribeGroup: req(func(t *rapid.T) Request {
-		return &DescribeGroupRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group")}
+		return &DescribeGroupRequest{Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Flags: genFlags.Draw(t, "flags")}
 	}),
 	KeyListGroups: req(func(t *rapid.T) Request { return &ListGroupsRequest{Topic: genNStr.Draw(t, "topic")} }),
 	KeyStatus:     rapid.Just[Request](&StatusRequest{}),
@@ -151,7 +163,7 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 		return &FetchBatchesRequest{
 			Topic: genNStr.Draw(t, "topic"), Cursor: genNStr.Draw(t, "cursor"), Group: genNStr.Draw(t, "group"),
 			Member: genNStr.Draw(t, "member"), MaxBytes: genU32.Draw(t, "bytes"), MaxRecords: genU32.Draw(t, "records"),
-			WaitMs: genU32.Draw(t, "wait"),
+			WaitMs: genU32.Draw(t, "wait"), Flags: genFlags.Draw(t, "flags"),
 		}
 	}),
 	KeySessionAuth: req(func(t *rapid.T) Request {
@@ -169,7 +181,7 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	KeySubscribeBatches: req(func(t *rapid.T) Request {
 		return &SubscribeBatchesRequest{
 			Topic: genNStr.Draw(t, "topic"), Group: genNStr.Draw(t, "group"), Member: genNStr.Draw(t, "member"),
-			Window: genU32.Draw(t, "window"), MaxBytes: genU32.Draw(t, "bytes"),
+			Window: genU32.Draw(t, "window"), MaxBytes: genU32.Draw(t, "bytes"), Flags: genFlags.Draw(t, "flags"),
 		}
 	}),
 	KeyClusterStatus: rapid.Just[Request](&ClusterStatusRequest{}),
@@ -177,6 +189,41 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	KeyClusterRebalance: req(func(t *rapid.T) Request {
 		return &ClusterRebalanceRequest{Apply: genBool.Draw(t, "apply")}
 	}),
+}
+
+// Policy generators draw only what the decoders accept: names up to
+// MaxPolicyNameLen bytes, string values up to MaxPolicyStringLen, at most
+// MaxPolicyFields fields, and values in their canonical form.
+var (
+	genName    = rapid.StringOfN(rapid.Rune(), 0, 40, MaxPolicyNameLen)
+	genOptName = rapid.OneOf(rapid.Just(""), rapid.StringOfN(rapid.Rune(), 1, 40, MaxPolicyNameLen))
+	genFlags   = rapid.SampledFrom([]uint8{0, FlagSkips})
+	genSkips   = rapid.Custom(func(t *rapid.T) Skips {
+		if !genBool.Draw(t, "asked") {
+			return Skips{}
+		}
+		return Skips{Asked: true, Count: genU64.Draw(t, "count"), Bound: genBool.Draw(t, "bound")}
+	})
+	genPolicyValue = rapid.Custom(func(t *rapid.T) PolicyValue {
+		switch rapid.IntRange(0, 2).Draw(t, "kind") {
+		case 0:
+			return PolicyValue{Off: true}
+		case 1:
+			return PolicyValue{Int: rapid.Int64().Draw(t, "int")}
+		default:
+			return PolicyValue{Str: rapid.StringOfN(rapid.Rune(), 0, 40, MaxPolicyStringLen).Draw(t, "str"), IsStr: true}
+		}
+	})
+)
+
+func genPolicyFields(t *rapid.T) []PolicyField {
+	fs := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) PolicyField {
+		return PolicyField{Name: genName.Draw(t, "field"), Value: genPolicyValue.Draw(t, "value")}
+	}), 0, MaxPolicyFields).Draw(t, "fields")
+	if len(fs) == 0 {
+		return nil
+	}
+	return fs
 }
 
 var genRangeBatch = rapid.Custom(func(t *rapid.T) RangeBatch {
@@ -310,6 +357,7 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 			Ranges: listOf(t, "ranges", rapid.Custom(func(t *rapid.T) RangeLag {
 				return RangeLag{Range: genU64.Draw(t, "range"), Lag: genU64.Draw(t, "lag")}
 			})),
+			Skips: genSkips.Draw(t, "skips"),
 		}
 	}),
 	resp(func(t *rapid.T) responseDecoder {
@@ -324,6 +372,21 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 		}
 	}),
 	resp(func(t *rapid.T) responseDecoder { return &CursorResponse{Cursor: genNStr.Draw(t, "cursor")} }),
+	resp(func(t *rapid.T) responseDecoder {
+		return &ListPoliciesResponse{Policies: listOf(t, "policies", rapid.Custom(func(t *rapid.T) PolicyInfo {
+			return PolicyInfo{Name: genName.Draw(t, "name"), DefinedAt: genU64.Draw(t, "at"), Fields: genPolicyFields(t)}
+		}))}
+	}),
+	resp(func(t *rapid.T) responseDecoder {
+		eff := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) EffectiveField {
+			return EffectiveField{Name: genName.Draw(t, "name"), Value: genPolicyValue.Draw(t, "value"), Origin: genName.Draw(t, "origin")}
+		}), 0, MaxPolicyFields).Draw(t, "effective")
+		if len(eff) == 0 {
+			eff = nil
+		}
+		return &GetTopicPolicyResponse{Topic: genString.Draw(t, "topic"), Policy: rapid.Ptr(genName, true).Draw(t, "policy"),
+			Resolution: genName.Draw(t, "resolution"), Definition: genPolicyFields(t), Effective: eff}
+	}),
 	resp(func(t *rapid.T) responseDecoder {
 		return &APIVersionsResponse{
 			Keys: listOf(t, "keys", rapid.Custom(func(t *rapid.T) KeyVersion {
@@ -342,7 +405,7 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 		return &ProduceBatchesResponse{Count: genU32.Draw(t, "count"), Rerouted: genU32.Draw(t, "rerouted")}
 	}),
 	resp(func(t *rapid.T) responseDecoder {
-		return &FetchBatchesResponse{NextCursor: genNStr.Draw(t, "cursor"), Batches: listOf(t, "batches", genRangeBatch)}
+		return &FetchBatchesResponse{NextCursor: genNStr.Draw(t, "cursor"), Batches: listOf(t, "batches", genRangeBatch), Skips: genSkips.Draw(t, "skips")}
 	}),
 	resp(func(t *rapid.T) responseDecoder {
 		return &StatusResponse{

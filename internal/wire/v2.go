@@ -16,16 +16,26 @@ type KeyVersion struct {
 	Min, Max uint16
 }
 
-// Versions lists every key this package encodes, ascending, each at
-// version 1. A server answers api_versions with the keys it serves.
+// Versions lists every key this package encodes, ascending. A server
+// answers api_versions with the keys it serves.
 func Versions() []KeyVersion {
 	out := make([]KeyVersion, 0, len(keyNames))
 	for k := uint16(0); k < 1<<10; k++ {
 		if _, ok := keyNames[k]; ok {
-			out = append(out, KeyVersion{Key: k, Min: 1, Max: 1})
+			out = append(out, KeyVersion{Key: k, Min: 1, Max: max(keyMaxVersion[k], 1)})
 		}
 	}
 	return out
+}
+
+// keyMaxVersion holds the keys whose layout grew past version 1. Version
+// 2 of create_topic_ex (67) takes an optional policy name; of
+// describe_group (70), fetch_batches (82) and subscribe_batches (83), an
+// optional flags byte asking for skips. Every version-1 encoding still
+// decodes as before, so Min stays 1; a client sends the new fields only
+// to a node that serves version 2.
+var keyMaxVersion = map[uint16]uint16{
+	KeyCreateTopicEx: 2, KeyDescribeGroup: 2, KeyFetchBatches: 2, KeySubscribeBatches: 2,
 }
 
 func newV2Request(key uint16) requestDecoder {
@@ -246,13 +256,16 @@ func (r *ProduceBatchesResponse) Decode(payload []byte) error {
 }
 
 // FetchBatchesRequest (key 82): str(topic) str(cursor) str(group)
-// str(member) max_bytes:u32 max_records:u32 wait_ms:u32. Position
-// precedence is fetch's (key 3). MaxBytes bounds the page (0 = the
-// node's default; the first batch is whole regardless); MaxRecords, when
-// not 0, is exact: the page ends inside a batch rather than pass it.
+// str(member) max_bytes:u32 max_records:u32 wait_ms:u32 [flags:u8].
+// Position precedence is fetch's (key 3). MaxBytes bounds the page (0 =
+// the node's default; the first batch is whole regardless); MaxRecords,
+// when not 0, is exact: the page ends inside a batch rather than pass it.
+// Flags is sent only when not zero; FlagSkips asks each answer to end
+// with a skip report.
 type FetchBatchesRequest struct {
 	Topic, Cursor, Group, Member *string
 	MaxBytes, MaxRecords, WaitMs uint32
+	Flags                        uint8
 }
 
 func (FetchBatchesRequest) APIKey() uint16 { return KeyFetchBatches }
@@ -260,7 +273,8 @@ func (FetchBatchesRequest) APIKey() uint16 { return KeyFetchBatches }
 func (r FetchBatchesRequest) AppendPayload(dst []byte) []byte {
 	dst = appendNStr(appendNStr(dst, r.Topic), r.Cursor)
 	dst = appendNStr(appendNStr(dst, r.Group), r.Member)
-	return appendU32(appendU32(appendU32(dst, r.MaxBytes), r.MaxRecords), r.WaitMs)
+	dst = appendU32(appendU32(appendU32(dst, r.MaxBytes), r.MaxRecords), r.WaitMs)
+	return appendFlags(dst, r.Flags)
 }
 
 func (r *FetchBatchesRequest) Decode(payload []byte) error {
@@ -269,20 +283,28 @@ func (r *FetchBatchesRequest) Decode(payload []byte) error {
 		Topic: d.nstr(), Cursor: d.nstr(), Group: d.nstr(), Member: d.nstr(),
 		MaxBytes: d.u32(), MaxRecords: d.u32(), WaitMs: d.u32(),
 	}
+	r.Flags = d.flags()
 	return d.finish("fetch_batches")
 }
 
+// WantsSkips reports whether the request set FlagSkips.
+func (r FetchBatchesRequest) WantsSkips() bool { return r.Flags&FlagSkips != 0 }
+
 // FetchBatchesResponse answers fetch_batches (82):
-// str(next_cursor) list(range:u64 blob(batch)). Every record of every
-// batch is for the reader, in order per key; batches of different ranges
-// may interleave. Batch slices alias the payload.
+// str(next_cursor) list(range:u64 blob(batch)) [skipped:u64 bound:bool].
+// Every record of every batch is for the reader, in order per key;
+// batches of different ranges may interleave. Skips, present only when
+// the request set FlagSkips, counts the records this page's cursor passed
+// because retention had deleted them; each skip is reported once. Batch
+// slices alias the payload.
 type FetchBatchesResponse struct {
 	NextCursor *string
 	Batches    []RangeBatch
+	Skips      Skips
 }
 
 func (r FetchBatchesResponse) AppendPayload(dst []byte) []byte {
-	return appendRangeBatches(appendNStr(dst, r.NextCursor), r.Batches)
+	return r.Skips.appendTo(appendRangeBatches(appendNStr(dst, r.NextCursor), r.Batches))
 }
 
 // Size is the encoded size of the payload.
@@ -294,6 +316,9 @@ func (r FetchBatchesResponse) Size() int {
 	for _, b := range r.Batches {
 		n += 8 + 4 + len(b.Batch)
 	}
+	if r.Skips.Asked {
+		n += skipsSize
+	}
 	return n
 }
 
@@ -302,29 +327,36 @@ func (r *FetchBatchesResponse) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	r.NextCursor = d.nstr()
 	r.Batches = d.rangeBatches(r.Batches)
+	r.Skips = d.skips()
 	return d.finish("fetch_batches response")
 }
 
 // SubscribeBatchesRequest (key 83): str(topic) str(group) str(member)
-// window:u32 max_bytes:u32. Like subscribe (5), it switches the connection
-// to stream mode; each push is a FetchBatchesResponse payload on the
-// request's correlation id, and stream_ack (6) acknowledges and returns
-// credit in records; a push that would pass the window ends inside a
-// batch.
+// window:u32 max_bytes:u32 [flags:u8]. Like subscribe (5), it switches
+// the connection to stream mode; each push is a FetchBatchesResponse
+// payload on the request's correlation id, and stream_ack (6)
+// acknowledges and returns credit in records; a push that would pass the
+// window ends inside a batch. Flags is sent only when not zero;
+// FlagSkips asks each push to end with a skip report.
 type SubscribeBatchesRequest struct {
 	Topic, Group, Member *string
 	Window, MaxBytes     uint32
+	Flags                uint8
 }
 
 func (SubscribeBatchesRequest) APIKey() uint16 { return KeySubscribeBatches }
 
 func (r SubscribeBatchesRequest) AppendPayload(dst []byte) []byte {
 	dst = appendNStr(appendNStr(appendNStr(dst, r.Topic), r.Group), r.Member)
-	return appendU32(appendU32(dst, r.Window), r.MaxBytes)
+	return appendFlags(appendU32(appendU32(dst, r.Window), r.MaxBytes), r.Flags)
 }
 
 func (r *SubscribeBatchesRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = SubscribeBatchesRequest{Topic: d.nstr(), Group: d.nstr(), Member: d.nstr(), Window: d.u32(), MaxBytes: d.u32()}
+	r.Flags = d.flags()
 	return d.finish("subscribe_batches")
 }
+
+// WantsSkips reports whether the request set FlagSkips.
+func (r SubscribeBatchesRequest) WantsSkips() bool { return r.Flags&FlagSkips != 0 }
