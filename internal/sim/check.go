@@ -45,11 +45,15 @@ type checker struct {
 	reads  []readRec
 	// present holds, per range, the records of its final history.
 	present []map[recID]bool
+	// truth is each sealed segment's bytes; rotten the copies a flip hit.
+	truth  map[uint64]truth
+	rotten map[copyKey]bool
 }
 
 func newChecker(w *world) *checker {
 	return &checker{w: w, recs: map[recID]*recState{}, commit: map[uint64]uint64{}, seals: map[uint64]uint64{},
-		fences: map[copyKey]uint64{}, wms: map[wmKey]uint64{}, topWM: map[uint64]uint64{}}
+		fences: map[copyKey]uint64{}, wms: map[wmKey]uint64{}, topWM: map[uint64]uint64{},
+		truth: map[uint64]truth{}, rotten: map[copyKey]bool{}}
 }
 
 func (c *checker) fail(id, format string, args ...any) {
@@ -178,7 +182,7 @@ func (c *checker) recovered(n *node, before, after *disk) {
 		switch {
 		case a == nil && b.syncedEnd > b.base:
 			c.fail("durability", "node %d lost its copy of %d (fsynced to %d) in a restart", n.id, id, b.syncedEnd)
-		case a != nil && a.end < b.syncedEnd:
+		case a != nil && a.end < b.syncedEnd && !a.damaged: // damage is foundDamage's to judge
 			c.fail("durability", "node %d copy of %d recovered to %d, fsynced to %d", n.id, id, a.end, b.syncedEnd)
 		}
 	}

@@ -1,6 +1,10 @@
 package sim
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/malachi-log/malachi/internal/heal"
+)
 
 // Bug switches a deliberately broken variant of one rule on, so that a
 // test can show the matching checker catches it. The zero value runs the
@@ -20,6 +24,25 @@ const (
 	// retried a produce it had already forwarded would: the no-dup
 	// checker must catch it.
 	BugAppendTwice
+	// BugTrustFailedFsync takes a failed fsync for a good one: the copy
+	// reports an fsynced end its disk does not hold, and W1 must catch
+	// an acknowledgement counting it.
+	BugTrustFailedFsync
+	// BugIgnoreWriteError lets a copy whose write failed (ENOSPC) go on
+	// as if it had been written: W1 must catch an acknowledgement
+	// counting it.
+	BugIgnoreWriteError
+	// BugServeDamaged serves a sealed copy without checking its batch
+	// CRCs: S1 must catch a reader given a flipped byte.
+	BugServeDamaged
+	// BugRecordUnverified records a heal's new copy without checking
+	// what it copied (no CRC on write, no heal.Verify before
+	// set_segment_replicas): S3 must catch a recorded copy that differs
+	// from the seal.
+	BugRecordUnverified
+	// BugNoHeal plans no heal and scrubs nothing: the factor checker
+	// must catch segments left short of copies.
+	BugNoHeal
 )
 
 func (b Bug) String() string {
@@ -32,6 +55,16 @@ func (b Bug) String() string {
 		return "seal-at-lowest-answer"
 	case BugAppendTwice:
 		return "append-twice"
+	case BugTrustFailedFsync:
+		return "trust-failed-fsync"
+	case BugIgnoreWriteError:
+		return "ignore-write-error"
+	case BugServeDamaged:
+		return "serve-damaged"
+	case BugRecordUnverified:
+		return "record-unverified"
+	case BugNoHeal:
+		return "no-heal"
 	}
 	return fmt.Sprintf("bug-%d", uint8(b))
 }
@@ -78,6 +111,28 @@ type Config struct {
 	MemberDelay     int64 // the time membership takes to declare a crashed node dead
 	TickEvery       int64
 
+	// Disk faults and permanent loss. Each is the probability that one
+	// fault event is of that kind (the rest are crashes, restarts,
+	// partitions and outages): FlipRate flips one bit in the middle of a
+	// sealed copy, FullRate fills a node's disk (writes answer ENOSPC)
+	// for FullMin to FullMax ms, FsyncRate makes a node's next group
+	// commit fail, LossRate loses a node for good (at most one a run,
+	// and only with five nodes or more, so a quorum of every replica set
+	// of three survives it).
+	FlipRate, FullRate, FsyncRate, LossRate float64
+	FullMin, FullMax                        int64
+
+	// DeadAfter is the grace after which a node down is dead to the
+	// heal planner (--dead-after); HealEvery is how often each node
+	// plans, fills and collects; ScrubEvery is the scrub interval
+	// (--scrub-interval): each sealed copy is verified about that often.
+	// HealRate paces what a source serves to heal targets, bytes/s.
+	DeadAfter, HealEvery, ScrubEvery int64
+	HealRate                         int64
+	// Quiesce bounds the simulated time the run waits, after the final
+	// seals, for every sealed segment to return to its factor.
+	Quiesce int64
+
 	// MaxEvents bounds the event queue: a message that would pass it is
 	// dropped and counted, never queued.
 	MaxEvents int
@@ -99,6 +154,17 @@ type Config struct {
 	// commit above the failover's seal. By default the fence is recorded
 	// on disk before it is answered and survives a restart.
 	VolatileFence bool
+
+	// KeepDamagedWithoutTarget keeps a damaged holder in a segment's
+	// list while no live node lacks a copy, as internal/heal's planner
+	// does: a damaged holder is dropped only once the healthy copies
+	// reach the factor, and a holder is never a target. With a node lost
+	// and two damaged copies among four live nodes, the segment then
+	// never returns to its factor (in a three-node cluster, one damaged
+	// copy is enough). By default the planning node drops one damaged
+	// holder when a healthy one remains, so that it deletes its file and
+	// can take a new copy.
+	KeepDamagedWithoutTarget bool
 }
 
 // DefaultConfig is the configuration the fixed seeds run.
@@ -113,6 +179,9 @@ func DefaultConfig() Config {
 		FaultEvery: 350, MaxDown: 2, ControlPlaneOutages: true,
 		ClientTimeout: 1500, ForwardTimeout: 400, FailoverTimeout: 600, StuckRoll: 800,
 		HoldMs: 1500, ControlDelay: 20, MemberDelay: 100, TickEvery: 50,
+		FlipRate: 0.06, FullRate: 0.04, FsyncRate: 0.04, LossRate: 0.03,
+		FullMin: 200, FullMax: 1200,
+		DeadAfter: 500, HealEvery: 100, ScrubEvery: 1500, HealRate: 64 << 10, Quiesce: 4000,
 		MaxEvents: 1 << 16,
 	}
 }
@@ -146,6 +215,8 @@ func (c Config) withDefaults() Config {
 		{&c.FaultEvery, d.FaultEvery}, {&c.ClientTimeout, d.ClientTimeout}, {&c.ForwardTimeout, d.ForwardTimeout},
 		{&c.FailoverTimeout, d.FailoverTimeout}, {&c.StuckRoll, d.StuckRoll}, {&c.HoldMs, d.HoldMs},
 		{&c.ControlDelay, d.ControlDelay}, {&c.MemberDelay, d.MemberDelay}, {&c.TickEvery, d.TickEvery},
+		{&c.FullMin, d.FullMin}, {&c.FullMax, d.FullMax}, {&c.DeadAfter, d.DeadAfter}, {&c.HealEvery, d.HealEvery},
+		{&c.ScrubEvery, d.ScrubEvery}, {&c.HealRate, d.HealRate}, {&c.Quiesce, d.Quiesce},
 	} {
 		set(p.v, p.def)
 	}
@@ -164,6 +235,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: %d producers with %d keys each", c.Producers, c.Keys)
 	case c.NetDelayMin < 1 || c.NetDelayMax < c.NetDelayMin || c.DiskDelayMin < 1 || c.DiskDelayMax < c.DiskDelayMin:
 		return fmt.Errorf("sim: delays must be at least 1ms and ordered")
+	case c.FullMax < c.FullMin || c.HealRate > heal.MaxTakeBytes:
+		return fmt.Errorf("sim: full-disk times must be ordered and the heal rate at most %d B/s", heal.MaxTakeBytes)
 	case c.ClientTimeout <= c.ForwardTimeout+2*c.NetDelayMax:
 		return fmt.Errorf("sim: the client timeout must exceed the forward timeout and a round trip")
 	}

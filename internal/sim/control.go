@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 
+	"github.com/malachi-log/malachi/internal/heal"
 	"github.com/malachi-log/malachi/internal/metadata"
 )
 
@@ -19,6 +20,12 @@ type controlPlane struct {
 	w  *world
 	st *metadata.State
 	up bool
+	// version counts the commands applied: views derived from the state
+	// are kept until it moves.
+	version          uint64
+	sealed           []metadata.Segment // sealedSegments at sealedAt
+	healSeg          []heal.Segment     // the planner's segments at healAt
+	sealedAt, healAt uint64
 }
 
 // reachable reports whether node can talk to the control plane.
@@ -35,6 +42,7 @@ func (c *controlPlane) apply(node uint64, cmd metadata.Command) (metadata.Result
 	}
 	cmd.V, cmd.Now = metadata.Version, c.w.unixNow()
 	res := c.st.Apply(cmd)
+	c.version++
 	c.w.note('c', node, uint64(len(cmd.Kind)), cmd.Range, cmd.Segment, cmd.End, res.SegmentID)
 	if err := c.st.CheckInvariants(); err != nil {
 		c.w.chk.fail("C1", "metadata invariants after %s: %v", cmd.Kind, err)

@@ -36,7 +36,7 @@ func TestDiskRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := d.syncAll(); err != nil {
+		if _, _, err := d.syncAll(); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.append(7, testBatch(t, 15, 4)); err != nil {

@@ -1,7 +1,8 @@
 // Package sim is a deterministic simulation of a cluster's replicated
 // segments and their control plane. Several nodes run the real state
 // machines (replication.Primary, replication.Follower,
-// replication.FailoverEnd, metadata.State, placement) in one goroutine,
+// replication.FailoverEnd, metadata.State, placement, and internal/heal's
+// PlanHeals, Task, Verify, Scrubber and Bucket) in one goroutine,
 // over a simulated network, disk and clock driven by one seeded PRNG, and
 // checkers named by the ids of cluster-invariants.md watch every step.
 //
@@ -20,7 +21,19 @@
 //     writes survive in the kernel) or a power loss (MemFS.PowerLoss:
 //     unsynced writes are lost, the last maybe torn); a restart recovers
 //     each copy batch by batch, checking CRCs and cutting a torn tail,
-//     then applies the seals it missed.
+//     then applies the seals it missed. Disk faults, each a share of the
+//     fault events (Config.FlipRate, FullRate, FsyncRate): one bit flipped
+//     in the middle of a sealed copy at rest, in a segment that keeps two
+//     other untouched copies; a full disk for a while, every write needing
+//     space answering ENOSPC (one disk at a time); a failed fsync. A failed
+//     write or fsync fails its copy: its unsynced tail is cut (the kernel
+//     may have dropped it), it takes no more appends and acks nothing
+//     above its last good fsync; a primary's failed copy fails its segment
+//     over. A node with a full disk opens no segment and is placed on
+//     none; a seal it cannot record waits for space.
+//   - Permanent loss (Config.LossRate): a node dies and never returns, at
+//     most one a run and only with five nodes or more; the heal planner
+//     calls it dead DeadAfter ms after membership does.
 //   - Control plane: one metadata.State, every command applied at the
 //     moment it is called, in the run's one order of events: open_segment
 //     with the replica set, seal_segment with the fence's answer (which
@@ -40,6 +53,21 @@
 //     over: hold the range, fence every copy, seal at FailoverEnd of the
 //     answers (W6), release the hold. Every node applies a seal to its
 //     copy (Follower.Truncate, cut, seal record) when it sees it.
+//   - Repair, as the broker's heal and scrub loops: every HealEvery ms each
+//     node plans with heal.PlanHeals from the control plane and
+//     membership. A target fills its copy from the planned source over
+//     the network in chunks (paced by the source's heal.Bucket), checks
+//     every batch on write (S1), seals at the seal's end, verifies with
+//     heal.Verify (against the records, bytes and content hash a roll
+//     records; a failover's seal records only its end) and only then
+//     records itself with a conditional set_segment_replicas, each step
+//     driven by a heal.Task; a copy that does not verify tells its source,
+//     which verifies its own at once. The lowest live node records the
+//     drops of dead and damaged holders. A heal.Scrubber per node verifies
+//     each listed sealed copy about every ScrubEvery ms. A copy a scrub, a
+//     read or a restart finds damaged, or left missing or behind its seal,
+//     is recorded with mark_copy_damaged and never served; every node
+//     deletes its copies the list no longer names (S4).
 //   - Clients: producers with their own keys, one produce in flight each,
 //     through different home nodes. A refusal that says the batch was not
 //     appended sends it again; an unknown outcome gives it up.
@@ -52,10 +80,16 @@
 // copy), W6 (no seal cuts a released produce, none is released above a
 // seal), R1 (watermarks never move back, no copy learns one above any
 // primary's, no read returns a record above the commit, every read is a
-// prefix of the final log), S1 (every batch read back verifies), S2
-// (sealed copies are byte-identical and end at their seal), C1 (the
-// metadata invariants after every command), and at the end: no
-// acknowledged record lost, none twice, per-key order as acknowledged,
+// prefix of the final log), S1 (every batch a reader gets verifies;
+// damage found in a copy has a flip to explain it), S2 (every sealed copy
+// holds the bytes of the first one sealed and ends at the seal), S3 (a
+// heal records only a sealed copy holding exactly the segment's bytes),
+// S4 (no copy is deleted while the list names it), C1 (the metadata
+// invariants after every command), and at the end, once the world has
+// quiesced for at most Config.Quiesce ms: every sealed segment back to its
+// factor ("factor": min(factor, nodes not lost) listed copies, each on a
+// live node, sealed, undamaged and byte-identical, none recorded damaged),
+// no acknowledged record lost, none twice, per-key order as acknowledged,
 // every node reads the same history, every range can still be written
 // (liveness). A violation names its invariant.
 //
@@ -68,15 +102,26 @@
 // the segment could never fail over), and a follower records its fence
 // on disk before answering (Config.VolatileFence: a copy restarted
 // before the seal acks the old primary above it, losing acknowledged
-// records, W6).
+// records, W6). A third differs from internal/heal's planner: when no
+// live node lacks a copy of a segment and some holders are damaged, the
+// planning node drops one damaged holder (a healthy one remaining) so
+// that it deletes its file and can be a target again
+// (Config.KeepDamagedWithoutTarget: the segment never returns to its
+// factor).
+//
+// Each new protection has a Bug that switches it off and a test that
+// requires its checker to fire: BugTrustFailedFsync and
+// BugIgnoreWriteError (W1), BugServeDamaged (S1), BugRecordUnverified
+// (S3), BugNoHeal (factor).
 //
 // # Not simulated
 //
-// Healing: a copy left behind at a seal stays unsealed (counted in
-// Stats.CopiesBehind); reads go to a complete copy. Splits, merges,
-// retention, consumer groups, disk faults other than crashes (bit flips,
-// full disks), clock skew, and the peer transport's batching are out of
-// scope.
+// Scrubs and verification take no simulated time (the scrub rate is not
+// simulated, the interval is); membership knows at once whose disk is
+// full; damage marks are not kept in the store, so a restarted node finds
+// a damaged copy again by scrubbing or reading it. Failing reads, latent
+// sector errors, splits, merges, retention, consumer groups, clock skew,
+// and the peer transport's batching are out of scope.
 //
 // # Determinism and replay
 //

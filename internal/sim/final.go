@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"cmp"
 	"slices"
 )
@@ -28,7 +27,7 @@ func (c *checker) final() {
 		c.checkReads(r.ID, first)
 	}
 	c.checkAllAcked()
-	c.checkSealedCopies()
+	c.checkCopies()
 }
 
 // checkHistory checks one range's final history: no record twice, each
@@ -97,37 +96,6 @@ func (c *checker) checkReads(rangeID uint64, h []histRec) {
 			if h[i].id != id {
 				c.fail("R1", "a read of range %d through node %d saw %s at %d, the log has %s", rangeID, rr.node, id, i, h[i].id)
 				break
-			}
-		}
-	}
-}
-
-// checkSealedCopies checks every sealed copy against the others of its
-// segment: byte-identical, ending at the seal (S2).
-func (c *checker) checkSealedCopies() {
-	w := c.w
-	for _, r := range w.ranges {
-		for _, seg := range w.cp.st.RangeSegments(r.ID) {
-			var ref []byte
-			copies := 0
-			for _, n := range w.nodes {
-				cf := n.disk.copies[seg.ID]
-				if cf == nil || !cf.sealed {
-					continue
-				}
-				data, err := n.disk.content(seg.ID, seg.End)
-				if err != nil || cf.end != seg.End {
-					c.fail("S2", "node %d sealed copy of %d ends at %d, sealed at %d (%v)", n.id, seg.ID, cf.end, seg.End, err)
-					continue
-				}
-				if copies++; copies == 1 {
-					ref = data
-				} else if !bytes.Equal(ref, data) {
-					c.fail("S2", "sealed copies of segment %d differ (node %d)", seg.ID, n.id)
-				}
-			}
-			if copies == 0 && seg.End > seg.Base {
-				c.fail("no-loss", "segment %d [%d, %d) has no sealed copy", seg.ID, seg.Base, seg.End)
 			}
 		}
 	}

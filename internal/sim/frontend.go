@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 
 	"github.com/malachi-log/malachi/internal/batch"
 	"github.com/malachi-log/malachi/internal/metadata"
@@ -95,15 +96,23 @@ func reasonOf(err error) string {
 
 var errNoQuorum = errors.New("no_quorum")
 
+// errDiskFull refuses to open a segment on a node whose disk is full.
+var errDiskFull = errors.New("disk full")
+
 // open opens the range's next segment here, this node its primary, on a
 // replica set placed by HRW over the nodes membership says are live,
 // refused when fewer than a quorum of the factor are (as the broker's
 // clampFactor).
 func (n *node) open(r metadata.Range) (metadata.Segment, error) {
 	w := n.w
+	if n.disk.full {
+		// A node whose disk is full leads nothing: the produce goes
+		// elsewhere (the client tries another node).
+		return metadata.Segment{}, errDiskFull
+	}
 	var live []placement.Node
 	for _, o := range w.nodes {
-		if !w.memberDead(o.id) {
+		if !w.memberDead(o.id) && (!o.disk.full || !o.up) {
 			live = append(live, placement.Node{ID: o.id})
 		}
 	}
@@ -171,8 +180,18 @@ func (n *node) appendHere(seg metadata.Segment, req produceReq, reply func(produ
 		return
 	}
 	n.w.chk.write(n, seg.ID)
-	if err := n.disk.append(seg.ID, b); err != nil {
-		w.chk.fail("store", "node %d appending to %d: %v", n.id, seg.ID, err)
+	if err := n.disk.append(seg.ID, b); err != nil && w.cfg.Bug != BugIgnoreWriteError {
+		if !errors.Is(err, syscall.ENOSPC) {
+			w.chk.fail("store", "node %d appending to %d: %v", n.id, seg.ID, err)
+		}
+		// The batch reached no disk and was sent to no follower: it was
+		// not appended. Those before it may be anywhere (copyFailed).
+		reply(produceResp{Reason: reasonRetry})
+		if err := n.disk.failCopy(seg.ID); err != nil {
+			w.chk.fail("store", "node %d failing its copy of %d: %v", n.id, seg.ID, err)
+		}
+		n.copyFailed(seg.ID)
+		return
 	}
 	h, _ := batch.ParseHeader(b)
 	ps.waiting = append(ps.waiting, waiter{span: replication.Span{Base: base, End: h.LastOffset() + 1}, reply: reply})
@@ -182,7 +201,7 @@ func (n *node) appendHere(seg metadata.Segment, req produceReq, reply func(produ
 	if w.cfg.Bug == BugAppendTwice && w.chance(0.05) && n.prim[seg.ID] == ps {
 		n.appendAgain(ps, req.Batch)
 	}
-	if n.prim[seg.ID] == ps && !ps.rolling && n.disk.copies[seg.ID].size >= int64(w.cfg.RollBytes) {
+	if c := n.disk.copies[seg.ID]; n.prim[seg.ID] == ps && !ps.rolling && c != nil && c.size >= int64(w.cfg.RollBytes) {
 		n.roll(ps)
 	}
 }
@@ -213,7 +232,15 @@ func (n *node) roll(ps *primSeg) {
 // (W4), seals the local copy and tells the others.
 func (n *node) sealRoll(ps *primSeg) {
 	w := n.w
-	res, err := w.cp.apply(n.id, metadata.Command{Kind: metadata.KindSealSegment, Segment: ps.seg.ID, End: ps.fenceEnd})
+	// A roll knows what it seals: the seal records the records, bytes
+	// and content hash every copy is verified against (heal.Verify).
+	records, size, hash, err := n.disk.summary(ps.seg.ID, ps.fenceEnd)
+	if err != nil {
+		w.chk.fail("store", "node %d summing its copy of %d: %v", n.id, ps.seg.ID, err)
+		return
+	}
+	res, err := w.cp.apply(n.id, metadata.Command{Kind: metadata.KindSealSegment, Segment: ps.seg.ID, End: ps.fenceEnd,
+		Records: records, Bytes: size, ContentHash: hash})
 	switch {
 	case errors.Is(err, errUnavailable):
 		return // tick tries again

@@ -10,9 +10,11 @@ const clientBase = 1000
 // bodies is set. Replication messages travel encoded, so every run also
 // exercises their codecs.
 type packet struct {
-	repl []byte
-	req  *produceReq
-	resp *produceResp
+	repl     []byte
+	req      *produceReq
+	resp     *produceResp
+	copyReq  *copyReq
+	copyResp *copyResp
 }
 
 // network delivers packets after a seeded delay. Replication messages
@@ -89,6 +91,10 @@ func (n *network) deliver(from, to uint64, p packet) {
 		nd.onProduce(from, *p.req)
 	case p.resp != nil:
 		nd.onForwardReply(*p.resp)
+	case p.copyReq != nil:
+		nd.onCopyReq(from, *p.copyReq)
+	case p.copyResp != nil:
+		nd.onCopyResp(from, *p.copyResp)
 	}
 }
 
@@ -101,6 +107,9 @@ func (w *world) fault() {
 		return
 	}
 	defer w.after(w.faultGap(), w.fault)
+	if w.diskFault(w.rng.Float64()) {
+		return
+	}
 	switch k := w.rng.IntN(10); {
 	case k < 3:
 		w.crashSome()
@@ -145,7 +154,13 @@ func (w *world) crashSome() {
 }
 
 func (w *world) restartSome() {
-	if d := w.down(); len(d) > 0 {
+	var d []*node
+	for _, n := range w.down() {
+		if !n.lost {
+			d = append(d, n)
+		}
+	}
+	if len(d) > 0 {
 		d[w.rng.IntN(len(d))].restart()
 	}
 }
@@ -200,13 +215,14 @@ func (w *world) outage() {
 }
 
 // healAll ends the fault phase: partitions heal, the control plane comes
-// back, every node restarts.
+// back, disks have space again, every node but a lost one restarts.
 func (w *world) healAll() {
 	w.faultsOn = false
 	w.net.cut = map[[2]uint64]bool{}
 	w.cp.up = true
 	for _, n := range w.nodes {
-		if !n.up {
+		n.disk.full, n.disk.failSync = false, false
+		if !n.up && !n.lost {
 			n.restart()
 		}
 	}

@@ -3,7 +3,9 @@ package sim
 import (
 	"errors"
 	"slices"
+	"syscall"
 
+	"github.com/malachi-log/malachi/internal/heal"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/replication"
 	"github.com/malachi-log/malachi/internal/vfs"
@@ -28,6 +30,15 @@ type node struct {
 	failovers map[uint64]*failover
 	nextFwd   uint64
 	syncing   bool
+	// lost marks a node that died for good: it never restarts.
+	lost bool
+
+	// Repair state, lost in a crash like the rest (heal.go, scrub.go).
+	fills  map[uint64]*fill
+	scrub  *heal.Scrubber
+	bucket *heal.Bucket
+	// fullUntil is when a full disk's fault ends (0: not full).
+	fullUntil int64
 }
 
 // primSeg is a segment led here.
@@ -58,6 +69,7 @@ type folSeg struct {
 
 func newNode(w *world, id uint64) *node {
 	n := &node{w: w, id: id, up: true, disk: newDisk(vfs.NewMem())}
+	n.disk.trustFailedSync = w.cfg.Bug == BugTrustFailedFsync
 	n.reset()
 	return n
 }
@@ -66,6 +78,7 @@ func (n *node) reset() {
 	n.prim, n.fol = map[uint64]*primSeg{}, map[uint64]*folSeg{}
 	n.fwd, n.failovers = map[uint64]*forward{}, map[uint64]*failover{}
 	n.syncing = false
+	n.resetRepair()
 }
 
 // crash is kill -9 (the kernel keeps unsynced writes) or, with power,
@@ -92,19 +105,70 @@ func (n *node) crash(power bool) {
 // plane: copies are recovered, seals missed while down applied.
 func (n *node) restart() {
 	w := n.w
+	if n.lost || n.up {
+		return
+	}
 	old := n.disk
 	d, errs := recoverDisk(n.crashed)
 	for _, err := range errs {
 		w.chk.fail("S1", "node %d recovering its store: %v", n.id, err)
 	}
+	for _, id := range d.ids() {
+		if d.copies[id].damaged {
+			w.chk.foundDamage(n, id)
+		}
+	}
 	w.chk.recovered(n, old, d)
+	d.full, d.trustFailedSync = old.full, old.trustFailedSync // the disk is still what it was
 	n.disk, n.crashed = d, nil
 	n.up = true
 	n.inc++
 	w.note('r', n.id)
 	w.tickLoop(n, n.inc)
+	w.healLoop(n, n.inc)
 	if w.cp.reachable(n.id) {
 		n.catchUp()
+	}
+}
+
+// writeFailed handles a follower's failed write (ENOSPC): the copy is
+// failed and stops taking appends; it acks nothing it did not fsync.
+func (n *node) writeFailed(fs *folSeg, err error) {
+	if n.w.cfg.Bug == BugIgnoreWriteError {
+		// The bug: the copy acks what it was sent as if written.
+		n.w.net.sendRepl(n.id, fs.from, fs.f.Synced(fs.f.End()))
+		return
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		n.w.chk.fail("S1", "node %d writing a copy of %d: %v", n.id, fs.id, err)
+	}
+	if err := n.disk.failCopy(fs.id); err != nil {
+		n.w.chk.fail("store", "node %d failing its copy of %d: %v", n.id, fs.id, err)
+	}
+	n.copyFailed(fs.id)
+}
+
+// copyFailed stops what used copy id after a failed write or fsync: a
+// follower takes no more appends; a primary stops, answers its waiting
+// produces with an unknown outcome, and fails the segment over away from
+// this node (its own copy answers the fence with its fsynced end).
+func (n *node) copyFailed(id uint64) {
+	w := n.w
+	w.stats.FailedCopies++
+	w.note('E', n.id, id)
+	delete(n.fol, id)
+	ps := n.prim[id]
+	if ps == nil {
+		return
+	}
+	ps.p.Fence()
+	w.chk.primaryGone(n, ps)
+	for _, wt := range ps.waiting {
+		wt.reply(produceResp{Reason: reasonUnknown})
+	}
+	delete(n.prim, id)
+	if seg, ok := w.cp.view(id); ok && seg.Active {
+		n.startFailover(seg)
 	}
 }
 
@@ -128,9 +192,13 @@ func (n *node) sortedPrims() []*primSeg {
 	return out
 }
 
-// catchUp applies every seal of a segment this node keeps a copy of.
+// catchUp applies every seal of a segment this node keeps a copy of,
+// but a copy a heal is filling (it seals its own).
 func (n *node) catchUp() {
 	for _, id := range n.disk.ids() {
+		if n.fills[id] != nil {
+			continue
+		}
 		if seg, ok := n.w.cp.view(id); ok && !seg.Active {
 			n.sealCopy(seg)
 		}
@@ -155,9 +223,12 @@ func (n *node) scheduleSync() {
 
 // synced runs a group commit and tells each copy's state machine.
 func (n *node) synced() {
-	done, err := n.disk.syncAll()
+	done, failed, err := n.disk.syncAll()
 	if err != nil {
 		n.w.chk.fail("store", "node %d fsync: %v", n.id, err)
+	}
+	for _, id := range failed {
+		n.copyFailed(id)
 	}
 	for _, s := range done {
 		n.w.note('s', n.id, s.id, s.end)
@@ -264,7 +335,7 @@ func (n *node) followerAppend(from uint64, m replication.Append) {
 	for _, b := range acc.Write {
 		n.w.chk.write(n, m.Segment)
 		if err := n.disk.append(m.Segment, b); err != nil {
-			n.w.chk.fail("S1", "node %d writing a copy of %d: %v", n.id, m.Segment, err)
+			n.writeFailed(fs, err)
 			return
 		}
 	}
@@ -303,15 +374,17 @@ func (n *node) newCopy(id, primary uint64, fence bool) (*folSeg, error) {
 		}
 		var err error
 		if c, err = n.disk.create(id, seg.Base); err != nil {
-			n.w.chk.fail("store", "node %d creating a copy of %d: %v", n.id, id, err)
+			if !errors.Is(err, syscall.ENOSPC) {
+				n.w.chk.fail("store", "node %d creating a copy of %d: %v", n.id, id, err)
+			}
 			return nil, err
 		}
 	}
 	if c.end != c.syncedEnd {
 		return nil, errors.New("writes still queued")
 	}
-	if (c.sealed || c.fenced) && !fence {
-		return nil, errors.New("copy sealed or fenced")
+	if (c.sealed || c.fenced || c.failed) && !fence {
+		return nil, errors.New("copy sealed, fenced or failed")
 	}
 	fs := &folSeg{id: id, base: seg.Base, from: primary, f: replication.NewFollower(id, seg.Base, c.end), wm: seg.Base}
 	n.fol[id] = fs
@@ -343,8 +416,10 @@ func (n *node) answerFence(from, id uint64) {
 	// fence is recorded on disk before it is answered.
 	if !n.w.cfg.VolatileFence {
 		if err := n.disk.fence(id); err != nil {
-			n.w.chk.fail("store", "node %d recording the fence of %d: %v", n.id, id, err)
-			return
+			if !errors.Is(err, syscall.ENOSPC) {
+				n.w.chk.fail("store", "node %d recording the fence of %d: %v", n.id, id, err)
+			}
+			return // no answer without the record
 		}
 	}
 	n.w.net.sendRepl(n.id, from, a)
@@ -352,7 +427,7 @@ func (n *node) answerFence(from, id uint64) {
 
 // sealCopy applies a seal recorded in the control plane to this node's
 // copy: the primary or follower stops, the copy is cut to the seal and
-// sealed, or left unsealed when it is behind (no healing here).
+// sealed, or left unsealed when it is behind (healing replaces it).
 func (n *node) sealCopy(seg metadata.Segment) {
 	w := n.w
 	if ps := n.prim[seg.ID]; ps != nil {
@@ -383,10 +458,15 @@ func (n *node) sealCopy(seg metadata.Segment) {
 		return
 	}
 	if err := n.disk.seal(seg.ID, seg.End); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			w.stats.SealsDeferred++ // catchUp seals it once space returns
+			return
+		}
 		w.chk.fail("W6", "node %d sealing its copy of %d at %d: %v", n.id, seg.ID, seg.End, err)
 		return
 	}
 	w.note('S', n.id, seg.ID, seg.End)
+	w.chk.sealedCopy(n, seg)
 }
 
 // tick drives the primaries' resends and gives up rolls that do not

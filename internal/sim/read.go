@@ -23,18 +23,18 @@ type readRec struct {
 }
 
 // history reads a range through node n, as a consumer of n would: each
-// sealed segment from n's own sealed copy, else from the first replica
-// holding one (a remote read); the active segment up to the watermark n
+// sealed segment from n's own sealed copy, else from a listed replica
+// holding one (a remote read), never from a copy whose batches fail
+// their checks (serveSealed); the active segment up to the watermark n
 // knows. It stops at the first segment n cannot serve, so a reader is
 // never told it is caught up when it is not; complete says whether it
 // reached the end.
 func (w *world) history(n *node, rangeID uint64) (out []histRec, complete bool) {
 	for _, seg := range w.cp.st.RangeSegments(rangeID) {
-		src, end, ok := w.source(n, seg)
+		data, end, ok := w.serve(n, seg)
 		if !ok {
 			return out, false
 		}
-		data := src.read(seg.ID, seg.Base, end, 1<<30)
 		recs, ok := w.decode(seg, data, end)
 		out = append(out, recs...)
 		if !ok {
@@ -44,25 +44,18 @@ func (w *world) history(n *node, rangeID uint64) (out []histRec, complete bool) 
 	return out, true
 }
 
-// source picks the copy n reads seg from, and where reading stops.
-func (w *world) source(n *node, seg metadata.Segment) (*disk, uint64, bool) {
-	if seg.Active {
-		if ps := n.prim[seg.ID]; ps != nil {
-			return n.disk, ps.p.Watermark(), true
-		}
-		if fs := n.fol[seg.ID]; fs != nil {
-			return n.disk, fs.wm, true
-		}
-		return nil, 0, false
+// serve answers seg's bytes as node n serves them, and where they stop.
+func (w *world) serve(n *node, seg metadata.Segment) ([]byte, uint64, bool) {
+	if !seg.Active {
+		data, ok := w.serveSealed(n, seg)
+		return data, seg.End, ok
 	}
-	if c := n.disk.copies[seg.ID]; c != nil && c.sealed {
-		return n.disk, seg.End, true
+	if ps := n.prim[seg.ID]; ps != nil {
+		end := ps.p.Watermark()
+		return n.disk.read(seg.ID, seg.Base, end, 1<<30), end, true
 	}
-	for _, id := range replicaIDs(seg) {
-		o := w.node(id)
-		if c := o.disk.copies[seg.ID]; o.up && c != nil && c.sealed && !w.net.isCut(n.id, id) {
-			return o.disk, seg.End, true
-		}
+	if fs := n.fol[seg.ID]; fs != nil {
+		return n.disk.read(seg.ID, seg.Base, fs.wm, 1<<30), fs.wm, true
 	}
 	return nil, 0, false
 }
@@ -155,6 +148,12 @@ func (w *world) finish() {
 	if n := w.activeSegments(); n > 0 {
 		w.chk.fail("liveness", "%d ranges still have an active segment after the faults healed: %s", n, w.describeActive())
 		return
+	}
+	// The final seals may leave segments short of copies (a lost node
+	// was in their set): the world quiesces, for at most Quiesce, until
+	// every sealed segment is back to its factor.
+	for deadline := w.now + w.cfg.Quiesce; w.now < deadline && !w.repaired(); {
+		w.loop(w.now + w.cfg.HealEvery)
 	}
 	w.chk.final()
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// fixedSeeds is how many seeds `go test ./internal/sim` runs: about ten
-// seconds with -race on two cores.
+// fixedSeeds is how many seeds `go test ./internal/sim` runs: about
+// fifteen to twenty seconds with -race on two cores.
 const fixedSeeds = 40
 
 var (
@@ -58,6 +58,9 @@ func TestSimSeeds(t *testing.T) {
 		"partitions": total.Partitions, "control-plane outages": total.Outages, "rolls": total.Rolls,
 		"failovers": total.Failovers, "dropped messages": total.DroppedMsgs, "duplicated messages": total.DupMsgs,
 		"reads": total.Reads, "metadata_unavailable refusals": total.Refusals[reasonUnavailable],
+		"bit flips": total.Flips, "full disks": total.DiskFulls, "failed copies": total.FailedCopies,
+		"fsync faults": total.FsyncFaults, "lost nodes": total.Lost, "damaged copies found": total.FoundDamaged,
+		"heals recorded": total.HealsDone, "dead or damaged holders dropped": total.Drops, "copies collected": total.Collected,
 	} {
 		if v == 0 {
 			t.Errorf("the fixed seeds saw no %s", name)
@@ -152,6 +155,22 @@ func (t *Stats) add(s Stats) {
 	t.ReadRecords += s.ReadRecords
 	t.Records += s.Records
 	t.SealedSegments += s.SealedSegments
+	t.Flips += s.Flips
+	t.DiskFulls += s.DiskFulls
+	t.FsyncFaults += s.FsyncFaults
+	t.Lost += s.Lost
+	t.FailedCopies += s.FailedCopies
+	t.SealsDeferred += s.SealsDeferred
+	t.Scrubs += s.Scrubs
+	t.FoundDamaged += s.FoundDamaged
+	t.MarkedDamaged += s.MarkedDamaged
+	t.HealsStarted += s.HealsStarted
+	t.HealsDone += s.HealsDone
+	t.HealsFailed += s.HealsFailed
+	t.HealBytes += s.HealBytes
+	t.Drops += s.Drops
+	t.Collected += s.Collected
+	t.DamagedDropsForTarget += s.DamagedDropsForTarget
 	if t.Refusals == nil {
 		t.Refusals = map[string]int{}
 	}

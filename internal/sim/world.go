@@ -7,6 +7,7 @@ import (
 	"hash"
 	"hash/fnv"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	"github.com/malachi-log/malachi/internal/keyspace"
@@ -31,6 +32,13 @@ type Stats struct {
 	CopiesBehind            int
 	Reads, ReadRecords      int
 	Records, SealedSegments int
+	// Disk faults, permanent loss and repair.
+	Flips, DiskFulls, FsyncFaults, Lost  int
+	FailedCopies, SealsDeferred          int
+	Scrubs, FoundDamaged, MarkedDamaged  int
+	HealsStarted, HealsDone, HealsFailed int
+	HealBytes, Drops, Collected          int
+	DamagedDropsForTarget                int
 }
 
 // Violation is a broken invariant, named by its id in
@@ -179,6 +187,7 @@ func (w *world) rangeOf(key []byte) uint64 {
 func (w *world) start() {
 	for _, n := range w.nodes {
 		w.tickLoop(n, n.inc)
+		w.healLoop(n, n.inc)
 	}
 	for i := range w.cfg.Producers {
 		p := newProducer(w, i)
@@ -256,8 +265,7 @@ func (w *world) memberDead(id uint64) bool {
 func nodeName(id uint64) string { return fmt.Sprintf("n%d", id) }
 
 func nodeOfName(name string) uint64 {
-	var id uint64
-	fmt.Sscanf(name, "n%d", &id)
+	id, _ := strconv.ParseUint(strings.TrimPrefix(name, "n"), 10, 64)
 	return id
 }
 
