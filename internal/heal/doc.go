@@ -17,9 +17,12 @@
 // count than the segment's factor, Plan answers a task: a source (a live,
 // undamaged holder, verified ones first) and new targets chosen by
 // placement.Replace, which keeps every counted copy and honours the
-// spread and skew constraints. A target never already holds the segment
-// (damaged copies included), never has a full or failing disk and is
-// never down. Bounds on tasks in flight per node and in total keep
+// spread and skew constraints. A target never has a full or failing disk
+// and is never down. It holds no copy of the segment, unless the nodes
+// without one cannot make up the factor: then a damaged holder may be a
+// target too, to rebuild its own copy (Assignment.Rebuild), since when
+// every live node holds a copy, some damaged, nothing else could bring
+// the segment back to its factor. Bounds on tasks in flight per node and in total keep
 // repair from starving produce; a segment already healing is not
 // planned again, and a segment that cannot be healed is reported with a
 // reason rather than skipped in silence.
@@ -36,7 +39,18 @@
 // seal's end, record count, bytes and content hash. Copies being replaced
 // (on dead nodes, or damaged) leave the list only in a second command,
 // after the first is recorded; a damaged file may be deleted only after
-// that second command is recorded. A failure before anything was
+// that second command is recorded.
+//
+// A holder rebuilding its damaged copy sets that copy aside (it counts
+// for nothing and is never served), fills and verifies a fresh one, and
+// only then sends a first command that takes it off the list: the
+// metadata clears a damage mark only when its holder leaves the list.
+// The healthy source stays listed, so no serving copy is lost. The second
+// command adds it back with the other targets, and the drops follow as
+// above. Until its leave is recorded the list names the holder, so its
+// copy is never cleaned up; the next rebuild sets it aside again.
+//
+// A failure before anything was
 // submitted lets the targets' partial copies be deleted (no metadata ever
 // named them); a submit whose answer never came leaves them in place,
 // since the control plane may have recorded them. A segment whose only

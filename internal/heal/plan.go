@@ -106,6 +106,11 @@ type Assignment struct {
 	// Damaged lists the holders whose copy is damaged, so that their
 	// files can be deleted once dropped (Task.Deletable).
 	Damaged []uint64
+	// Rebuild lists the targets that are damaged holders: when no other
+	// node can take a copy, such a holder sets its damaged copy aside,
+	// fills a fresh one, and leaves and rejoins the list so that its
+	// damage mark clears (Task.Submit). They are never in Drop.
+	Rebuild []uint64
 }
 
 // Problem says why a segment was not (fully) healed.
@@ -321,7 +326,7 @@ func (p *planner) heal(seg Segment, h holders, want int, stale []uint64) {
 		p.report(seg, Busy, "every healthy holder of %v is at %d heals", h.healthy, p.cfg.MaxTasksPerNode)
 		return
 	}
-	targets, ok := p.targets(seg, h, want)
+	targets, rebuild, ok := p.targets(seg, h, want)
 	if !ok {
 		return
 	}
@@ -331,9 +336,15 @@ func (p *planner) heal(seg Segment, h holders, want int, stale []uint64) {
 			return
 		}
 	}
-	a := Assignment{Seal: seg.Seal, Source: source, Targets: targets, Replicas: slices.Clone(seg.Replicas), Damaged: h.damaged}
+	a := Assignment{Seal: seg.Seal, Source: source, Targets: targets, Replicas: slices.Clone(seg.Replicas),
+		Damaged: h.damaged, Rebuild: rebuild}
 	if len(h.healthy)+len(targets) >= want {
-		a.Drop = stale // S3: they leave only after the targets are recorded
+		// S3: they leave only after the targets are recorded; a holder
+		// rebuilding its copy stays.
+		a.Drop = slices.DeleteFunc(stale, func(id uint64) bool { return slices.Contains(rebuild, id) })
+		if len(a.Drop) == 0 {
+			a.Drop = nil
+		}
 	}
 	p.add(a, seg)
 }
@@ -370,51 +381,89 @@ func (p *planner) source(seg Segment, healthy []uint64) (uint64, bool) {
 }
 
 // targets asks placement for the new members: the counted copies are
-// kept (their domains count), and only live nodes with a healthy disk
-// that hold no copy of the segment may be added.
-func (p *planner) targets(seg Segment, h holders, want int) ([]uint64, bool) {
+// kept (their domains count), and live nodes with a healthy disk that
+// hold no copy of the segment are added. Only when they cannot make up
+// the factor may damaged holders with a healthy disk be added too, each
+// to rebuild its own copy: otherwise a segment every live node holds,
+// some copies damaged, could never return to its factor.
+func (p *planner) targets(seg Segment, h holders, want int) (targets, rebuild []uint64, ok bool) {
 	kept := append(slices.Clone(h.healthy), h.pending...)
-	nodes := make([]placement.Node, 0, len(p.in.Live)+len(h.pending))
-	for _, id := range kept {
-		nodes = append(nodes, placement.Node{ID: id, Attributes: p.attributes(id)})
-	}
+	var fresh, damaged []uint64
 	for _, n := range p.in.Live {
-		if !n.Full && !n.Failing && !slices.Contains(seg.Replicas, n.ID) {
-			nodes = append(nodes, placement.Node{ID: n.ID, Attributes: n.Attributes})
+		switch {
+		case n.Full || n.Failing:
+		case !slices.Contains(seg.Replicas, n.ID):
+			fresh = append(fresh, n.ID)
+		case slices.Contains(h.damaged, n.ID):
+			damaged = append(damaged, n.ID)
 		}
 	}
-	if len(nodes) == len(kept) {
-		p.report(seg, NoTarget, "no live node with a healthy disk lacks a copy")
-		return nil, false
+	if len(fresh)+len(damaged) == 0 {
+		p.report(seg, NoTarget, "no live node with a healthy disk lacks a whole copy")
+		return nil, nil, false
 	}
-	pl, err := placement.Replace(kept, nil, placement.Request{
-		Topic: seg.Topic, Range: seg.Range, Segment: seg.Seal.Segment,
-		Nodes: nodes, Factor: want, Constraints: p.cfg.Constraints, Load: p.in.Load,
-	})
+	var pl placement.Placement
+	err := errNoCandidate
+	if len(fresh) > 0 {
+		pl, err = p.place(seg, kept, fresh, want)
+	}
+	if len(damaged) > 0 && (err != nil || len(pl.Replicas) < want) {
+		base := kept
+		if err == nil {
+			base = pl.Replicas
+		}
+		// NB: when adding damaged holders fails where fresh nodes alone
+		// placed some copies, those copies are still worth making.
+		if more, merr := p.place(seg, base, append(fresh, damaged...), want); merr == nil || err != nil {
+			pl, err = more, merr
+		}
+	}
 	if errors.Is(err, placement.ErrInsufficientDomains) {
 		p.report(seg, DomainsRefused, "%v", err)
-		return nil, false
+		return nil, nil, false
 	}
 	if err != nil {
 		p.report(seg, NoTarget, "%v", err)
-		return nil, false
+		return nil, nil, false
 	}
-	var targets []uint64
 	for _, id := range pl.Replicas {
 		if !slices.Contains(kept, id) {
 			targets = append(targets, id)
+		}
+		if slices.Contains(damaged, id) {
+			rebuild = append(rebuild, id)
 		}
 	}
 	if pl.Violation != nil {
 		p.report(seg, DomainsViolated, "%s", pl.Violation.Reason)
 	}
 	if got := len(kept) + len(targets); got < want {
-		p.report(seg, ShortOfNodes, "%d of %d copies: only %d nodes can take one", got, want, len(nodes)-len(kept))
+		p.report(seg, ShortOfNodes, "%d of %d copies: only %d nodes can take one", got, want, len(fresh)+len(damaged))
 	}
 	if len(targets) == 0 {
-		return nil, false
+		return nil, nil, false
 	}
-	return targets, true
+	return targets, rebuild, true
+}
+
+// errNoCandidate stands for a placement not tried: no node lacks a copy.
+var errNoCandidate = errors.New("heal: no node lacks a copy")
+
+// place asks placement.Replace to grow current to want from cands.
+func (p *planner) place(seg Segment, current, cands []uint64, want int) (placement.Placement, error) {
+	nodes := make([]placement.Node, 0, len(current)+len(cands))
+	for _, id := range current {
+		nodes = append(nodes, placement.Node{ID: id, Attributes: p.attributes(id)})
+	}
+	for _, id := range cands {
+		if !slices.Contains(current, id) {
+			nodes = append(nodes, placement.Node{ID: id, Attributes: p.attributes(id)})
+		}
+	}
+	return placement.Replace(current, nil, placement.Request{
+		Topic: seg.Topic, Range: seg.Range, Segment: seg.Seal.Segment,
+		Nodes: nodes, Factor: want, Constraints: p.cfg.Constraints, Load: p.in.Load,
+	})
 }
 
 func (p *planner) attributes(id uint64) map[string]string {

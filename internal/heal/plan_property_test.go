@@ -6,11 +6,16 @@ package heal_test
 // every planned task (add the targets, then drop what it drops):
 //   - every segment with a healthy source is back at its factor, or is
 //     reported short of nodes or refused by its constraints;
-//   - no target held the segment, is down, or has a full or failing disk,
-//     and no list names a node twice;
+//   - no target is down or has a full or failing disk; a target holding
+//     the segment is a damaged holder rebuilding its copy, chosen only when
+//     the nodes without a copy cannot make up the factor; no list names a
+//     node twice;
 //   - a source is a live, undamaged holder;
 //   - a damaged copy is dropped only when the factor is met without it,
-//     and a segment with no healthy copy gets no task at all (S3, S4);
+//     a rebuilt one never, and a segment with no healthy copy gets no
+//     task at all (S3, S4);
+//   - a segment is left short only when the usable nodes (without a copy,
+//     or holding a damaged one) are too few, or hard constraints refuse;
 //   - hard constraints hold on every new set;
 //   - the plan does not depend on the order of its inputs.
 
@@ -119,19 +124,24 @@ func checkSegment(t *rapid.T, c cluster, p heal.Plan, s heal.Segment, a heal.Ass
 	if len(a.Targets) > 0 && (!c.live[a.Source] || !slices.Contains(s.Replicas, a.Source) || slices.Contains(s.Damaged, a.Source)) {
 		t.Fatalf("segment %d: source %d is not a live healthy holder", s.Seal.Segment, a.Source)
 	}
+	checkTargets(t, c, s, a, counted)
+	after := slices.Clone(s.Replicas)
 	for _, tg := range a.Targets {
-		if !c.usable[tg] || slices.Contains(s.Replicas, tg) {
-			t.Fatalf("segment %d: target %d is not a usable node without a copy (%+v)", s.Seal.Segment, tg, s)
+		if !slices.Contains(a.Rebuild, tg) {
+			after = append(after, tg)
 		}
 	}
-	after := slices.Clone(s.Replicas)
-	after = append(after, a.Targets...)
 	slices.Sort(after)
-	if len(slices.Compact(after)) != len(s.Replicas)+len(a.Targets) {
+	if len(slices.Compact(after)) != len(s.Replicas)+len(a.Targets)-len(a.Rebuild) {
 		t.Fatalf("segment %d: a node twice in %v + %v", s.Seal.Segment, s.Replicas, a.Targets)
 	}
 	if len(a.Drop) > 0 && healthy+len(a.Targets) < factorOf(s) {
 		t.Fatalf("segment %d: drops %v with %d healthy copies of %d", s.Seal.Segment, a.Drop, healthy+len(a.Targets), factorOf(s))
+	}
+	for _, r := range a.Rebuild {
+		if slices.Contains(a.Drop, r) {
+			t.Fatalf("segment %d: node %d rebuilds its copy and is dropped", s.Seal.Segment, r)
+		}
 	}
 	checkConstraints(t, c, s, a)
 	if healthy == 0 || counted >= factorOf(s) {
@@ -141,12 +151,45 @@ func checkSegment(t *rapid.T, c cluster, p heal.Plan, s heal.Segment, a heal.Ass
 	if counted+len(a.Targets) >= factorOf(s) {
 		return
 	}
+	usable := 0
+	for id := range c.usable {
+		if c.usable[id] && (!slices.Contains(s.Replicas, id) || slices.Contains(s.Damaged, id)) {
+			usable++
+		}
+	}
 	for _, r := range p.Reports {
-		if r.Segment == s.Seal.Segment && (r.Problem == heal.ShortOfNodes || r.Problem == heal.NoTarget || r.Problem == heal.DomainsRefused) {
+		if r.Segment != s.Seal.Segment {
+			continue
+		}
+		if (r.Problem == heal.ShortOfNodes || r.Problem == heal.NoTarget) && counted+usable < factorOf(s) || r.Problem == heal.DomainsRefused {
 			return
 		}
 	}
 	t.Fatalf("segment %d: %d of %d copies after %+v, reports %+v", s.Seal.Segment, counted+len(a.Targets), factorOf(s), a, p.Reports)
+}
+
+// checkTargets: every target is usable; one that holds the segment
+// holds a damaged copy it rebuilds, and only when the usable nodes
+// without a copy are too few (or hard constraints refused them alone).
+func checkTargets(t *rapid.T, c cluster, s heal.Segment, a heal.Assignment, counted int) {
+	fresh := 0
+	for id, ok := range c.usable {
+		if ok && !slices.Contains(s.Replicas, id) {
+			fresh++
+		}
+	}
+	for _, tg := range a.Targets {
+		holder := slices.Contains(s.Replicas, tg)
+		switch {
+		case !c.usable[tg]:
+			t.Fatalf("segment %d: target %d is not a usable node (%+v)", s.Seal.Segment, tg, s)
+		case holder != slices.Contains(a.Rebuild, tg) || holder && !slices.Contains(s.Damaged, tg):
+			t.Fatalf("segment %d: target %d holds a copy but does not rebuild a damaged one (%+v, %+v)", s.Seal.Segment, tg, s, a)
+		}
+	}
+	if len(a.Rebuild) > 0 && counted+fresh >= factorOf(s) && c.cfg.Constraints.Mode != placement.Hard {
+		t.Fatalf("segment %d: rebuilds %v while %d nodes without a copy could take one", s.Seal.Segment, a.Rebuild, fresh)
+	}
 }
 
 // checkConstraints: in hard mode a new set covers MinDomains zones, or
@@ -158,7 +201,8 @@ func checkConstraints(t *rapid.T, c cluster, s heal.Segment, a heal.Assignment) 
 	}
 	zones := map[string]bool{}
 	for _, r := range append(slices.Clone(s.Replicas), a.Targets...) {
-		if !c.dead[r] && !(c.live[r] && slices.Contains(s.Damaged, r)) {
+		damaged := c.live[r] && slices.Contains(s.Damaged, r) && !slices.Contains(a.Rebuild, r)
+		if !c.dead[r] && !damaged {
 			zones[c.zone[r]] = true
 		}
 	}

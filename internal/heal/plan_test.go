@@ -126,7 +126,8 @@ func TestPlanReportsLostAndWaiting(t *testing.T) {
 func TestPlanAvoidsFullFailingAndHoldingNodes(t *testing.T) {
 	s := seg(1, 4, 1, 2, 3)
 	s.Damaged = []uint64{3}
-	live := []heal.Node{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4, Full: true}, {ID: 5, Failing: true}, {ID: 6}}
+	// Node 3's full disk keeps it from rebuilding its damaged copy.
+	live := []heal.Node{{ID: 1}, {ID: 2}, {ID: 3, Full: true}, {ID: 4, Full: true}, {ID: 5, Failing: true}, {ID: 6}}
 	p := plan(t, heal.Config{}, heal.Input{Segments: []heal.Segment{s}, Live: live})
 	if len(p.Tasks) != 1 || !slices.Equal(p.Tasks[0].Targets, []uint64{6}) {
 		t.Fatalf("plan %+v: only node 6 may take a copy", p)

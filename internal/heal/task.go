@@ -121,6 +121,9 @@ type Task struct {
 	// submitted is set while a SetReplicas awaits its answer; sent
 	// records that one ever went out, which forbids cleaning up.
 	submitted, sent bool
+	// cleared: the list without the rebuilding holders is recorded, so
+	// their damage marks are gone and their fresh copies may be added.
+	cleared bool
 }
 
 // NewTask starts the task for a, placed at now. An assignment with no
@@ -131,6 +134,12 @@ func NewTask(a Assignment, cfg TaskConfig, now int64) (*Task, error) {
 	}
 	if len(a.Targets) == 0 && len(a.Drop) == 0 {
 		return nil, fmt.Errorf("heal: segment %d: a task with no target and nothing to drop", a.Seal.Segment)
+	}
+	for _, id := range a.Rebuild {
+		if !slices.Contains(a.Targets, id) || !slices.Contains(a.Replicas, id) || slices.Contains(a.Drop, id) {
+			return nil, fmt.Errorf("heal: segment %d: node %d rebuilds its copy, so it must be a target and a holder and not be dropped",
+				a.Seal.Segment, id)
+		}
 	}
 	t := &Task{Assignment: a, cfg: cfg, verified: make([]bool, len(a.Targets))}
 	if len(a.Targets) == 0 {
@@ -206,15 +215,25 @@ func (t *Task) Copied(now int64, target uint64, v Verdict) error {
 // Submit answers the command to send now, if any: in Verified the list
 // with the targets added, in Recorded the list without the copies being
 // replaced. Calling it again before the answer returns the same command.
+//
+// With holders rebuilding their copies, Verified first sends the list
+// without them: the metadata clears a damage mark only when its holder
+// leaves the list, and their fresh copies, verified already, must not be
+// listed as damaged. Only a copy that counted for nothing leaves, and a
+// healthy one (the source) stays, so no count of serving copies drops.
 func (t *Task) Submit(now int64) (SetReplicas, bool) {
-	added := appendNew(slices.Clone(t.Replicas), t.Targets)
+	base := slices.DeleteFunc(slices.Clone(t.Replicas), func(id uint64) bool { return slices.Contains(t.Rebuild, id) })
+	added := appendNew(slices.Clone(base), t.Targets)
 	switch t.state {
 	case Verified:
 		if !t.submitted {
 			t.submitted, t.sent = true, true
 			t.deadline = now + t.cfg.RecordTimeoutMs
 		}
-		return SetReplicas{Segment: t.Seal.Segment, Expect: slices.Clone(t.Replicas), Replicas: added}, true
+		if len(t.Rebuild) > 0 && !t.cleared {
+			return SetReplicas{Segment: t.Seal.Segment, Expect: slices.Clone(t.Replicas), Replicas: base}, true
+		}
+		return SetReplicas{Segment: t.Seal.Segment, Expect: base, Replicas: added}, true
 	case Recorded:
 		if len(t.Drop) == 0 {
 			return SetReplicas{}, false
@@ -244,6 +263,11 @@ func (t *Task) Recorded(now int64, err error) error {
 			t.sent = false
 		}
 		t.fail(RecordRefused, "%v", err)
+		return nil
+	}
+	if t.state == Verified && len(t.Rebuild) > 0 && !t.cleared {
+		t.cleared = true
+		t.deadline = now + t.cfg.RecordTimeoutMs
 		return nil
 	}
 	if t.state == Verified && len(t.Drop) > 0 {
@@ -293,12 +317,21 @@ func (t *Task) Tick(now int64) {
 
 // Cleanup answers the targets whose partial copies may be deleted: those
 // of a task that failed before any command naming them was sent. After a
-// send, even an unanswered one, the control plane may name them (S4).
+// send, even an unanswered one, the control plane may name them (S4). A
+// rebuilding holder is listed until its clearing command is recorded, so
+// its copy stays until then, whatever it holds; its next rebuild sets it
+// aside.
 func (t *Task) Cleanup() []uint64 {
 	if t.state != Failed || t.sent {
 		return nil
 	}
-	return slices.Clone(t.Targets)
+	var out []uint64
+	for _, id := range t.Targets {
+		if t.cleared || !slices.Contains(t.Rebuild, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Deletable answers the dropped copies whose files may now be deleted:

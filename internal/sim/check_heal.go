@@ -67,6 +67,17 @@ func (c *checker) deleting(n *node, id uint64) {
 	delete(c.rotten, copyKey{n.id, id})
 }
 
+// settingAside checks S4 as node n sets its copy of id aside to rebuild
+// it: the list may still name the copy, but only as damaged.
+func (c *checker) settingAside(n *node, id uint64) {
+	seg, ok := c.w.cp.view(id)
+	self := nodeName(n.id)
+	if ok && slices.Contains(seg.Replicas, self) && !slices.Contains(seg.Damaged, self) {
+		c.fail("S4", "node %d set aside its copy of %d, which the list %v names and does not record damaged", n.id, id, seg.Replicas)
+	}
+	delete(c.rotten, copyKey{n.id, id})
+}
+
 // flipped records a bit flip the simulation made in n's copy of id.
 func (c *checker) flipped(n *node, id uint64) { c.rotten[copyKey{n.id, id}] = true }
 

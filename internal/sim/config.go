@@ -154,17 +154,6 @@ type Config struct {
 	// commit above the failover's seal. By default the fence is recorded
 	// on disk before it is answered and survives a restart.
 	VolatileFence bool
-
-	// KeepDamagedWithoutTarget keeps a damaged holder in a segment's
-	// list while no live node lacks a copy, as internal/heal's planner
-	// does: a damaged holder is dropped only once the healthy copies
-	// reach the factor, and a holder is never a target. With a node lost
-	// and two damaged copies among four live nodes, the segment then
-	// never returns to its factor (in a three-node cluster, one damaged
-	// copy is enough). By default the planning node drops one damaged
-	// holder when a healthy one remains, so that it deletes its file and
-	// can take a new copy.
-	KeepDamagedWithoutTarget bool
 }
 
 // DefaultConfig is the configuration the fixed seeds run.

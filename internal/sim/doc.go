@@ -63,8 +63,11 @@
 //     records itself with a conditional set_segment_replicas, each step
 //     driven by a heal.Task; a copy that does not verify tells its source,
 //     which verifies its own at once. The lowest live node records the
-//     drops of dead and damaged holders. A heal.Scrubber per node verifies
-//     each listed sealed copy about every ScrubEvery ms. A copy a scrub, a
+//     drops of dead and damaged holders. A damaged holder the plan names
+//     to rebuild sets its copy aside (only while the list records it
+//     damaged, S4), fills a fresh one, leaves the list and rejoins it. A
+//     heal.Scrubber per node verifies each listed sealed copy about every
+//     ScrubEvery ms. A copy a scrub, a
 //     read or a restart finds damaged, or left missing or behind its seal,
 //     is recorded with mark_copy_damaged and never served; every node
 //     deletes its copies the list no longer names (S4).
@@ -102,12 +105,7 @@
 // the segment could never fail over), and a follower records its fence
 // on disk before answering (Config.VolatileFence: a copy restarted
 // before the seal acks the old primary above it, losing acknowledged
-// records, W6). A third differs from internal/heal's planner: when no
-// live node lacks a copy of a segment and some holders are damaged, the
-// planning node drops one damaged holder (a healthy one remaining) so
-// that it deletes its file and can be a target again
-// (Config.KeepDamagedWithoutTarget: the segment never returns to its
-// factor).
+// records, W6).
 //
 // Each new protection has a Bug that switches it off and a test that
 // requires its checker to fire: BugTrustFailedFsync and

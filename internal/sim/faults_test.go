@@ -228,37 +228,34 @@ func TestSimUnverifiedCopyIsCaught(t *testing.T) {
 	}
 }
 
-// TestSimDamagedHoldersNeedADrop shows internal/heal's rule on three
-// nodes: a damaged holder is never a target and is dropped only once
-// the healthy copies reach the factor, so with every node holding a
-// copy, one damaged, the segment never returns to its factor. The
-// simulation's default drops the damaged holder first; it deletes its
-// file and takes a new copy.
-func TestSimDamagedHoldersNeedADrop(t *testing.T) {
-	for _, keep := range []bool{true, false} {
-		cfg := quietConfig(2)
-		cfg.KeepDamagedWithoutTarget = keep
-		w, ok := newWorld(3, cfg)
-		if !ok {
-			t.Fatal(w.chk.violations)
-		}
-		w.start()
-		w.loop(2000)
-		seg, holders := sealedWithData(t, w)
-		n := w.node(holders[1])
-		if err := n.disk.flip(seg, n.disk.copies[seg].size/2, 1); err != nil {
-			t.Fatal(err)
-		}
-		w.chk.flipped(n, seg)
-		res := settle(w)
-		t.Logf("keep=%v: drops first %d, heals %d: %v", keep, res.Stats.DamagedDropsForTarget, res.Stats.HealsDone, res.Err())
-		switch {
-		case keep && !res.Violated("factor"):
-			t.Errorf("with damaged holders kept, the segment should stay short of its factor")
-		case !keep && res.Err() != nil:
-			t.Errorf("with the damaged holder dropped first: %v", res.Err())
-		case !keep && res.Stats.DamagedDropsForTarget == 0:
-			t.Errorf("no damaged holder was dropped first")
-		}
+// TestSimDamagedHolderRebuildsItsCopy: on three nodes every node holds
+// a copy, so when one copy is damaged no node lacks one; the damaged
+// holder sets its copy aside, rebuilds it from a healthy one, and the
+// segment returns to its factor with no damage recorded.
+func TestSimDamagedHolderRebuildsItsCopy(t *testing.T) {
+	cfg := quietConfig(2)
+	w, ok := newWorld(3, cfg)
+	if !ok {
+		t.Fatal(w.chk.violations)
+	}
+	w.start()
+	w.loop(2000)
+	seg, holders := sealedWithData(t, w)
+	n := w.node(holders[1])
+	if err := n.disk.flip(seg, n.disk.copies[seg].size/2, 1); err != nil {
+		t.Fatal(err)
+	}
+	w.chk.flipped(n, seg)
+	res := settle(w)
+	t.Logf("node %d's copy of %d flipped: rebuilds %d, set aside %d, heals %d: %v",
+		n.id, seg, res.Stats.Rebuilds, res.Stats.SetAside, res.Stats.HealsDone, res.Err())
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res.Stats.Rebuilds == 0 || res.Stats.SetAside == 0 {
+		t.Fatalf("no damaged holder rebuilt its copy: %+v", res.Stats)
+	}
+	if got, _ := w.cp.view(seg); !slices.Contains(got.Replicas, nodeName(n.id)) || len(got.Damaged) != 0 {
+		t.Fatalf("segment %d ends with list %v, damaged %v: node %d should be listed and whole", seg, got.Replicas, got.Damaged, n.id)
 	}
 }

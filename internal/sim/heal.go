@@ -186,46 +186,6 @@ func (n *node) plan() {
 			n.startFill(a)
 		}
 	}
-	if planner == n.id && !w.cfg.KeepDamagedWithoutTarget {
-		for _, r := range p.Reports {
-			if r.Problem == heal.NoTarget {
-				n.dropDamagedForTarget(in, r.Segment)
-			}
-		}
-	}
-}
-
-// dropDamagedForTarget frees a node for a segment no node can take a
-// copy of: when every live node already holds one, some damaged, the
-// planner drops one damaged holder from the list (keeping every healthy
-// one, and there must be one: it is the source), so that the node deletes its damaged file
-// once the list without it is recorded (collect, S4) and can be targeted
-// again. Config.KeepDamagedWithoutTarget restores internal/heal's rule,
-// under which such a segment never returns to its factor.
-func (n *node) dropDamagedForTarget(in heal.Input, id uint64) {
-	idx := slices.IndexFunc(in.Segments, func(s heal.Segment) bool { return s.Seal.Segment == id })
-	if idx < 0 {
-		return
-	}
-	seg := in.Segments[idx]
-	live := func(id uint64) bool {
-		return slices.ContainsFunc(in.Live, func(l heal.Node) bool { return l.ID == id })
-	}
-	healthy, damaged := 0, []uint64(nil)
-	for _, r := range seg.Replicas {
-		switch {
-		case !live(r):
-		case slices.Contains(seg.Damaged, r):
-			damaged = append(damaged, r)
-		default:
-			healthy++
-		}
-	}
-	if healthy == 0 || len(damaged) == 0 {
-		return
-	}
-	n.w.stats.DamagedDropsForTarget++
-	n.dropCopies(heal.Assignment{Seal: seg.Seal, Replicas: seg.Replicas, Drop: damaged[:1], Damaged: damaged[:1]})
 }
 
 // dropCopies records a drop-only assignment through its heal.Task.
@@ -269,19 +229,26 @@ func names(ids []uint64) []string {
 }
 
 // startFill starts this node's copy for a, unless it fills it already, is
-// at its bound, holds a file of the segment (collect deletes it first)
-// or has a full disk. Of an assignment with several targets it takes its
-// own part; the drops wait for a later pass, once all are recorded.
+// at its bound, holds a file of the segment (collect deletes it first;
+// a holder rebuilding its damaged copy sets it aside) or has a full
+// disk. Of an assignment with several targets it takes its own part; the
+// drops wait for a later pass, once all are recorded.
 func (n *node) startFill(a heal.Assignment) {
 	w := n.w
 	id := a.Seal.Segment
-	if n.fills[id] != nil || len(n.fills) >= heal.DefaultMaxTasksPerNode || n.disk.copies[id] != nil || n.disk.full {
+	rebuild := slices.Contains(a.Rebuild, n.id)
+	if n.fills[id] != nil || len(n.fills) >= heal.DefaultMaxTasksPerNode || n.disk.full ||
+		n.disk.copies[id] != nil && !(rebuild && n.setAside(id)) {
 		return
 	}
 	if len(a.Targets) > 1 {
 		a.Drop, a.Damaged = nil, nil
 	}
-	a.Targets = []uint64{n.id}
+	a.Targets, a.Rebuild = []uint64{n.id}, nil
+	if rebuild {
+		a.Rebuild = []uint64{n.id}
+		w.stats.Rebuilds++
+	}
 	now := w.unixNow()
 	t, err := heal.NewTask(a, w.taskConfig(), now)
 	if err != nil {
@@ -444,18 +411,20 @@ func (n *node) afterCopied(f *fill) {
 	}
 }
 
-// submit sends what the task asks: the list with this node, then the
-// list without the copies it replaces. A command the control plane did
-// not run (unavailable) is sent again on the next pass.
+// submit sends what the task asks: for a rebuild the list without this
+// node, then the list with this node, then the list without the copies
+// it replaces. A command the control plane did not run (unavailable) is
+// sent again on the next pass.
 func (n *node) submit(f *fill) {
 	w := n.w
-	for range 2 {
+	for range 3 {
 		st, _, _ := f.task.State()
 		cmd, ok := f.task.Submit(w.unixNow())
 		if !ok {
 			return
 		}
-		err := n.setReplicas(cmd, st == heal.Verified)
+		added := slices.Contains(cmd.Replicas, n.id) && !slices.Contains(cmd.Expect, n.id)
+		err := n.setReplicas(cmd, added)
 		if errors.Is(err, errUnavailable) {
 			return
 		}
@@ -508,6 +477,21 @@ func (n *node) fillEnded(f *fill) {
 	if slices.Contains(f.task.Cleanup(), n.id) {
 		n.removeCopy(id)
 	}
+}
+
+// setAside moves this node's damaged copy of id out of the way of a
+// rebuild, as the store's quarantine does (the simulation keeps no
+// quarantined bytes). The checker holds it to the list recording the
+// copy damaged: a copy anyone may count is never set aside.
+func (n *node) setAside(id uint64) bool {
+	w := n.w
+	w.chk.settingAside(n, id)
+	if err := n.disk.remove(id); err != nil {
+		w.chk.fail("store", "node %d setting aside its copy of %d: %v", n.id, id, err)
+		return false
+	}
+	w.stats.SetAside++
+	return true
 }
 
 // removeCopy deletes this node's copy of id, which the checker holds to

@@ -170,7 +170,8 @@ func (t *Stats) add(s Stats) {
 	t.HealBytes += s.HealBytes
 	t.Drops += s.Drops
 	t.Collected += s.Collected
-	t.DamagedDropsForTarget += s.DamagedDropsForTarget
+	t.Rebuilds += s.Rebuilds
+	t.SetAside += s.SetAside
 	if t.Refusals == nil {
 		t.Refusals = map[string]int{}
 	}

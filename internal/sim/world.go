@@ -38,7 +38,7 @@ type Stats struct {
 	Scrubs, FoundDamaged, MarkedDamaged  int
 	HealsStarted, HealsDone, HealsFailed int
 	HealBytes, Drops, Collected          int
-	DamagedDropsForTarget                int
+	Rebuilds, SetAside                   int
 }
 
 // Violation is a broken invariant, named by its id in
