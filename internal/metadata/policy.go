@@ -129,7 +129,7 @@ func (r fieldRule) check(v PolicyValue) (PolicyValue, bool) {
 		if r.values != nil {
 			ok = ok && slices.Contains(r.values, v.Str)
 		} else {
-			ok = ok && len(v.Str) <= MaxSpreadByLen
+			ok = ok && len(v.Str) <= MaxSpreadByLen && attributeKey(v.Str)
 		}
 		return PolicyValue{Str: v.Str, IsStr: true}, ok
 	}
@@ -226,4 +226,17 @@ func (s *State) checkPolicies() error {
 		}
 	}
 	return nil
+}
+
+// attributeKey reports whether s can name a node attribute: membership
+// accepts keys of [a-z0-9_.-] starting with a letter, so a spread_by any
+// other way could never be met by any node.
+func attributeKey(s string) bool {
+	for i, c := range []byte(s) {
+		letter := c >= 'a' && c <= 'z'
+		if i == 0 && !letter || !letter && !(c >= '0' && c <= '9') && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -69,9 +69,17 @@ func (rr *rangeRec) recordDeletion(seg *Segment, reason string, wasFirst bool) {
 		i, _ := slices.BinarySearchFunc(rr.r.Deleted, sp.Base, func(d DeletedSpan, b uint64) int {
 			return cmp.Compare(d.Base, b)
 		})
-		rr.r.Deleted = slices.Insert(rr.r.Deleted, i, sp)
-		i = rr.mergeAround(i)
-		rr.mergeAround(i - 1)
+		if i > 0 && rr.r.Deleted[i-1].End > sp.Base {
+			// A span capSpans merged across a live segment already
+			// covers this one's offsets: add to it rather than overlap.
+			d := &rr.r.Deleted[i-1]
+			d.Records = addSat(d.Records, sp.Records)
+			d.Skip, d.Bound = d.Skip || sp.Skip, true
+		} else {
+			rr.r.Deleted = slices.Insert(rr.r.Deleted, i, sp)
+			i = rr.mergeAround(i)
+			rr.mergeAround(i - 1)
+		}
 		for len(rr.r.Deleted) > MaxDeletedSpans {
 			rr.capSpans()
 		}
@@ -199,7 +207,7 @@ func (s *State) countSkips(tr *topicRec, group string, stored, add []GroupEntry)
 				ps = &sourceSkips{from: from, to: e.Offset}
 				perSource[e.Source] = ps
 			}
-			ps.n += n
+			ps.n = addSat(ps.n, n)
 			ps.from, ps.to = min(ps.from, from), max(ps.to, e.Offset)
 			sc.bound = sc.bound || bound || e.SliceStart > r.Start || e.sliceEnd() < r.End
 		}
@@ -209,7 +217,7 @@ func (s *State) countSkips(tr *topicRec, group string, stored, add []GroupEntry)
 	// over the offsets its entries span, so that caps the sum.
 	for src, ps := range perSource {
 		cover, _ := s.ranges[src].r.DeletedBetween(ps.from, ps.to)
-		sc.n += min(ps.n, cover)
+		sc.n = addSat(sc.n, min(ps.n, cover))
 	}
 	if sc.n > 0 {
 		tr.skips[group] = sc
@@ -313,4 +321,13 @@ func checkSkips(tr *topicRec) error {
 		}
 	}
 	return nil
+}
+
+// addSat adds without wrapping: a count that would pass 2^64-1 stays
+// there, so an upper bound never turns into a small number.
+func addSat(a, b uint64) uint64 {
+	if a > ^uint64(0)-b {
+		return ^uint64(0)
+	}
+	return a + b
 }

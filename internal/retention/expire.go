@@ -1,7 +1,7 @@
 package retention
 
 import (
-	"math"
+	"math/bits"
 
 	"github.com/malachi-log/malachi/internal/metadata"
 )
@@ -54,9 +54,9 @@ func Expired(eff Effective, nowMs int64, segs []metadata.Segment) []Expiry {
 		case ageOn && s.SealedAt != 0 && nowMs-s.SealedAt > maxAge:
 			// A segment with no seal time cannot be dated: never by age.
 			why = WhyAge
-		case bytesOn && bytes > maxBytes:
+		case bytesOn && bytes.over(uint64(maxBytes)):
 			why = WhyBytes
-		case recordsOn && records > uint64(maxRecords):
+		case recordsOn && records.over(uint64(maxRecords)):
 			why = WhyRecords
 		default:
 			return out
@@ -66,29 +66,37 @@ func Expired(eff Effective, nowMs int64, segs []metadata.Segment) []Expiry {
 			reason = ReasonTTL
 		}
 		out = append(out, Expiry{Segment: s.ID, Reason: reason, Why: why})
-		bytes -= max(s.Bytes, 0)
-		records -= s.Records
+		bytes = bytes.sub(uint64(max(s.Bytes, 0)))
+		records = records.sub(s.Records)
 	}
 	return out
 }
 
-// sealedTotals sums the bytes and records of the sealed segments,
-// saturating rather than wrapping.
-func sealedTotals(segs []metadata.Segment) (bytes int64, records uint64) {
+// sealedTotals sums the bytes and records of the sealed segments, wide
+// enough that no sum wraps or saturates: a saturated total would shrink
+// by each expired segment and stop the drop early.
+func sealedTotals(segs []metadata.Segment) (bytes, records wide) {
 	for i := range segs {
-		if segs[i].Active {
-			continue
-		}
-		if b := max(segs[i].Bytes, 0); bytes > math.MaxInt64-b {
-			bytes = math.MaxInt64
-		} else {
-			bytes += b
-		}
-		if r := segs[i].Records; records > math.MaxUint64-r {
-			records = math.MaxUint64
-		} else {
-			records += r
+		if !segs[i].Active {
+			bytes = bytes.add(uint64(max(segs[i].Bytes, 0)))
+			records = records.add(segs[i].Records)
 		}
 	}
 	return bytes, records
 }
+
+// wide is a 128-bit unsigned sum.
+type wide struct{ hi, lo uint64 }
+
+func (w wide) add(v uint64) wide {
+	lo, carry := bits.Add64(w.lo, v, 0)
+	return wide{w.hi + carry, lo}
+}
+
+func (w wide) sub(v uint64) wide {
+	lo, borrow := bits.Sub64(w.lo, v, 0)
+	return wide{w.hi - borrow, lo}
+}
+
+// over reports whether w > v.
+func (w wide) over(v uint64) bool { return w.hi > 0 || w.lo > v }

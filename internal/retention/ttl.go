@@ -15,7 +15,7 @@ const (
 )
 
 // MaxTTLMs is the longest TTL accepted: 100 years of 365.25 days.
-const MaxTTLMs int64 = 100 * 36525 * 24 * 3600 * 1000
+const MaxTTLMs int64 = 36525 * 24 * 3600 * 1000
 
 // maxTTLDigits is the most digits a TTL may have: an int64's.
 const maxTTLDigits = 19

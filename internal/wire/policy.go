@@ -251,8 +251,10 @@ func (r *BindTopicPolicyRequest) Decode(payload []byte) error {
 	*r = BindTopicPolicyRequest{Topic: d.str()}
 	if len(d.b) > 0 && d.b[0] == strAbsent {
 		d.take(1, "absent policy")
+	} else if name := d.name("policy name"); name != "" {
+		r.Policy = &name
 	} else {
-		r.Policy = new(d.name("policy name"))
+		d.fail("an empty policy name (send it absent to unbind)")
 	}
 	return d.finish("bind_topic_policy")
 }

@@ -115,7 +115,7 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	}),
 	KeyListPolicies: rapid.Just[Request](&ListPoliciesRequest{}),
 	KeyBindTopicPolicy: req(func(t *rapid.T) Request {
-		return &BindTopicPolicyRequest{Topic: genString.Draw(t, "topic"), Policy: rapid.Ptr(genName, true).Draw(t, "policy")}
+		return &BindTopicPolicyRequest{Topic: genString.Draw(t, "topic"), Policy: rapid.Ptr(genName.Filter(func(s string) bool { return s != "" }), true).Draw(t, "policy")}
 	}),
 	KeyGetTopicPolicy: req(func(t *rapid.T) Request { return &GetTopicPolicyRequest{Topic: genString.Draw(t, "topic")} }),
 	KeyListTopics:     rapid.Just[Request](&ListTopicsRequest{}),
