@@ -24,6 +24,7 @@ type benchFlags struct {
 	cfg    bench.Config
 	linger time.Duration
 	json   bool
+	ttl    ttlPrep
 }
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -39,6 +40,14 @@ func newBenchCmd(a *app) *cobra.Command {
   e2e      produce and consume at once; latency is from the send time carried
            in each record to its receipt
   meta     create, describe and commit one at a time: the metadata path
+
+consume --prepare first writes --records records to a fresh --topic, with a
+per-message TTL of --ttl each (none when not given) and, with
+--expired-fraction F, a 1 ms TTL on that fraction of them, spread evenly, so
+they have expired when the reads start: the consumers then read the rest, and
+the node filters the expired ones out of every page it serves. Three runs,
+plain, --ttl 1h, and --ttl 1h --expired-fraction 0.5, measure what the TTL
+filter costs.
 
 Closed loop (the default) sends as fast as acks allow; async produce then
 counts and times acks per produce request, not per record: every record counts
@@ -61,6 +70,7 @@ compresses the async producers' batches (v2 only).`,
   malachi bench produce --records 1000000 --size 1024 --compression zstd
   malachi bench produce --rate 50000 --producers 4 --keys 1000 --ranges 4
   malachi bench consume --records 1000000 --via group --consumers 2
+  malachi bench consume --prepare --topic ttl-half --ttl 1h --expired-fraction 0.5
   malachi bench e2e --rate 10000 --records 200000 --json
   malachi bench meta --count 500`,
 		Args: cobra.NoArgs,
@@ -111,6 +121,10 @@ func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&c.MaxBytes, "max-bytes", 0, "most stored bytes per wire v2 fetch page; 0 = the node's default (its cap)")
 	fl.DurationVar(&c.Idle, "idle", bench.DefaultIdle, "give up when no record has arrived for this long")
 	fl.BoolVar(&f.json, "json", false, "print the result as JSON")
+	fl.BoolVar(&f.ttl.prepare, "prepare", false, "consume: first write --records records to a fresh --topic")
+	fl.DurationVar(&f.ttl.ttl, "ttl", 0, "consume --prepare: each record's TTL (malachi.ttl_ms); 0 = none")
+	fl.Float64Var(&f.ttl.expired, "expired-fraction", 0, "consume --prepare: fraction of records written already expiring (1 ms TTL)")
+	fl.BoolVar(&f.ttl.lookalike, "lookalike-headers", false, "consume --prepare without --ttl: headers of a TTL record's sizes under other names (a control)")
 }
 
 // config completes the flags into the run's configuration.
@@ -156,7 +170,20 @@ func runBench(cmd *cobra.Command, a *app, f *benchFlags, m bench.Mode) error {
 	if !f.json {
 		hide = benchShowProgress(cmd, progress)
 	}
-	res, err := bench.Run(ctx, f.config(cmd, m), dial, progress)
+	if err := f.ttl.check(m); err != nil {
+		hide()
+		return err
+	}
+	cfg := f.config(cmd, m)
+	if f.ttl.prepare {
+		left, err := f.ttl.run(ctx, dial, cfg)
+		if err != nil {
+			hide()
+			return explain(err, errSubject{topic: f.cfg.Topic, set: set})
+		}
+		cfg.Records = left
+	}
+	res, err := bench.Run(ctx, cfg, dial, progress)
 	hide()
 	if errors.Is(err, bench.ErrConfig) {
 		return &exitError{code: 2, err: err}

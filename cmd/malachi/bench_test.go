@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/malachi-log/malachi/internal/bench"
@@ -93,5 +94,54 @@ func TestBenchCommand(t *testing.T) {
 	check(t, res.Stats, 500, true)
 	if res.Produce == nil || res.Produce.Records != 500 {
 		t.Errorf("e2e produce side %+v", res.Produce)
+	}
+}
+
+// `bench consume --prepare` writes the topic it reads, with TTLs: the
+// records given an expired TTL are filtered by the node, so the consumers
+// read exactly the rest, and no more is there to read.
+func TestBenchConsumePreparedTTL(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	for _, v := range []string{"MALACHI_CONTEXT", "MALACHI_USER", "MALACHI_PASSWORD", "MALACHI_SERVER"} {
+		t.Setenv(v, "")
+	}
+	node := clienttest.Start(t)
+	run := func(args ...string) (bench.Result, error) {
+		cmd := newRoot()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&bytes.Buffer{})
+		cmd.SetArgs(append(append([]string{"bench"}, args...), "--server", node.Addr(), "--json"))
+		err := cmd.ExecuteContext(t.Context())
+		var res bench.Result
+		if err == nil {
+			if jerr := json.Unmarshal(out.Bytes(), &res); jerr != nil {
+				t.Fatalf("bench %v: %v\n%s", args, jerr, out.String())
+			}
+		}
+		return res, err
+	}
+	res, err := run("consume", "--prepare", "--topic", "half", "--records", "1000", "--size", "64",
+		"--ttl", "1h", "--expired-fraction", "0.5")
+	if err != nil || res.Records != 500 || res.Errors != 0 {
+		t.Fatalf("prepared consume: %d records, %d errors, %v", res.Records, res.Errors, err)
+	}
+	// The command's error keeps the engine's words, not its error value.
+	if _, err := run("consume", "--topic", "half", "--records", "501", "--idle", "300ms"); err == nil || !strings.Contains(err.Error(), "500 of 501") {
+		t.Fatalf("reading 501 records of a topic whose other 500 have expired: %v, want 500 of 501 read", err)
+	}
+	res, err = run("consume", "--prepare", "--topic", "look", "--records", "300", "--lookalike-headers")
+	if err != nil || res.Records != 300 {
+		t.Fatalf("look-alike consume: %d records, %v", res.Records, err)
+	}
+	for _, bad := range [][]string{
+		{"consume", "--topic", "x", "--ttl", "1h"},
+		{"consume", "--prepare", "--topic", "x", "--expired-fraction", "0.5"},
+		{"consume", "--prepare", "--topic", "x", "--ttl", "1h", "--expired-fraction", "1"},
+		{"produce", "--prepare", "--topic", "x"},
+	} {
+		if _, err := run(bad...); err == nil {
+			t.Fatalf("bench %v: accepted", bad)
+		}
 	}
 }

@@ -64,7 +64,7 @@ the record-by-record protocol of v1 with any node.`
 	root.AddCommand(
 		newTopicCmd(a), newProduceCmd(a), newConsumeCmd(a), newGroupCmd(a),
 		newUserCmd(a), newACLCmd(a), newStatusCmd(a), newContextCmd(a),
-		newBenchCmd(a), newVersionCmd(a), newAdminCmd(), newClusterCmd(a),
+		newPolicyCmd(a), newBenchCmd(a), newVersionCmd(a), newAdminCmd(), newClusterCmd(a),
 	)
 	root.Version = clientVersion
 	root.SetVersionTemplate("malachi {{.Version}}\n")
@@ -86,6 +86,10 @@ var completions = map[string][]string{
 	"group delete":   {"topic", "group"},
 	"context use":    {"context"},
 	"context delete": {"context"},
+	"policy delete":  {"policy"},
+	"policy get":     {"topic"},
+	"policy bind":    {"topic", "policy"},
+	"policy unbind":  {"topic"},
 }
 
 func addCompletions(root *cobra.Command, a *app) {

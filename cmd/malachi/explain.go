@@ -19,7 +19,9 @@ type errSubject struct {
 	topic string
 	user  string // the user a user or acl command is about
 	group string
-	set   settings
+	// policy is the storage policy a policy command names.
+	policy string
+	set    settings
 	// adminOnly marks operations only an administrator may run, where a
 	// grant would not help.
 	adminOnly bool
@@ -164,6 +166,12 @@ func reasonHint(e *client.Error, sub errSubject) string {
 		return "--ranges must be a power of two no larger than 2^keyspace-bits"
 	case "invalid_keyspace_bits":
 		return "--keyspace-bits must be between 1 and 32"
+	case "no_such_policy":
+		return fmt.Sprintf("no policy %s; see 'malachi policy list', or define it with 'malachi policy define %s'",
+			orDefault(sub.policy, "NAME"), orDefault(sub.policy, "NAME"))
+	case "policy_in_use":
+		return fmt.Sprintf("topics are bound to policy %s: bind them elsewhere ('malachi policy unbind TOPIC'), "+
+			"or delete with --force, after which they expire nothing until bound again", orDefault(sub.policy, "NAME"))
 	}
 	if e.Retriable {
 		return sentence(e) + "; gave up after retrying, try again shortly"

@@ -119,6 +119,10 @@ type groupJSON struct {
 	Cursor string         `json:"cursor"` // "" when nothing is committed
 	Lag    uint64         `json:"lag"`
 	Ranges []rangeLagJSON `json:"ranges"`
+	// Skipped counts the records retention deleted that the group's
+	// commits passed unread; SkippedBound says it is an upper bound.
+	Skipped      uint64 `json:"skipped"`
+	SkippedBound bool   `json:"skipped_bound"`
 	// Generation and Members are the live membership (describe only).
 	Generation *uint64      `json:"generation,omitempty"`
 	Members    []memberJSON `json:"members,omitempty"`
@@ -204,7 +208,10 @@ func describeGroup(ctx context.Context, c *client.Client, out *printer, topic, g
 }
 
 func toGroupJSON(topic string, g *client.GroupStatus) groupJSON {
-	j := groupJSON{Topic: topic, Group: g.Group, Cursor: g.Cursor, Lag: g.Lag, Ranges: make([]rangeLagJSON, len(g.Ranges))}
+	j := groupJSON{
+		Topic: topic, Group: g.Group, Cursor: g.Cursor, Lag: g.Lag, Ranges: make([]rangeLagJSON, len(g.Ranges)),
+		Skipped: g.Skipped, SkippedBound: g.SkippedBound,
+	}
 	for i, r := range g.Ranges {
 		j.Ranges[i] = rangeLagJSON{Range: r.Range, Lag: r.Lag}
 	}
@@ -221,6 +228,7 @@ func printGroup(out *printer, topic string, g *client.GroupStatus) error {
 		{"Topic", topic},
 		{"Lag", fmt.Sprintf("%d record%s", g.Lag, plural(int(g.Lag)))},
 		{"Committed", position},
+		{"Skipped", skippedText(g.Skipped, g.SkippedBound)},
 	})
 	if err != nil || len(g.Ranges) == 0 {
 		return err
@@ -294,4 +302,18 @@ func listGroups(ctx context.Context, s *session, topic string) error {
 		rows[i] = []string{d.Group, itoa(d.Lag), committed}
 	}
 	return s.out.table([]string{"GROUP", "LAG", "COMMITTED"}, rows)
+}
+
+// skippedText says how many records retention deleted before the group
+// read them: "0 records", or "at most 12 records (deleted by retention
+// before the group read them)".
+func skippedText(n uint64, bound bool) string {
+	if n == 0 {
+		return "0 records"
+	}
+	about := ""
+	if bound {
+		about = "at most "
+	}
+	return fmt.Sprintf("%s%d record%s (deleted by retention before the group read them)", about, n, plural(int(min(n, 2))))
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,6 +29,7 @@ type produceFlags struct {
 	delimiter string
 	skipBad   bool
 	compress  string
+	ttl       time.Duration
 }
 
 func newProduceCmd(a *app) *cobra.Command {
@@ -48,7 +50,9 @@ value, headers and timestamp, base64 where marked), so that
   malachi consume orders --format json | malachi produce copy --format json
 copies a topic. --header adds headers to every record; --delimiter separates
 records by another string than a newline (\0 for NUL, \t for TAB);
---value-file sends a whole file as one record.
+--value-file sends a whole file as one record. --ttl gives every record a
+time to live (the malachi.ttl_ms header): readers stop seeing a record once
+the node's clock passes the time it stored it plus the TTL.
 
 A line that cannot be read (no TAB with --kv, not JSON) stops the command,
 which says how many lines it read, sent and skipped; with --skip-bad such lines
@@ -65,6 +69,7 @@ sent.`,
   malachi produce orders --key-from .user.id --file events.jsonl
   malachi produce orders --key user-7 --header source=cli --header v=2
   malachi produce orders --compression zstd --file events.jsonl
+  malachi produce sessions --key user-7 --ttl 30m
   malachi produce images --key logo --value-file logo.png
   printf 'a;b;c' | malachi produce orders --delimiter ';'
   malachi consume orders --format json | malachi produce orders-copy --format json`,
@@ -101,6 +106,7 @@ sent.`,
 	fl.StringVar(&f.delimiter, "delimiter", "", `records are separated by this string instead of a newline (\0 is NUL, \t TAB, \n newline)`)
 	fl.BoolVar(&f.skipBad, "skip-bad", false, "skip lines that cannot be read, report them on stderr and count them")
 	fl.StringVar(&f.compress, "compression", "none", "compress each batch: none, zstd or s2 (wire v2 only)")
+	fl.DurationVar(&f.ttl, "ttl", 0, "give every record this time to live (30s, 1h; rounded up to milliseconds)")
 	return cmd
 }
 
@@ -136,6 +142,9 @@ func (f *produceFlags) lineFormat() (lineFormat, error) {
 	}
 	var err error
 	if lf.headers, err = parseHeaders(f.headers); err != nil {
+		return lf, err
+	}
+	if lf.headers, err = f.withTTL(lf.headers); err != nil {
 		return lf, err
 	}
 	if f.keyFrom != "" {
@@ -249,4 +258,22 @@ func feed(ctx context.Context, p *client.Producer, topic string, in io.Reader, l
 		}
 	}
 	return nil
+}
+
+// withTTL adds --ttl to the headers every record gets, as the header the
+// node reads a record's TTL from.
+func (f *produceFlags) withTTL(hs []client.Header) ([]client.Header, error) {
+	if f.ttl < 0 {
+		return nil, usageErr("--ttl %s: a time to live cannot be negative", f.ttl)
+	}
+	if f.ttl == 0 {
+		return hs, nil
+	}
+	for _, h := range hs {
+		if h.Key == client.TTLHeader {
+			return nil, usageErr("--ttl and --header %s=... both set the TTL: use one", client.TTLHeader)
+		}
+	}
+	rec := client.NewRecord(nil, nil, client.WithTTL(f.ttl))
+	return append(hs, rec.Headers...), nil
 }

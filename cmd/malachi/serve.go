@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/malachi-log/malachi/internal/broker"
 	"github.com/malachi-log/malachi/internal/httpapi"
+	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/retention"
 	"github.com/malachi-log/malachi/internal/server"
 )
 
@@ -40,6 +43,7 @@ type serveFlags struct {
 	tlsReloadInterval time.Duration
 	security          securityFlags
 	cluster           clusterFlags
+	retention         retentionFlags
 }
 
 func newServeCmd() *cobra.Command {
@@ -114,7 +118,65 @@ milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
 	fl.DurationVar(&f.tlsReloadInterval, "tls-reload-interval", envDuration("MALACHI_TLS_RELOAD_INTERVAL_MS", 5*time.Second), "how often to check the TLS files for changes; negative: only on SIGHUP (env MALACHI_TLS_RELOAD_INTERVAL_MS)")
 	f.security.register(fl)
 	f.cluster.register(fl)
+	f.retention.register(fl)
 	return cmd, f
+}
+
+// retentionFlags are the node's defaults of the storage policy fields a
+// topic's policy leaves unset. Each takes "off" (the default: the rule is
+// disabled) or a value; 0 is a real bound.
+type retentionFlags struct {
+	maxAge, maxBytes, maxRecords, defaultTTL string
+	interval                                 time.Duration
+}
+
+func (r *retentionFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&r.maxAge, "retention-max-age", envString("MALACHI_RETENTION_MAX_AGE", "off"), "delete sealed segments sealed longer ago than this (1h, 7d as 168h); off keeps them (env MALACHI_RETENTION_MAX_AGE)")
+	fl.StringVar(&r.maxBytes, "retention-max-bytes", envString("MALACHI_RETENTION_MAX_BYTES", "off"), "keep at most this many sealed bytes per range (10GiB); off = no bound (env MALACHI_RETENTION_MAX_BYTES)")
+	fl.StringVar(&r.maxRecords, "retention-max-records", envString("MALACHI_RETENTION_MAX_RECORDS", "off"), "keep at most this many sealed records per range; off = no bound (env MALACHI_RETENTION_MAX_RECORDS)")
+	fl.StringVar(&r.defaultTTL, "default-ttl", envString("MALACHI_DEFAULT_TTL", "off"), "TTL of a record that carries none (30m); off = records without a TTL never expire (env MALACHI_DEFAULT_TTL)")
+	fl.DurationVar(&r.interval, "retention-interval", envDuration("MALACHI_RETENTION_INTERVAL_MS", broker.DefaultRetentionInterval), "how often the retention sweep runs (env MALACHI_RETENTION_INTERVAL_MS)")
+}
+
+// defaults turns the flags into the node's policy defaults; the segment
+// roll flags are the defaults of segment_max_bytes and segment_max_age_ms
+// (the broker fills those from its own configuration).
+func (r *retentionFlags) defaults() (retention.Defaults, error) {
+	d := retention.Defaults{}
+	set := func(flag, field, v string, parse func(string) (int64, error)) error {
+		if v == "off" {
+			d[field] = metadata.PolicyValue{Off: true}
+			return nil
+		}
+		n, err := parse(v)
+		if err != nil || n < 0 {
+			return usageErr("--%s %q: want off or a non-negative value", flag, v)
+		}
+		d[field] = metadata.PolicyValue{Int: n}
+		return nil
+	}
+	ms := func(v string) (int64, error) {
+		dur, err := time.ParseDuration(v)
+		return dur.Milliseconds(), err
+	}
+	count := func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }
+	for _, e := range []error{
+		set("retention-max-age", retention.FieldMaxAge, r.maxAge, ms),
+		set("retention-max-bytes", retention.FieldMaxBytes, r.maxBytes, parseSize),
+		set("retention-max-records", retention.FieldMaxRecords, r.maxRecords, count),
+		set("default-ttl", retention.FieldDefaultTTL, r.defaultTTL, ms),
+	} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	if _, err := metadata.ValidatePolicy(d); err != nil {
+		return nil, usageErr("--default-ttl %q: want off or at least 1ms", r.defaultTTL)
+	}
+	if r.interval <= 0 {
+		return nil, usageErr("--retention-interval %v: want a positive duration", r.interval)
+	}
+	return d, nil
 }
 
 // envBool reads a true/false variable (true, 1, false, 0, ...); any
@@ -244,15 +306,21 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	retDefaults, err := f.retention.defaults()
+	if err != nil {
+		return err
+	}
 	cfg := broker.Config{
-		DataDir:         f.dataDir,
-		Logger:          logger,
-		NodeID:          "node-1",
-		SegmentMaxBytes: f.segmentMaxBytes,
-		SegmentMaxAge:   f.segmentMaxAge,
-		AutoSplit:       f.autoSplit,
-		NoJournal:       f.noJournal,
-		JournalPrealloc: true,
+		Retention:         retDefaults,
+		RetentionInterval: f.retention.interval,
+		DataDir:           f.dataDir,
+		Logger:            logger,
+		NodeID:            "node-1",
+		SegmentMaxBytes:   f.segmentMaxBytes,
+		SegmentMaxAge:     f.segmentMaxAge,
+		AutoSplit:         f.autoSplit,
+		NoJournal:         f.noJournal,
+		JournalPrealloc:   true,
 	}
 	f.security.apply(&cfg)
 	if cluster != nil {

@@ -27,15 +27,19 @@ func newTopicCmd(a *app) *cobra.Command {
 func newTopicCreateCmd(a *app) *cobra.Command {
 	var ranges, replicas int
 	var bits uint8
+	var policy string
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a topic",
 		Long: `Create a topic. Its keyspace (2^keyspace-bits key positions) is tiled by
 --ranges ranges, which split and merge online later, so this is only a head
-start for a topic known to be busy.`,
+start for a topic known to be busy. --policy binds the new topic to a
+storage policy ('malachi policy define'), which must exist; like 'malachi
+policy bind', it needs an administrator.`,
 		Example: `  malachi topic create orders
   malachi topic create clicks --ranges 8 --keyspace-bits 20
-  malachi topic create payments --replicas 5`,
+  malachi topic create payments --replicas 5
+  malachi topic create audit --policy week`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -47,18 +51,29 @@ start for a topic known to be busy.`,
 			if replicas < 0 || replicas > maxSegmentReplicas {
 				return usageErr("--replicas %d: want 1 to %d, or 0 for the cluster's default", replicas, maxSegmentReplicas)
 			}
-			return a.run(cmd, errSubject{topic: name, op: "create"}, func(ctx context.Context, s *session) error {
+			return a.run(cmd, errSubject{topic: name, policy: policy, op: "create", adminOnly: policy != ""}, func(ctx context.Context, s *session) error {
 				opts := []client.TopicOption{client.WithRanges(ranges), client.WithKeyspaceBits(bits)}
 				if replicas > 0 {
 					opts = append(opts, client.WithReplicas(replicas))
+				}
+				if policy != "" {
+					opts = append(opts, client.WithPolicy(policy))
 				}
 				if err := s.c.CreateTopic(ctx, name, opts...); err != nil {
 					return err
 				}
 				if s.out.json {
-					return s.out.doc(map[string]any{"topic": name, "created": true})
+					doc := map[string]any{"topic": name, "created": true}
+					if policy != "" {
+						doc["policy"] = policy
+					}
+					return s.out.doc(doc)
 				}
-				s.out.textf("created topic %s", name)
+				if policy != "" {
+					s.out.textf("created topic %s with policy %s", name, policy)
+				} else {
+					s.out.textf("created topic %s", name)
+				}
 				s.out.notef("next: produce to it with 'malachi produce %s'", name)
 				return nil
 			})
@@ -66,6 +81,7 @@ start for a topic known to be busy.`,
 	}
 	cmd.Flags().IntVar(&ranges, "ranges", 1, "initial number of ranges (a power of two)")
 	cmd.Flags().IntVar(&replicas, "replicas", 0, "nodes of a cluster that keep each segment, 1-16 (default: the cluster's --segment-replicas, 3)")
+	cmd.Flags().StringVar(&policy, "policy", "", "bind the topic to this storage policy (see 'malachi policy')")
 	cmd.Flags().Uint8Var(&bits, "keyspace-bits", 0, "keyspace size as a power of two, 1-32 (default: the server's, 16)")
 	return cmd
 }

@@ -82,7 +82,7 @@ const completionTimeout = 2 * time.Second
 
 // completeNames is a ValidArgsFunction. Each entry of kinds says what the
 // positional argument at that index names: "topic", "group" (of the
-// topic given first) or "context". Failures complete nothing: a TAB must
+// topic given first), "policy" or "context". Failures complete nothing: a TAB must
 // never print an error into the command line.
 func completeNames(a *app, kinds ...string) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
@@ -97,7 +97,7 @@ func completeNames(a *app, kinds ...string) cobra.CompletionFunc {
 					names = append(names, name)
 				}
 			}
-		case "topic", "group":
+		case "topic", "group", "policy":
 			names = nodeNames(cmd.Context(), a, kinds[len(args)], args)
 		}
 		slices.Sort(names)
@@ -131,9 +131,17 @@ func nodeNames(ctx context.Context, a *app, kind string, args []string) []string
 		return nil
 	}
 	defer c.Close()
-	if kind == "group" {
+	switch kind {
+	case "group":
 		groups, _ := c.ListGroups(ctx, args[0])
 		return groups
+	case "policy":
+		ps, _ := c.ListPolicies(ctx)
+		names := make([]string, len(ps))
+		for i, p := range ps {
+			names[i] = p.Name
+		}
+		return names
 	}
 	topics, err := c.ListTopics(ctx)
 	if err != nil {

@@ -138,6 +138,9 @@ type recWalker struct {
 	hdrs    []Header // reuseHeaders: the slice records share
 	f       facts
 	i, n    int
+	// reserved says a header key seen so far starts with ReservedPrefix
+	// (kept by skipHeaders only, for CheckProduceReport).
+	reserved bool
 }
 
 func newRecWalker(raw []byte, h BatchHeader, kind error, headers headerMode) (recWalker, error) {
@@ -187,7 +190,9 @@ func (w *recWalker) next(rec *Record) (nHeaders int, err error) {
 		switch w.headers {
 		case skipHeaders:
 			for j := uint64(0); j < nh; j++ {
-				r.bytes()
+				if k := r.bytes(); !w.reserved && isReserved(k) {
+					w.reserved = true
+				}
 				r.bytes()
 			}
 		case freshHeaders:
@@ -259,4 +264,9 @@ func checkFacts(h BatchHeader, f facts, kind error) error {
 		return failf(kind, "flags %#x disagree with records (tombstones %v, expiry %v)", h.Flags, f.tombstones, f.expiry)
 	}
 	return nil
+}
+
+// isReserved says a header key starts with ReservedPrefix.
+func isReserved(key []byte) bool {
+	return len(key) >= len(ReservedPrefix) && string(key[:len(ReservedPrefix)]) == ReservedPrefix
 }

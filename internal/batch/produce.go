@@ -49,41 +49,64 @@ func badf(format string, args ...any) error { return failf(ErrBadBatch, format, 
 // It does not allocate per record, and for an uncompressed batch it does
 // not allocate at all unless it refuses it.
 func CheckProduce(b []byte, lim ProduceLimits, inside func(key []byte) bool) (h BatchHeader, keysInside bool, err error) {
+	r, err := CheckProduceReport(b, lim, inside)
+	return r.Header, r.KeysInside, err
+}
+
+// ReservedPrefix starts the header keys the node owns (a record's TTL,
+// the expiry the node stamped): a batch carrying one cannot be stored as
+// the producer built it.
+const ReservedPrefix = "malachi."
+
+// ProduceReport is what CheckProduceReport learns of a valid batch.
+type ProduceReport struct {
+	Header BatchHeader
+	// KeysInside is CheckProduce's keysInside.
+	KeysInside bool
+	// Reserved says some record carries a header whose key starts with
+	// ReservedPrefix.
+	Reserved bool
+}
+
+// CheckProduceReport is CheckProduce that also reports whether some record
+// carries a reserved header, found while the records are walked anyway
+// (a prefix compare per header key, no allocation).
+func CheckProduceReport(b []byte, lim ProduceLimits, inside func(key []byte) bool) (rep ProduceReport, err error) {
 	h, raw, scratch, err := checkProduceHeader(b, lim)
 	if err != nil {
-		return BatchHeader{}, false, err
+		return ProduceReport{}, err
 	}
 	if scratch != nil {
 		defer putScratch(scratch)
 	}
 	w, err := newRecWalker(raw, h, ErrBadBatch, skipHeaders)
 	if err != nil {
-		return BatchHeader{}, false, err
+		return ProduceReport{}, err
 	}
-	keysInside = true
+	keysInside := true
 	var rec Record // a view: its slices alias raw
 	for w.more() {
 		i := w.i
 		nh, err := w.next(&rec)
 		if err != nil {
-			return BatchHeader{}, false, err
+			return ProduceReport{}, err
 		}
 		switch {
 		case rec.Timestamp < 0:
-			return BatchHeader{}, false, badf("record %d timestamp %d is negative", i, rec.Timestamp)
+			return ProduceReport{}, badf("record %d timestamp %d is negative", i, rec.Timestamp)
 		case rec.Expiry != 0 && !lim.AllowExpiry:
-			return BatchHeader{}, false, badf("record %d has an expiry, which is not accepted", i)
+			return ProduceReport{}, badf("record %d has an expiry, which is not accepted", i)
 		case nh > lim.MaxHeaders:
-			return BatchHeader{}, false, badf("record %d has %d headers, above limit %d", i, nh, lim.MaxHeaders)
+			return ProduceReport{}, badf("record %d has %d headers, above limit %d", i, nh, lim.MaxHeaders)
 		}
 		if rec.Key != nil && inside != nil && !inside(rec.Key) {
 			keysInside = false
 		}
 	}
 	if err := w.finish(); err != nil {
-		return BatchHeader{}, false, err
+		return ProduceReport{}, err
 	}
-	return h, keysInside, nil
+	return ProduceReport{Header: h, KeysInside: keysInside, Reserved: w.reserved}, nil
 }
 
 // checkProduceHeader checks everything CheckProduce can check before the

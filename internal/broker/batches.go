@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/malachi-log/malachi/internal/batch"
 	"github.com/malachi-log/malachi/internal/keyspace"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage/segment"
@@ -76,8 +77,11 @@ func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches 
 	if b.closed.Load() {
 		return ErrShuttingDown
 	}
-	checked, topicID, err := b.checkBatches(topic, batches)
+	checked, reserved, topicID, err := b.checkBatches(topic, batches)
 	if err != nil {
+		return err
+	}
+	if err := b.stampBatches(topicID, checked, reserved); err != nil {
 		return err
 	}
 	total := 0
@@ -127,13 +131,14 @@ type rangeSpan struct {
 }
 
 // checkBatches validates every batch outside the metadata lock, after
-// copying the spans of the ranges they name.
-func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatch, uint64, error) {
+// copying the spans of the ranges they name, and says which batches have
+// a record carrying a reserved header.
+func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatch, []bool, uint64, error) {
 	if len(batches) > MaxRequestBatches {
-		return nil, 0, fmt.Errorf("%w: %d batches in one request, at most %d", ErrInvalidBatch, len(batches), MaxRequestBatches)
+		return nil, nil, 0, fmt.Errorf("%w: %d batches in one request, at most %d", ErrInvalidBatch, len(batches), MaxRequestBatches)
 	}
 	if err := checkRawBudget(batches); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	var (
 		topicID uint64
@@ -156,26 +161,29 @@ func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatc
 		}
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	lim := segment.ProduceLimits{MaxRawBytes: MaxBatchBytes, MaxRecords: MaxBatchRecords, MaxHeaders: maxRecordHeaders}
 	out := make([]checkedBatch, len(batches))
+	reserved := make([]bool, len(batches))
 	for i, rb := range batches {
 		rs, known := spans[rb.Range]
 		inside := func(key []byte) bool { return rs.span.Contains(keyspace.Position(key, bits)) }
-		h, keysInside, err := segment.CheckProduce(rb.Batch, lim, inside)
+		rep, err := batch.CheckProduceReport(rb.Batch, lim, inside)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: batch %d: %v", ErrInvalidBatch, i, err)
+			return nil, nil, 0, fmt.Errorf("%w: batch %d: %v", ErrInvalidBatch, i, err)
 		}
+		h := rep.Header
 		// A compressed section may be a little larger than its raw
 		// length, never much: padding would let a small raw length carry
 		// a batch as large as a frame.
 		if h.Length > segment.HeaderSize+h.RawLength+h.RawLength/8+1<<10 {
-			return nil, 0, fmt.Errorf("%w: batch %d: %d bytes for a raw length of %d", ErrInvalidBatch, i, h.Length, h.RawLength)
+			return nil, nil, 0, fmt.Errorf("%w: batch %d: %d bytes for a raw length of %d", ErrInvalidBatch, i, h.Length, h.RawLength)
 		}
-		out[i] = checkedBatch{RangeBatch: rb, records: int(h.RecordCount), span: rs.span, direct: known && rs.active && keysInside}
+		out[i] = checkedBatch{RangeBatch: rb, records: int(h.RecordCount), span: rs.span, direct: known && rs.active && rep.KeysInside}
+		reserved[i] = rep.Reserved
 	}
-	return out, topicID, nil
+	return out, reserved, topicID, nil
 }
 
 // checkRawBudget bounds what a request's batches claim before any of

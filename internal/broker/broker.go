@@ -161,6 +161,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("broker: FetchMaxBytes %d is below 1 KiB", c.FetchMaxBytes)
 	case c.MaxPendingBytes < 1<<20:
 		return fmt.Errorf("broker: MaxPendingBytes %d is below 1 MiB", c.MaxPendingBytes)
+	case c.RetentionInterval < 0:
+		return fmt.Errorf("broker: RetentionInterval %v is negative", c.RetentionInterval)
+	}
+	if _, err := metadata.ValidatePolicy(c.Retention); err != nil {
+		return fmt.Errorf("broker: Retention defaults: %w", err)
 	}
 	if c.Cluster != nil {
 		if err := c.Cluster.validate(); err != nil {

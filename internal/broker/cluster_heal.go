@@ -277,11 +277,29 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 		in.InFlight = append(in.InFlight, a)
 	}
 	h.mu.Unlock()
+	// A topic's factor may come from its policy, resolved against the
+	// root group: read outside the vnodes' views, which must not nest.
+	type topicRef struct {
+		replicas int
+		policy   string
+	}
+	var topics []topicRef
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
-			factor := min(cmp.Or(t.Replicas, c.cfg.SegmentReplicas, 1), registered)
-			if factor <= 1 {
-				continue
+			topics = append(topics, topicRef{t.Replicas, t.Policy})
+		}
+	})
+	factors := map[topicRef]int{}
+	for _, t := range topics {
+		if _, ok := factors[t]; !ok {
+			factors[t] = min(cmp.Or(b.factorOf(t.replicas, t.policy), 1), registered)
+		}
+	}
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
+		for _, t := range st.Topics() {
+			factor, ok := factors[topicRef{t.Replicas, t.Policy}]
+			if !ok || factor <= 1 {
+				continue // created since the first look: the next pass
 			}
 			for _, rid := range t.Ranges {
 				for _, seg := range st.RangeSegments(rid) {
@@ -456,6 +474,10 @@ func (b *Broker) recordCopy(ctx context.Context, a heal.Assignment) recordOutcom
 		switch {
 		case err == nil:
 			return recordDone
+		case errors.Is(err, metadata.ErrNoSuchSegment):
+			// Deleted (retention) while the copy was made: the answer
+			// is final, so the copy goes now rather than resurrect it.
+			return recordRefused
 		case errors.Is(err, metadata.ErrReplicasChanged):
 			sent = true
 			continue
@@ -501,15 +523,19 @@ func (b *Broker) keepUnknown(id uint64) {
 }
 
 // collectUnlisted deletes this node's copies of sealed segments whose
-// replica list does not name it, once a barrier on the segment's group
-// confirms it (S4): the local metadata may lag a record this node's own
-// fill made. Copies being filled, or whose record got no answer lately,
-// are left alone.
+// replica list does not name it, and its files of segments the metadata
+// deleted (a delete this node missed while down and then learned from a
+// snapshot), once a barrier on the segment's group confirms it (S4): the
+// local metadata may lag a record this node's own fill made. Copies being
+// filled, or whose record got no answer lately, are left alone.
 func (b *Broker) collectUnlisted(ctx context.Context, now int64) {
 	self := clusterNodeName(b.cluster.cfg.NodeID)
 	unlisted := func(id uint64) bool {
 		seg, ok := b.segmentByID(id)
-		return ok && !seg.Active && len(seg.Replicas) > 0 && !slices.Contains(seg.Replicas, self)
+		if !ok {
+			return b.wasDeleted(id)
+		}
+		return !seg.Active && len(seg.Replicas) > 0 && !slices.Contains(seg.Replicas, self)
 	}
 	n := 0
 	for _, info := range b.store.List() {
@@ -526,6 +552,11 @@ func (b *Broker) collectUnlisted(ctx context.Context, now int64) {
 		cancel()
 		if err != nil || !unlisted(id) || b.healBusy(id, now) {
 			continue
+		}
+		if _, listed := b.segmentByID(id); !listed {
+			if h := b.replicas(); h != nil {
+				h.Drop(id) // deleted: nothing may serve or replicate it
+			}
 		}
 		if err := b.deleteCopy(id); err != nil {
 			b.log.Warn("heal: could not delete a copy the metadata no longer lists", "segment", id, "err", err)

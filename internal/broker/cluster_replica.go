@@ -11,6 +11,7 @@ import (
 	"github.com/malachi-log/malachi/internal/placement"
 	"github.com/malachi-log/malachi/internal/replica"
 	"github.com/malachi-log/malachi/internal/replication"
+	"github.com/malachi-log/malachi/internal/retention"
 	"github.com/malachi-log/malachi/internal/storage"
 )
 
@@ -189,49 +190,92 @@ func (b *Broker) nodeDead(node uint64) bool {
 	return false
 }
 
-// topicFactor is the replication factor a new segment of topicID asks
-// for: the topic's own, else the cluster's default.
-func (b *Broker) topicFactor(topicID uint64) int {
-	f := 0
-	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
-		if t, ok := st.TopicByID(topicID); ok {
-			f = t.Replicas
+// topicPlacement is how a new segment of a topic is placed: its
+// replication factor and the constraints on its replica set.
+type topicPlacement struct {
+	factor int
+	placement.Constraints
+}
+
+// topicFactor is the replication factor and placement a new segment of
+// topicID asks for. A factor its policy sets wins; else the topic's own
+// (given at create); else the node's default (ClusterConfig.SegmentReplicas,
+// or replicas in Config.Retention). spread_by, min_domains and placement
+// come from the effective policy; min_domains needs spread_by.
+func (b *Broker) topicFactor(topicID uint64) topicPlacement {
+	var t metadata.Topic
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { t, _ = st.TopicByID(topicID) })
+	eff := b.resolvePolicy(t.Policy)
+	tp := topicPlacement{factor: factorFrom(t.Replicas, eff, b.cluster.cfg.SegmentReplicas)}
+	if attr, ok := eff.SpreadBy(); ok {
+		tp.SpreadBy = attr
+		if n, ok := eff.MinDomains(); ok && n > 1 {
+			tp.MinDomains = int(n)
 		}
-	})
-	if f <= 0 {
-		f = b.cluster.cfg.SegmentReplicas
+		if mode, _ := eff.Placement(); mode == "hard" {
+			tp.Mode = placement.Hard
+		}
 	}
-	return f
+	return tp
+}
+
+// factorOf is the replication factor of a topic created with factor
+// replicas (0 for none) and bound to policy.
+func (b *Broker) factorOf(replicas int, policy string) int {
+	return factorFrom(replicas, b.resolvePolicy(policy), b.cluster.cfg.SegmentReplicas)
+}
+
+// factorFrom: a factor the policy sets wins, then the topic's own, then
+// the node's default.
+func factorFrom(replicas int, eff retention.Effective, def int) int {
+	if n, ok := eff.Replicas(); ok && (replicas <= 0 || eff.Field(retention.FieldReplicas).Origin == retention.OriginPolicy) {
+		return int(n)
+	}
+	if replicas > 0 {
+		return replicas
+	}
+	return def
 }
 
 // placeSegment chooses the replica set of a new segment of h's range:
-// HRW over the live nodes, this node first as its primary. The factor is
-// clamped to the registered nodes, then to the live ones; fewer live
-// nodes than a majority of it refuse the open (a retriable reason), so
-// that a cluster that lost most of its nodes does not go on with copies
-// too few to survive another loss.
+// HRW over the live nodes, this node first as its primary, shaped by the
+// topic's spread_by and min_domains. The factor is clamped to the
+// registered nodes, then to the live ones; fewer live nodes than a
+// majority of it refuse the open (a retriable reason), so that a cluster
+// that lost most of its nodes does not go on with copies too few to
+// survive another loss. A hard placement that cannot cover min_domains
+// refuses the open (retriable: a node may come back); a soft one places
+// what it can and logs the shortfall.
 func (b *Broker) placeSegment(h *head) ([]string, error) {
 	if b.cluster == nil {
 		return []string{b.cfg.NodeID}, nil
 	}
-	factor := b.topicFactor(h.topicID)
-	if factor <= 1 {
+	tp := b.topicFactor(h.topicID)
+	if tp.factor <= 1 {
 		return []string{b.cfg.NodeID}, nil
 	}
 	live, registered, err := b.liveNodes()
-	want, err := clampFactor(factor, registered, len(live), err)
+	want, err := clampFactor(tp.factor, registered, len(live), err)
 	if err != nil {
 		return nil, fmt.Errorf("%w: a segment of range %d: %v", ErrMetadataUnavailable, h.rangeID, err)
 	}
 	if want <= 1 {
 		return []string{b.cfg.NodeID}, nil
 	}
+	for i := range live {
+		live[i].Attributes = placementAttrs(live[i].Attributes)
+	}
 	self := b.cluster.cfg.NodeID
 	p, err := placement.Replace([]uint64{self}, nil, placement.Request{
 		Topic: fmt.Sprint(h.topicID), Range: h.rangeID, Segment: h.next, Nodes: live, Factor: want,
+		Constraints: tp.Constraints,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: placing a segment of range %d: %v", ErrRetry, h.rangeID, err)
+	}
+	if v := p.Violation; v != nil {
+		b.log.Warn("a segment's replicas span fewer failure domains than its policy asks",
+			"range", h.rangeID, "spread_by", tp.SpreadBy, "need", v.Need, "got", v.Got, "why", v.Reason)
 	}
 	names := make([]string, 0, len(p.Replicas))
 	for _, id := range p.Replicas {

@@ -230,6 +230,7 @@ func (b *Broker) reconcileReplicatedLocked(h *head, seg metadata.Segment) error 
 		h.activeBytes.Store(info.Bytes)
 	}
 	h.openedAt = msTime(seg.OpenedAt)
+	h.rollBytes = b.headRollBytes(h.topicID)
 	h.ready = true
 	return nil
 }

@@ -133,6 +133,12 @@ func (b *Broker) applyRemote(a appliedCmd) {
 			b.sealCopy(*a.res.Sealed) // a follower's copy takes the seal (W4, W6)
 			b.fireWatch(b.topicOfID(a.res.Sealed.Range))
 		}
+	case metadata.KindDeleteSegment:
+		// Every node deletes its copy, listed or not: a copy healed here
+		// but not recorded yet must not outlive the segment.
+		for _, id := range a.res.Deleted {
+			b.dropSegment(0, id)
+		}
 	}
 }
 

@@ -39,12 +39,23 @@ type Page struct {
 	// Cursor is the position to pass back; nil only for an unknown topic
 	// fetched without a cursor.
 	Cursor *string
+	// Skipped counts records retention deleted before this reader read
+	// them, which the page's cursor has now passed (reported once);
+	// SkippedBound says the count is an upper bound. Records dropped
+	// because their TTL passed never count.
+	Skipped      uint64
+	SkippedBound bool
 }
 
 // Fetch returns the next page of a topic for the request's position.
 func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
-	var recs []Record
+	var (
+		recs []Record
+		sk   skips
+	)
 	pos, err := b.poll(ctx, req, func(pos *position, at seen) (bool, error) {
+		before := pos.entries
+		defer func() { sk.add(b.skipsBetween(pos.topicID, before, pos.entries)) }()
 		if !at.woke {
 			var err error
 			recs, pos.entries, err = b.readPage(ctx, *pos, req.Max, at)
@@ -65,7 +76,9 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 	if err != nil && pos.topicID == 0 {
 		return Page{}, err
 	}
-	return b.page(pos, recs), err
+	page := b.page(pos, recs)
+	page.Skipped, page.SkippedBound = sk.n, sk.bound
+	return page, err
 }
 
 // poll resolves the request's position and calls read until it finds
@@ -363,19 +376,21 @@ func (b *Broker) readSource(pr *pageRead, p *plan, src *source, entries []cursor
 		}
 		for !bg.spent() {
 			buf, next, err := b.readSegment(pr.ctx, seg, start, readSize(bg), ^uint64(0))
-			if seg.Active && errors.Is(err, storage.ErrNotFound) {
+			switch {
+			case seg.Active && errors.Is(err, storage.ErrNotFound):
 				// Registered in the metadata a moment before its file is
 				// created: nothing in it can be durable yet.
 				return start, false, out, nil
-			}
-			if err != nil {
+			case errors.Is(err, storage.ErrNotFound):
+				return start, false, out, segmentGone(seg.ID, err)
+			case err != nil:
 				return start, false, out, readFailed(seg.ID, err)
 			}
 			if len(buf) == 0 {
 				break
 			}
 			var stopped bool
-			out, start, stopped, err = b.filterBatches(p, src, self, entries, lin, buf, next, bg, out)
+			out, start, stopped, err = b.filterBatches(p, src, self, entries, lin, buf, next, pr.now, bg, out)
 			if err != nil {
 				return start, false, out, err
 			}
@@ -395,15 +410,20 @@ func (b *Broker) readSource(pr *pageRead, p *plan, src *source, entries []cursor
 }
 
 // filterBatches decodes the batches of one read and appends the records
-// the reader should see. It stops mid-batch when the budget runs out and
+// the reader should see: those of its slice, not yet delivered, and not
+// expired at nowMs (a batch whose every record has expired is passed over
+// without decoding it). It stops mid-batch when the budget runs out and
 // then returns the offset of the first record not delivered.
-func (b *Broker) filterBatches(p *plan, src *source, self bool, entries []cursor.Entry, lin lineage, buf []byte, next uint64, bg *budget, out []Record) ([]Record, uint64, bool, error) {
+func (b *Broker) filterBatches(p *plan, src *source, self bool, entries []cursor.Entry, lin lineage, buf []byte, next uint64, nowMs int64, bg *budget, out []Record) ([]Record, uint64, bool, error) {
 	batches, err := segment.SplitBatches(buf)
 	if err != nil {
 		return out, 0, false, err
 	}
 	var recs []Record
 	for _, batch := range batches {
+		if h, err := segment.ParseHeader(batch); err == nil && h.HasExpiry() && h.MaxExpiry != 0 && h.MaxExpiry <= nowMs {
+			continue
+		}
 		recs, err = segment.DecodeRecords(batch, recs[:0])
 		if err != nil {
 			return out, 0, false, fmt.Errorf("broker: decode: %w", err)
@@ -411,6 +431,9 @@ func (b *Broker) filterBatches(p *plan, src *source, self bool, entries []cursor
 		for _, r := range recs {
 			if bg.spent() {
 				return out, r.Offset, true, nil
+			}
+			if expired(&r, nowMs) {
+				continue
 			}
 			pos := src.span.Start // records without a key belong to the source's first position
 			if r.Key != nil {

@@ -16,6 +16,9 @@ import (
 type BatchPage struct {
 	Batches []RangeBatch
 	Cursor  *string
+	// Skipped and SkippedBound are Page's.
+	Skipped      uint64
+	SkippedBound bool
 }
 
 // FetchBatchesRequest is a FetchRequest bounded in bytes: MaxBytes bounds
@@ -44,7 +47,10 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 	if maxRecords <= 0 {
 		maxRecords = 1 << 30
 	}
+	var sk skips
 	pos, err := b.poll(ctx, req.FetchRequest, func(pos *position, at seen) (bool, error) {
+		before := pos.entries
+		defer func() { sk.add(b.skipsBetween(pos.topicID, before, pos.entries)) }()
 		bg := budget{records: maxRecords, bytes: maxBytes}
 		if !at.woke {
 			var err error
@@ -63,7 +69,7 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 		return BatchPage{}, err
 	}
 	page := b.page(pos, nil)
-	return BatchPage{Batches: out, Cursor: page.Cursor}, err
+	return BatchPage{Batches: out, Cursor: page.Cursor, Skipped: sk.n, SkippedBound: sk.bound}, err
 }
 
 // readBatchPage reads whole batches across the reader's ranges (see
@@ -104,8 +110,10 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 
 // readSourceBatches is readSource for whole batches.
 func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries []cursor.Entry, start uint64, bg *budget, out []RangeBatch) (uint64, bool, []RangeBatch, error) {
-	f := newBatchFilter(p, src, entries, pr.lin)
+	f := newBatchFilter(p, src, entries, pr.lin, pr.now)
+	f.memo = &pr.reads.expiries
 	for _, seg := range src.segments {
+		f.seg = seg.ID
 		if !seg.Active && seg.End <= start {
 			continue
 		}
@@ -119,10 +127,12 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 				break
 			}
 			buf, _, err := b.readSegment(pr.ctx, seg, start, min(bg.bytes, segmentRead), ^uint64(0))
-			if seg.Active && errors.Is(err, storage.ErrNotFound) {
+			switch {
+			case seg.Active && errors.Is(err, storage.ErrNotFound):
 				return start, false, out, nil // registered a moment before its file exists
-			}
-			if err != nil {
+			case errors.Is(err, storage.ErrNotFound):
+				return start, false, out, segmentGone(seg.ID, err)
+			case err != nil:
 				return start, false, out, readFailed(seg.ID, err)
 			}
 			if len(buf) == 0 {
@@ -153,10 +163,16 @@ type batchFilter struct {
 	whole uint64
 	ok    bool
 	last  int // the stored size of the last batch seen
+	// now is the page's clock for the TTL filter (unix ms); memo holds
+	// the earliest expiries of the topic's batches, seg is the segment
+	// being read.
+	now  int64
+	memo *expiryMemo
+	seg  uint64
 }
 
-func newBatchFilter(p *plan, src *source, entries []cursor.Entry, lin lineage) *batchFilter {
-	f := &batchFilter{p: p, src: src, entries: entries, lin: lin, ok: src.id == p.rangeID}
+func newBatchFilter(p *plan, src *source, entries []cursor.Entry, lin lineage, nowMs int64) *batchFilter {
+	f := &batchFilter{p: p, src: src, entries: entries, lin: lin, ok: src.id == p.rangeID, now: nowMs}
 	for _, e := range entries {
 		switch {
 		case e.Source == src.id:
@@ -184,12 +200,23 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 			return out, start, err
 		}
 		f.last = len(batch)
+		// A batch without the expiry flag costs nothing more here; one
+		// whose records have all expired is passed over like another
+		// slice's, and one holding some expired records is filtered.
+		ex, err := expiryOf(f.memo, batchAt{seg: f.seg, base: h.BaseOffset}, batch, h, f.now)
+		if err != nil {
+			return out, start, fmt.Errorf("broker: segment of range %d: %w", f.src.id, err)
+		}
+		if ex == expiryAll {
+			start = h.LastOffset() + 1
+			continue
+		}
 		// Served as stored when every record is the reader's. The CRC is
 		// not checked again here: readSegment returns only batches that
 		// passed it (the store checks what it reads, and what another node
 		// sends is checked on arrival).
 		kept, n := batch, int(h.RecordCount)
-		if !f.ok || h.BaseOffset < max(start, f.whole) {
+		if !f.ok || h.BaseOffset < max(start, f.whole) || ex == expirySome {
 			if kept, n, err = f.filter(batch, start); err != nil {
 				return out, start, fmt.Errorf("broker: segment of range %d: %w", f.src.id, err)
 			}
@@ -242,7 +269,8 @@ func cutBatch(batch []byte, n int) ([]byte, int, uint64, error) {
 	return out, n, recs[n].Offset, err
 }
 
-// filter decodes a batch and re-encodes the records the reader gets.
+// filter decodes a batch and re-encodes the records the reader gets:
+// those of its slice, past its position, and not expired.
 func (f *batchFilter) filter(batch []byte, start uint64) ([]byte, int, error) {
 	recs, err := segment.DecodeRecords(batch, nil)
 	if err != nil {
@@ -255,7 +283,7 @@ func (f *batchFilter) filter(batch []byte, start uint64) ([]byte, int, error) {
 		if r.Key != nil {
 			pos = keyspace.Position(r.Key, f.p.bits)
 		}
-		if r.Offset < start || (!self && !f.p.slice.Contains(pos)) ||
+		if r.Offset < start || expired(&r, f.now) || (!self && !f.p.slice.Contains(pos)) ||
 			cursor.Consumed(f.entries, f.src.id, pos, r.Offset, f.lin.isAncestor) {
 			continue
 		}

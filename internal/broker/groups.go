@@ -138,6 +138,12 @@ type GroupStatus struct {
 	// over the active ranges (Ranges has the per-range figures).
 	Lag    uint64
 	Ranges []RangeLag
+	// Skipped counts the records retention deleted that the group's
+	// commits passed without having read them; SkippedBound says the
+	// count is an upper bound (an ancestor read for a narrower slice, or
+	// a deletion record merged past its bound).
+	Skipped      uint64
+	SkippedBound bool
 }
 
 // RangeLag is one active range's lag.
@@ -161,6 +167,7 @@ func (b *Broker) DescribeGroup(topic, group string) (GroupStatus, error) {
 	_ = b.plane.ViewTopic(topicID, func(ms *metadata.State) {
 		pos.entries = toCursorEntries(ms.GroupEntries(group, topicID))
 		committed = containsString(ms.Groups(topicID), group)
+		st.Skipped, st.SkippedBound, _ = ms.GroupSkipped(topic, group)
 	})
 	if !committed {
 		live, err := b.liveGroups(b.life, topicID)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 )
@@ -29,6 +30,9 @@ type pageRead struct {
 	lin     lineage
 	// gen is the topic's append generation taken before the page's reads.
 	gen uint64
+	// now is the node clock (unix ms) the page's TTL filter reads by:
+	// one instant for the whole page.
+	now int64
 }
 
 // startPage takes the topic's read state for a page from pos: the plans to
@@ -39,7 +43,7 @@ func (b *Broker) startPage(ctx context.Context, pos position, at seen) (*pageRea
 	reads := b.readsFor(at, pos.topicID, pos.only)
 	plans, lin := reads.snapshot(pos.only)
 	first := firstRange(pos.entries, len(plans))
-	pr := &pageRead{ctx: ctx, b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen}
+	pr := &pageRead{ctx: ctx, b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen, now: b.nowMs()}
 	return pr, plans, first
 }
 
@@ -156,7 +160,8 @@ func walkRange[T any](pr *pageRead, p *plan, bg *budget, out []T, read sourceRea
 	sliceBits := p.slice.Log2Size()
 	var end walkEnd
 	before := len(out)
-	for i := range p.sources {
+	refreshes := 0
+	for i := 0; i < len(p.sources); i++ {
 		src := &p.sources[i]
 		start, done := cursor.Start(entries, src.id, p.slice.Start, sliceBits, sourceBase(src), pr.lin.isAncestor)
 		if done {
@@ -168,7 +173,29 @@ func walkRange[T any](pr *pageRead, p *plan, bg *budget, out []T, read sourceRea
 			end.skipped = true
 		} else {
 			var err error
-			if next, exhausted, out, err = read(pr, p, src, entries, start, bg, out); err != nil {
+			next, exhausted, out, err = read(pr, p, src, entries, start, bg, out)
+			var gone *goneError
+			if errors.As(err, &gone) {
+				// Retention deleted a segment the plan listed. What was
+				// read before it stands; the walk goes on over the range's
+				// plan as the metadata has it now, or, when the metadata
+				// here still lists the segment, ends this range's walk
+				// where it is for a later page to look again.
+				if next > start {
+					entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, pr.lin.isAncestor)
+				}
+				var fresh *plan
+				if refreshes < maxPlanRefreshes {
+					refreshes++
+					fresh = pr.refreshPlan(p, gone.seg)
+				}
+				if fresh == nil {
+					break
+				}
+				p, i = fresh, -1
+				continue
+			}
+			if err != nil {
 				return nil, walkEnd{}, err
 			}
 		}

@@ -27,6 +27,11 @@ type head struct {
 	next     uint64 // next offset to assign
 	bytes    int64  // bytes enqueued to the active segment
 	openedAt time.Time
+	// rollBytes is the size at which the active segment rolls, read from
+	// the topic's policy when the segment became this head's (so a
+	// policy change applies from the next segment): 0 = the node's
+	// SegmentMaxBytes, < 0 = the policy turned the size roll off.
+	rollBytes int64
 	// written and activeBytes are read by the range coordinator without
 	// the head lock: bytes enqueued ever, and bytes in the active segment.
 	written     atomic.Int64
@@ -55,7 +60,9 @@ const maxRouteAttempts = 16
 type Record = segment.Record
 
 // ProduceAsync routes records by key to their ranges, assigns offsets and
-// enqueues one batch per range. It returns once every batch is enqueued,
+// enqueues one batch per range. Each record's expiry is set from its TTL
+// and the node clock (ttl.go); the records' Expiry fields and headers are
+// changed in place. It returns once every batch is enqueued,
 // so calls made one after another keep their order per key; done is then
 // called once, with the number of records, after every batch is durable
 // (or with the first error). done must not block.
@@ -67,6 +74,9 @@ func (b *Broker) ProduceAsync(ctx context.Context, topic string, recs []Record, 
 		done(0, nil)
 		return nil
 	}
+	// Stamped once, here at the front door: the expiry travels with the
+	// records wherever they are forwarded or re-routed (ttl.go).
+	recs = stampRecords(recs, b.defaultTTLByName(topic), b.nowMs())
 	wait := newProduceWait(len(recs), done)
 	if err := b.routeInto(ctx, topic, recs, wait, true); err != nil {
 		return err
@@ -345,6 +355,17 @@ func (b *Broker) replicateBatchLocked(ctx context.Context, h *head, batch []byte
 	return nil
 }
 
+// rollLimit is the active segment's size roll bound, 0 for none.
+func (h *head) rollLimit(node int64) int64 {
+	switch {
+	case h.rollBytes == 0:
+		return node
+	case h.rollBytes < 0:
+		return 0
+	}
+	return h.rollBytes
+}
+
 // appendedLocked counts an appended batch and rolls the segment once it
 // is full.
 //
@@ -353,7 +374,7 @@ func (b *Broker) appendedLocked(h *head, size int) {
 	h.bytes += int64(size)
 	h.written.Add(int64(size))
 	h.activeBytes.Store(h.bytes)
-	if h.bytes >= b.cfg.SegmentMaxBytes {
+	if limit := h.rollLimit(b.cfg.SegmentMaxBytes); limit > 0 && h.bytes >= limit {
 		if err := b.rollLocked(h); err != nil {
 			// The batch is enqueued and will be acked on its own; a failed
 			// roll leaves the head unready, and the next use finishes it.

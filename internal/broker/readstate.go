@@ -46,6 +46,9 @@ type topicReads struct {
 	// nothing to read there. Bounded by the active ranges: entries of
 	// ranges no longer active are dropped on rebuild.
 	idle map[uint64]idleMark
+	// expiries remembers the earliest record expiry of the TTL batches
+	// read (ttl.go), so that a batch read again is not walked again.
+	expiries expiryMemo
 }
 
 type idleMark struct {

@@ -118,6 +118,7 @@ func (b *Broker) reconcileLocked(h *head) error {
 		h.bytes = info.Bytes
 		h.activeBytes.Store(info.Bytes)
 		h.openedAt = msTime(v.active.OpenedAt)
+		h.rollBytes = b.headRollBytes(h.topicID)
 	}
 	h.ready = true
 	return nil
@@ -271,6 +272,7 @@ func (b *Broker) recover() error {
 			b.log.Error("a range could not be reconciled; it refuses writes", "range", a.rng, "err", err)
 		}
 	}
+	orphans = b.deleteDeletedOrphans(orphans)
 	sort.Slice(orphans, func(i, j int) bool { return orphans[i] < orphans[j] })
 	if len(orphans) > 0 {
 		b.log.Warn("segments on disk that no topic references were kept, not deleted", "segments", orphans)
@@ -339,4 +341,26 @@ func sealedMismatch(s metadata.Segment, info storage.Info) string {
 		return "finish"
 	}
 	return fmt.Sprintf("active in the store ending at %d, sealed in the metadata at %d", info.End, s.End)
+}
+
+// deleteDeletedOrphans deletes the orphans the metadata says were
+// deleted (retention or an operator removed them while this node was
+// down) and returns the rest, which are kept. The view may lag in a
+// cluster: a delete it does not show yet keeps the file now, and the
+// heal pass collects it after a barrier (collectUnlisted).
+func (b *Broker) deleteDeletedOrphans(orphans []uint64) []uint64 {
+	kept := orphans[:0]
+	for _, id := range orphans {
+		if !b.wasDeleted(id) {
+			kept = append(kept, id)
+			continue
+		}
+		if err := b.store.Delete(storage.SegmentID(id)); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			b.log.Warn("deleting a deleted segment's file failed; kept", "segment", id, "err", err)
+			kept = append(kept, id)
+			continue
+		}
+		b.log.Info("deleted the file of a segment the metadata deleted", "segment", id)
+	}
+	return kept
 }

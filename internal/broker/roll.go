@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage"
@@ -82,6 +83,7 @@ func (b *Broker) openSegmentLocked(h *head) error {
 	h.bytes = 0
 	h.activeBytes.Store(0)
 	h.openedAt = b.cfg.Clock.Now()
+	h.rollBytes = b.headRollBytes(h.topicID)
 	return nil
 }
 
@@ -157,12 +159,25 @@ func (h *head) sealedAt(end uint64) {
 	h.activeBytes.Store(0)
 }
 
-// rollAged rolls every active segment older than SegmentMaxAge, so a quiet
-// range's data becomes sealed (and eligible for retention) in bounded time.
-// A head left unready by an earlier failure is reconciled here too, so a
-// range nobody produces to does not stay half rolled.
+// rollAged rolls every active segment older than its topic's
+// segment_max_age_ms, or holding more than its segment_max_bytes, so a
+// quiet range's data becomes sealed (and eligible for retention) in
+// bounded time. A head left unready by an earlier failure is reconciled
+// here too, so a range nobody produces to does not stay half rolled. A
+// quiet range whose active segment this node writes but has no head for
+// (after a restart) gets one when the segment is due.
 func (b *Broker) rollAged() {
 	now := b.cfg.Clock.Now()
+	bounds := map[uint64]rollBounds{}
+	boundsOf := func(topic uint64) rollBounds {
+		rb, ok := bounds[topic]
+		if !ok {
+			rb = b.rollBoundsOf(topic)
+			bounds[topic] = rb
+		}
+		return rb
+	}
+	b.headsDueByAge(now, boundsOf)
 	b.mu.Lock()
 	heads := make([]*head, 0, len(b.mu.heads))
 	for _, h := range b.mu.heads {
@@ -172,12 +187,84 @@ func (b *Broker) rollAged() {
 	for _, h := range heads {
 		h.mu.Lock()
 		err := b.readyLocked(h)
-		if err == nil && h.segment != 0 && !h.retired && now.Sub(h.openedAt) >= b.cfg.SegmentMaxAge {
+		if err == nil && h.segment != 0 && !h.retired && boundsOf(h.topicID).due(now.Sub(h.openedAt), h.bytes) {
 			err = b.rollLocked(h)
 		}
 		if err != nil && !errors.Is(err, ErrNotOwner) {
 			b.log.Warn("age roll failed", "range", h.rangeID, "err", err)
 		}
 		h.mu.Unlock()
+	}
+}
+
+// rollBounds are a topic's effective roll thresholds.
+type rollBounds struct {
+	age     time.Duration
+	ageOn   bool
+	bytes   int64
+	bytesOn bool
+}
+
+// due reports whether an active segment of this age and size rolls.
+func (r rollBounds) due(age time.Duration, bytes int64) bool {
+	return r.ageOn && age >= r.age || r.bytesOn && bytes >= r.bytes
+}
+
+// rollBoundsOf reads a topic's effective segment_max_age_ms and
+// segment_max_bytes.
+func (b *Broker) rollBoundsOf(topic uint64) rollBounds {
+	eff := b.effectivePolicy(topic)
+	var rb rollBounds
+	var ms int64
+	ms, rb.ageOn = eff.SegmentMaxAgeMs()
+	rb.age = time.Duration(ms) * time.Millisecond
+	rb.bytes, rb.bytesOn = eff.SegmentMaxBytes()
+	return rb
+}
+
+// headRollBytes is a head's rollBytes for a new active segment of topic.
+func (b *Broker) headRollBytes(topic uint64) int64 {
+	if n := b.segmentMaxBytesFor(topic); n > 0 {
+		return n
+	}
+	return -1
+}
+
+// segmentMaxBytesFor is the size at which a topic's active segment rolls:
+// its effective segment_max_bytes, or 0 when the policy turns the size
+// roll off.
+func (b *Broker) segmentMaxBytesFor(topic uint64) int64 {
+	rb := b.rollBoundsOf(topic)
+	if !rb.bytesOn {
+		return 0
+	}
+	return rb.bytes
+}
+
+// headsDueByAge makes a head for each active segment this node writes
+// that is past its topic's age but has no head here: a range nobody
+// produced to since the node started.
+func (b *Broker) headsDueByAge(now time.Time, boundsOf func(uint64) rollBounds) {
+	type due struct {
+		topic, rng uint64
+		openedAt   int64
+	}
+	var found []due
+	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
+		for _, t := range st.Topics() {
+			for _, r := range st.ActiveRanges(t.ID) {
+				if seg, ok := st.ActiveSegment(r.ID); ok && b.writesHere(seg) {
+					found = append(found, due{t.ID, r.ID, seg.OpenedAt})
+				}
+			}
+		}
+	})
+	for _, d := range found {
+		b.mu.Lock()
+		_, has := b.mu.heads[d.rng]
+		b.mu.Unlock()
+		if !has && boundsOf(d.topic).due(now.Sub(msTime(d.openedAt)), 0) {
+			b.headFor(d.topic, d.rng)
+		}
 	}
 }

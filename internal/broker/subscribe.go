@@ -27,6 +27,9 @@ type Subscription struct {
 	// stored batches of at most maxBytes (the first batch whole).
 	maxBytes int
 	pos      position
+	// skips are the deleted records pos passed on reads that pushed no
+	// page: the next page pushed tells them.
+	skips skips
 	// gen is the member's assignment generation that pos has caught up
 	// with (0: none yet).
 	gen uint64
@@ -126,6 +129,7 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 				if err := send(page); err != nil {
 					return err
 				}
+				s.skips = skips{}
 				inFlight += n
 				continue
 			}
@@ -159,13 +163,16 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 // records it holds; a v2 page ends inside a batch rather than pass it.
 // at is the topic's watch as taken before the read.
 func (s *Subscription) read(ctx context.Context, credit int, at seen) (Page, int, error) {
+	before := s.pos.entries
 	if s.maxBytes <= 0 {
 		recs, entries, err := s.b.readPage(ctx, s.pos, credit, at)
 		if err != nil {
 			return Page{}, 0, err
 		}
 		s.pos.entries = entries
-		return s.b.page(s.pos, recs), len(recs), nil
+		page := s.b.page(s.pos, recs)
+		page.Skipped, page.SkippedBound = s.skipped(before)
+		return page, len(recs), nil
 	}
 	batches, entries, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
 	if err != nil {
@@ -182,7 +189,15 @@ func (s *Subscription) read(ctx context.Context, credit int, at seen) (Page, int
 	}
 	page := s.b.page(s.pos, nil)
 	page.Batches = batches
+	page.Skipped, page.SkippedBound = s.skipped(before)
 	return page, n, nil
+}
+
+// skipped counts the deleted records the subscription's position passed
+// since before (skips.go), with those of earlier reads no page told.
+func (s *Subscription) skipped(before []cursor.Entry) (uint64, bool) {
+	s.skips.add(s.b.skipsBetween(s.pos.topicID, before, s.pos.entries))
+	return s.skips.n, s.skips.bound
 }
 
 // applyAck commits an acknowledged cursor. A pushed cursor carries every

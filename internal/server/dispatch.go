@@ -205,7 +205,7 @@ func toWireRecords(recs []broker.Record) []wire.Record {
 // frame, so a client that does not read stops the pushes (and the reader)
 // instead of growing the queue.
 func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
-	c.startStream(corr, r.Topic, func(id broker.Identity, topic string) (*broker.Subscription, error) {
+	c.startStream(corr, r.Topic, false, func(id broker.Identity, topic string) (*broker.Subscription, error) {
 		window := clamp(r.Window, windowDefault, windowCap)
 		return c.s.b.SubscribeAs(id, topic, r.Group, r.Member, window, clamp(r.Max, pushMaxDefault, pushMaxCap))
 	})
@@ -213,15 +213,16 @@ func (c *conn) subscribe(corr uint32, r *wire.SubscribeRequest) {
 
 // subscribeBatches is subscribe for wire v2: pushes of stored batches.
 func (c *conn) subscribeBatches(corr uint32, r *wire.SubscribeBatchesRequest) {
-	c.startStream(corr, r.Topic, func(id broker.Identity, topic string) (*broker.Subscription, error) {
+	c.startStream(corr, r.Topic, r.WantsSkips(), func(id broker.Identity, topic string) (*broker.Subscription, error) {
 		window := clamp(r.Window, windowDefault, windowCap)
 		return c.s.b.SubscribeBatchesAs(id, topic, r.Group, r.Member, window, int(min(r.MaxBytes, 1<<30)))
 	})
 }
 
 // startStream authorizes and opens a subscription and runs it on its own
-// goroutine, pushing each page on the request's correlation id.
-func (c *conn) startStream(corr uint32, topicName *string, open func(broker.Identity, string) (*broker.Subscription, error)) {
+// goroutine, pushing each page on the request's correlation id; skips
+// says each push ends with a skip report.
+func (c *conn) startStream(corr uint32, topicName *string, skips bool, open func(broker.Identity, string) (*broker.Subscription, error)) {
 	if topicName == nil {
 		c.refuse(corr, "no_such_topic")
 		return
@@ -246,7 +247,7 @@ func (c *conn) startStream(corr uint32, topicName *string, open func(broker.Iden
 			if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 				return err
 			}
-			if !c.push(pushFrame(corr, p)) {
+			if !c.push(pushFrame(corr, p, skips)) {
 				return errConnEnding
 			}
 			return nil
@@ -263,10 +264,11 @@ func (c *conn) startStream(corr uint32, topicName *string, open func(broker.Iden
 }
 
 // pushFrame encodes one page of a stream: records for subscribe (5),
-// stored batches for subscribe_batches (83).
-func pushFrame(corr uint32, p broker.Page) outFrame {
-	if p.Batches != nil {
-		return batchesFrame(corr, p.Cursor, p.Batches)
+// stored batches for subscribe_batches (83), ending with a skip report
+// when the subscribe_batches asked for one.
+func pushFrame(corr uint32, p broker.Page, skips bool) outFrame {
+	if p.Batches != nil || skips {
+		return batchesFrame(corr, p.Cursor, p.Batches, skipsOf(skips, p.Skipped, p.SkippedBound))
 	}
 	resp := &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}
 	return bytesFrame(wire.AppendOKFrame(frameBuffer(resp), corr, resp))
@@ -277,14 +279,23 @@ func bytesFrame(b []byte) outFrame { return outFrame{b: b, n: int64(len(b))} }
 
 // batchesFrame is the answer of fetch_batches or a subscribe_batches push,
 // laid out for a vectored write: the stored batches go to the socket from
-// the buffers the broker read them into.
-func batchesFrame(corr uint32, cursor *string, batches []broker.RangeBatch) outFrame {
-	resp := &wire.FetchBatchesResponse{NextCursor: cursor, Batches: make([]wire.RangeBatch, len(batches))}
+// the buffers the broker read them into. A skip report asked for ends the
+// frame.
+func batchesFrame(corr uint32, cursor *string, batches []broker.RangeBatch, skips wire.Skips) outFrame {
+	resp := &wire.FetchBatchesResponse{NextCursor: cursor, Batches: make([]wire.RangeBatch, len(batches)), Skips: skips}
 	for i, b := range batches {
 		resp.Batches[i] = wire.RangeBatch{Range: b.Range, Batch: b.Batch}
 	}
-	pieces, n := wire.AppendFetchBatchesPieces(make([][]byte, 0, 2*len(batches)+1), corr, resp)
+	pieces, n := wire.AppendFetchBatchesPieces(make([][]byte, 0, 2*len(batches)+2), corr, resp)
 	return outFrame{pieces: pieces, n: int64(n)}
+}
+
+// skipsOf is the skip report of a page, when the request asked for one.
+func skipsOf(asked bool, n uint64, bound bool) wire.Skips {
+	if !asked {
+		return wire.Skips{}
+	}
+	return wire.Skips{Asked: true, Count: n, Bound: bound}
 }
 
 // errConnEnding ends a subscription whose connection failed or drains.

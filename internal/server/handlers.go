@@ -16,9 +16,9 @@ func (c *conn) handle(req wire.Request) (wire.Response, error) {
 	id := c.identity()
 	switch r := req.(type) {
 	case *wire.CreateTopicRequest:
-		return c.createTopic(id, r.Topic, r.Bits, 1, 0)
+		return c.createTopic(id, r.Topic, r.Bits, 1, 0, "")
 	case *wire.CreateTopicExRequest:
-		return c.createTopic(id, r.Topic, r.Bits, int(r.Ranges), int(r.Replicas))
+		return c.createTopic(id, r.Topic, r.Bits, int(r.Ranges), int(r.Replicas), r.Policy)
 	case *wire.FetchRequest:
 		return c.fetch(id, r)
 	case *wire.CommitRequest:
@@ -65,6 +65,9 @@ func (c *conn) handle(req wire.Request) (wire.Response, error) {
 // handleAdmin runs the requests that need the admin permission; those
 // that change something are audited.
 func (c *conn) handleAdmin(id broker.Identity, req wire.Request) (wire.Response, error) {
+	if resp, handled, err := c.policyAdmin(id, req); handled {
+		return resp, err
+	}
 	switch r := req.(type) {
 	case *wire.ListUsersRequest:
 		var resp wire.ListUsersResponse
@@ -165,13 +168,25 @@ func (c *conn) audit(id broker.Identity, typ, target string, detail map[string]s
 	c.s.b.Audit(id, typ, target, detail, r)
 }
 
-func (c *conn) createTopic(id broker.Identity, topic *string, bits uint8, ranges, replicas int) (wire.Response, error) {
+func (c *conn) createTopic(id broker.Identity, topic *string, bits uint8, ranges, replicas int, policy string) (wire.Response, error) {
 	name := deref(topic)
 	if err := c.s.b.Authorize(id, broker.OpProduce, name); err != nil {
 		return nil, err
 	}
-	err := c.s.b.CreateTopicReplicatedAs(c.reqCtx, id, name, bits, ranges, replicas)
-	c.audit(id, audit.TopicCreated, name, map[string]string{"ranges": fmt.Sprint(max(ranges, 1))}, err)
+	detail := map[string]string{"ranges": fmt.Sprint(max(ranges, 1))}
+	var err error
+	if policy == "" {
+		err = c.s.b.CreateTopicReplicatedAs(c.reqCtx, id, name, bits, ranges, replicas)
+	} else {
+		// Creating a topic bound to a policy binds it, which is an
+		// admin's decision like bind_topic_policy.
+		if err := c.s.b.RequireAdmin(id, wire.KeyName(wire.KeyCreateTopicEx)); err != nil {
+			return nil, err
+		}
+		detail["policy"] = policy
+		err = c.s.b.CreateTopicWithPolicyAs(c.reqCtx, id, name, bits, ranges, replicas, policy)
+	}
+	c.audit(id, audit.TopicCreated, name, detail, err)
 	return nil, err
 }
 
@@ -280,6 +295,9 @@ func (c *conn) describeGroup(id broker.Identity, r *wire.DescribeGroupRequest) (
 		return nil, err
 	}
 	resp := &wire.DescribeGroupResponse{Group: g.Group, Cursor: g.Cursor, Lag: g.Lag}
+	if r.WantsSkips() {
+		resp.Skips = wire.Skips{Asked: true, Count: g.Skipped, Bound: g.SkippedBound}
+	}
 	for _, rl := range g.Ranges {
 		resp.Ranges = append(resp.Ranges, wire.RangeLag{Range: rl.Range, Lag: rl.Lag})
 	}

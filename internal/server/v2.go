@@ -107,7 +107,7 @@ func (c *conn) fetchBatchesWithinBudget(corr uint32, r *wire.FetchBatchesRequest
 		if err != nil {
 			return bytesFrame(wire.AppendErrorFrame(nil, corr, reason(err)))
 		}
-		return batchesFrame(corr, page.Cursor, page.Batches)
+		return batchesFrame(corr, page.Cursor, page.Batches, skipsOf(r.WantsSkips(), page.Skipped, page.SkippedBound))
 	})
 }
 

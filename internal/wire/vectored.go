@@ -22,7 +22,7 @@ const inlineBatch = 4 << 10
 // stay unchanged until the pieces are written. It returns the pieces and
 // the frame's length in bytes.
 func AppendFetchBatchesPieces(pieces [][]byte, corr uint32, r *FetchBatchesResponse) ([][]byte, int) {
-	head := LenPrefixSize + ResponseHeaderSize + 4 + 1
+	head := LenPrefixSize + ResponseHeaderSize + 4 + 1 + skipsSize
 	if r.NextCursor != nil {
 		head += 4 + len(*r.NextCursor)
 	}
@@ -46,6 +46,7 @@ func AppendFetchBatchesPieces(pieces [][]byte, corr uint32, r *FetchBatchesRespo
 		pieces = append(pieces, buf[cut:len(buf):len(buf)], b.Batch)
 		cut = len(buf)
 	}
+	buf = r.Skips.appendTo(buf)
 	if cut < len(buf) {
 		pieces = append(pieces, buf[cut:len(buf):len(buf)])
 	}

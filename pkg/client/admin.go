@@ -15,6 +15,7 @@ type topicConfig struct {
 	bits     uint8
 	ranges   int
 	replicas int
+	policy   string
 }
 
 // WithKeyspaceBits sets the size of the topic's keyspace, 2^bits key
@@ -142,6 +143,11 @@ type GroupStatus struct {
 	// over Ranges.
 	Lag    uint64
 	Ranges []RangeLag
+	// Skipped counts the records retention deleted that the group's
+	// commits passed without having read them; SkippedBound says it is
+	// an upper bound. 0 from a node that does not report skips.
+	Skipped      uint64
+	SkippedBound bool
 }
 
 // RangeLag is one active range's lag in records.
@@ -177,11 +183,14 @@ func (c *Client) CreateTopic(ctx context.Context, name string, opts ...TopicOpti
 		return opError("create_topic", name, errorFor(wire.ReasonInvalidCommand))
 	}
 	var req wire.Request = wire.CreateTopicRequest{Topic: str(name), Bits: tc.bits}
-	if tc.ranges > 1 || tc.replicas > 0 {
-		// Only the extended key carries a range count and a replication
-		// factor; keep v1 otherwise so the request is one any v1 broker
-		// understands.
-		req = wire.CreateTopicExRequest{Topic: str(name), Bits: tc.bits, Ranges: uint32(max(tc.ranges, 1)), Replicas: uint8(tc.replicas)}
+	if tc.ranges > 1 || tc.replicas > 0 || tc.policy != "" {
+		// Only the extended key carries a range count, a replication
+		// factor and a policy; keep v1 otherwise so the request is one any
+		// v1 broker understands.
+		req = wire.CreateTopicExRequest{
+			Topic: str(name), Bits: tc.bits, Ranges: uint32(max(tc.ranges, 1)),
+			Replicas: uint8(tc.replicas), Policy: tc.policy,
+		}
 	}
 	return c.do(ctx, request{req: req})
 }
@@ -266,11 +275,20 @@ func (c *Client) MergeRanges(ctx context.Context, topic string, a, b uint64) (ui
 // DescribeGroup returns group's committed position in topic and its lag.
 func (c *Client) DescribeGroup(ctx context.Context, topic, group string) (GroupStatus, error) {
 	var resp wire.DescribeGroupResponse
-	req := wire.DescribeGroupRequest{Topic: str(topic), Group: str(group)}
-	if err := c.do(ctx, request{req: req, resp: &resp, resend: true}); err != nil {
+	_, err := c.doPick(ctx, func(cn *conn) (request, error) {
+		req := wire.DescribeGroupRequest{Topic: str(topic), Group: str(group)}
+		if cn.wire.groupSkips {
+			req.Flags = wire.FlagSkips
+		}
+		return request{req: req, resp: &resp, resend: true}, nil
+	})
+	if err != nil {
 		return GroupStatus{}, err
 	}
-	g := GroupStatus{Group: resp.Group, Lag: resp.Lag, Ranges: make([]RangeLag, len(resp.Ranges))}
+	g := GroupStatus{
+		Group: resp.Group, Lag: resp.Lag, Ranges: make([]RangeLag, len(resp.Ranges)),
+		Skipped: resp.Skips.Count, SkippedBound: resp.Skips.Bound,
+	}
 	if resp.Cursor != nil {
 		g.Cursor = *resp.Cursor
 	}

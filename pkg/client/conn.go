@@ -144,6 +144,9 @@ type wireInfo struct {
 	// authentication; maxBatchBytes and maxBatchRecords bound one batch a
 	// producer builds (raw records section, records). Zero with v1.
 	maxFrame, maxBatchBytes, maxBatchRecords int
+	// fetchSkips and groupSkips: the node serves version 2 of
+	// fetch_batches and of describe_group, which report skips when asked.
+	fetchSkips, groupSkips bool
 }
 
 // v2Keys are the keys a connection needs to speak wire v2.
@@ -315,6 +318,8 @@ func (c *conn) negotiate(r reply, cfg *config) {
 		maxFrame:        int(resp.MaxFrame),
 		maxBatchBytes:   int(resp.MaxBatchBytes),
 		maxBatchRecords: int(resp.MaxBatchRecords),
+		fetchSkips:      resp.Serves(wire.KeyFetchBatches, 2),
+		groupSkips:      resp.Serves(wire.KeyDescribeGroup, 2),
 	}
 	if c.wire.maxFrame <= 0 || c.wire.maxFrame > int(cfg.maxFrame) {
 		c.wire.maxFrame = int(cfg.maxFrame)

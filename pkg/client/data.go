@@ -49,6 +49,16 @@ type Page struct {
 	// text; the broker refuses a forged or altered one (ErrInvalidCursor).
 	// It is "" only for a fetch of a topic that does not exist.
 	Cursor string
+	// Skipped counts the records retention deleted before this reader
+	// read them and that this page's Cursor has passed: the read moved on
+	// to the oldest record still kept. Each skip is reported once, on the
+	// page whose cursor passes it. SkippedBound says Skipped is an upper
+	// bound (a range read for part of its keys, or an old deletion whose
+	// exact count was not kept). Records whose TTL passed are never
+	// skips: they expired, as their producer asked. Always 0 from a node
+	// that does not report skips, and from wire v1.
+	Skipped      uint64
+	SkippedBound bool
 }
 
 // FetchOptions says where and how a Fetch reads. Empty strings mean

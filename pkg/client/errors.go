@@ -289,4 +289,11 @@ var (
 	// ErrStaleMember: a member's commit came after it left, was evicted or
 	// joined again; nothing was committed.
 	ErrStaleMember = reasonError(wire.ReasonStaleMember)
+
+	// Storage policies and retention.
+	ErrInvalidPolicy   = reasonError(wire.ReasonInvalidPolicy)
+	ErrNoSuchPolicy    = reasonError(wire.ReasonNoSuchPolicy)
+	ErrPolicyInUse     = reasonError(wire.ReasonPolicyInUse)
+	ErrTooManyPolicies = reasonError(wire.ReasonTooManyPolicies)
+	ErrSegmentNotFirst = reasonError(wire.ReasonSegmentNotFirst)
 )

@@ -31,7 +31,7 @@ func (c *Client) Fetch(ctx context.Context, topic string, opt FetchOptions) (Pag
 	if err != nil {
 		return Page{}, err
 	}
-	return Page{Records: recs, Cursor: bp.Cursor}, nil
+	return Page{Records: recs, Cursor: bp.Cursor, Skipped: bp.Skipped, SkippedBound: bp.SkippedBound}, nil
 }
 
 // BatchPage is a page read by FetchBatches. With wire v2 it holds the
@@ -42,6 +42,9 @@ func (c *Client) Fetch(ctx context.Context, topic string, opt FetchOptions) (Pag
 type BatchPage struct {
 	// Cursor is where the next read continues, as Page.Cursor.
 	Cursor string
+	// Skipped and SkippedBound are Page's.
+	Skipped      uint64
+	SkippedBound bool
 
 	batches []wire.RangeBatch // wire v2
 	payload []byte            // the answer batches alias, for Release
@@ -84,6 +87,7 @@ func (c *Client) FetchBatches(ctx context.Context, topic string, opt FetchOption
 				MaxBytes:   clampU32(opt.MaxBytes),
 				MaxRecords: clampU32(opt.Max),
 				WaitMs:     waitMs,
+				Flags:      cn.skipFlags(),
 			}
 			return request{req: req, resp: kept, wait: wait, resend: true}, nil
 		}
@@ -134,7 +138,7 @@ func pollWait(ctx context.Context, wait time.Duration) time.Duration {
 // answer, whose payload belongs to the page from now on, and counts their
 // records.
 func newBatchPage(resp *wire.FetchBatchesResponse, payload []byte) (*BatchPage, error) {
-	p := &BatchPage{batches: resp.Batches, payload: payload}
+	p := &BatchPage{batches: resp.Batches, payload: payload, Skipped: resp.Skips.Count, SkippedBound: resp.Skips.Bound}
 	if resp.NextCursor != nil {
 		p.Cursor = *resp.NextCursor
 	}

@@ -253,6 +253,7 @@ func (f *Fetcher) send(o FetchOptions) (*fetchCall, error) {
 		MaxBytes:   clampU32(o.MaxBytes),
 		MaxRecords: clampU32(o.Max),
 		WaitMs:     uint32(min((wait+time.Millisecond-1)/time.Millisecond, 1<<31)),
+		Flags:      cn.skipFlags(),
 	}
 	now := time.Now()
 	fc := &fetchCall{
