@@ -91,8 +91,7 @@ func (p ttlPrep) run(ctx context.Context, dial func(context.Context) (*client.Cl
 			r.Headers = []client.Header{{Key: "malachi.ttl_ms", Value: long}}
 			left++
 		case p.lookalike:
-			r.Headers = []client.Header{{Key: "malachi_ttl_ms", Value: []byte("3600000")},
-				{Key: "malachi_expiry_ms", Value: []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))}}
+			r.Headers = []client.Header{{Key: "malachi_ttl_ms", Value: long}}
 			left++
 		default:
 			left++

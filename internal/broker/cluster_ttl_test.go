@@ -99,15 +99,10 @@ func readTTL(ctx context.Context, b *broker.Broker) (map[string]int64, error) {
 			break
 		}
 		for _, r := range p.Records {
-			hv := ""
-			n := 0
 			for _, h := range r.Headers {
 				if string(h.Key) == retention.ExpiryHeader {
-					hv, n = string(h.Value), n+1
+					return nil, fmt.Errorf("record %s carries an expiry header %q", r.Value, h.Value)
 				}
-			}
-			if r.Expiry == 0 && n != 0 || r.Expiry != 0 && (n != 1 || hv != strconv.FormatInt(r.Expiry, 10)) {
-				return nil, fmt.Errorf("record %s: expiry %d with %d expiry headers (%q)", r.Value, r.Expiry, n, hv)
 			}
 			out[string(r.Value)] = r.Expiry
 		}

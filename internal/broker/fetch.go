@@ -213,6 +213,11 @@ type source struct {
 	span     keyspace.Span
 	active   bool
 	segments []metadata.Segment
+	// trimmed is the range's metadata.Range.Trimmed when the plan was
+	// taken: every offset below it was deleted, so a reader left below it
+	// with no segment to read moves up to it (and is told of the skip)
+	// rather than waiting for the next record to arrive.
+	trimmed uint64
 }
 
 // plan is how to read one active range: its ancestors oldest first (each
@@ -271,6 +276,7 @@ func (b *Broker) plans(pos position) ([]plan, lineage) {
 					span:     keyspace.Span{Start: sr.Start, End: sr.End},
 					active:   sr.Active,
 					segments: st.RangeSegments(sid),
+					trimmed:  sr.Trimmed,
 				})
 			}
 			plans = append(plans, p)
@@ -406,7 +412,7 @@ func (b *Broker) readSource(pr *pageRead, p *plan, src *source, entries []cursor
 		}
 		start = max(start, seg.End)
 	}
-	return start, !src.active, out, nil
+	return max(start, src.trimmed), !src.active, out, nil
 }
 
 // filterBatches decodes the batches of one read and appends the records

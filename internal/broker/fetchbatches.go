@@ -147,7 +147,7 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 		}
 		start = max(start, seg.End)
 	}
-	return start, !src.active, out, nil
+	return max(start, src.trimmed), !src.active, out, nil
 }
 
 // batchFilter decides, batch by batch, what of one source a reader gets.

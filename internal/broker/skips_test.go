@@ -330,3 +330,51 @@ func TestSkipToldBySubscription(t *testing.T) {
 		}
 	}
 }
+
+// A range all of whose segments retention deleted (the last one rolled by
+// age first) tells a reader left behind at once, not only once a new
+// record arrives, and then serves what is produced next without counting
+// it again.
+func TestSkipToldWhenEverySegmentIsDeleted(t *testing.T) {
+	b, clk := openTTL(t, Config{})
+	ctx := context.Background()
+	rid := skipTopic(t, b)
+	first, err := b.Fetch(ctx, FetchRequest{Topic: "t", Max: 10})
+	if err != nil || len(first.Records) != 10 {
+		t.Fatalf("%d records, %v", len(first.Records), err)
+	}
+	clk.Advance(8 * 24 * time.Hour) // past the default segment age
+	b.RollDue()
+	segs := rangeSegments(b, "t", rid)
+	for _, s := range segs {
+		if s.Active {
+			t.Fatalf("segment %d still active after the age roll", s.ID)
+		}
+		if _, err := b.apply(ctx, metadata.Command{Kind: metadata.KindDeleteSegment, Segment: s.ID, Reason: "retention"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.Delete(storage.SegmentID(s.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v2 := range []bool{false, true} {
+		recs, cur, skipped := readOnePage(t, b, first.Cursor, v2, 10)
+		if len(recs) != 0 || skipped != 590 {
+			t.Fatalf("v2=%v: %d records, skipped %d, want none and 590", v2, len(recs), skipped)
+		}
+		if _, _, again := readOnePage(t, b, cur, v2, 10); again != 0 {
+			t.Fatalf("v2=%v: the skip was told twice (%d)", v2, again)
+		}
+	}
+	p, err := b.Fetch(ctx, FetchRequest{Topic: "t", Cursor: first.Cursor, Max: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Produce(ctx, "t", []Record{{Key: []byte("k"), Value: []byte("600")}}); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, skipped := readOnePage(t, b, p.Cursor, false, 10)
+	if len(recs) != 1 || offsetOf(t, recs[0]) != 600 || skipped != 0 {
+		t.Fatalf("after the hole: %d records, skipped %d", len(recs), skipped)
+	}
+}

@@ -29,5 +29,6 @@
 //
 // A record's TTL is the decimal header TTLHeader, read with ParseTTL; the
 // node turns it into an absolute expiry from its own clock with ExpiryAt
-// and stamps it in ExpiryHeader.
+// and stamps it in the record's expiry field; a client's ExpiryHeader is
+// removed, never trusted.
 package retention

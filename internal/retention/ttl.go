@@ -9,7 +9,8 @@ import (
 const (
 	// TTLHeader carries a record's TTL from the producer: decimal ms.
 	TTLHeader = "malachi.ttl_ms"
-	// ExpiryHeader carries the expiry the node stamped: decimal unix ms.
+	// ExpiryHeader is reserved: the node removes it from every record, so
+	// no reader takes a client's value for the node's expiry.
 	// The node overwrites any value a client sends.
 	ExpiryHeader = "malachi.expiry_ms"
 )
@@ -50,9 +51,4 @@ func ExpiryAt(nowMs, ttlMs int64) int64 {
 		return math.MaxInt64
 	}
 	return max(nowMs+ttlMs, 1)
-}
-
-// AppendExpiry appends an expiry as ExpiryHeader's decimal value.
-func AppendExpiry(dst []byte, expiryMs int64) []byte {
-	return strconv.AppendInt(dst, expiryMs, 10)
 }

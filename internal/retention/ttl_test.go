@@ -60,10 +60,3 @@ func TestExpiryAt(t *testing.T) {
 		}
 	}
 }
-
-func TestAppendExpiryReadsBack(t *testing.T) {
-	v := retention.AppendExpiry([]byte("x="), 1_700_000_000_000)
-	if string(v) != "x=1700000000000" {
-		t.Fatalf("%q", v)
-	}
-}

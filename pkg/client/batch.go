@@ -113,6 +113,9 @@ func decodeBatch(b []byte, rangeID uint64, dst []Record) ([]Record, error) {
 		if r.Timestamp != 0 {
 			rec.Timestamp = time.UnixMilli(r.Timestamp)
 		}
+		if r.Expiry != 0 {
+			rec.Expiry = time.UnixMilli(r.Expiry)
+		}
 		if len(r.Headers) > 0 {
 			rec.Headers = make([]Header, len(r.Headers))
 			for j, hd := range r.Headers {

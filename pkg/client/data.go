@@ -33,6 +33,12 @@ type Record struct {
 	// read with wire v1 and on those a Subscription delivers, and it is
 	// ignored when producing: routing is by Key.
 	Range uint64
+	// Expiry is when the record stops being served: the node that took it
+	// set it from its own clock and the record's TTL (WithTTL, or the
+	// topic's default_ttl_ms). Zero when the record never expires, on
+	// records read with wire v1 and on those a Subscription delivers (the
+	// v1 record has no such field); ignored when producing.
+	Expiry time.Time
 }
 
 // Header is one record header.

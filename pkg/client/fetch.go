@@ -192,6 +192,9 @@ func (p *BatchPage) Each(fn func(r *Record)) error {
 			if r.Timestamp != 0 {
 				rec.Timestamp = time.UnixMilli(r.Timestamp)
 			}
+			if r.Expiry != 0 {
+				rec.Expiry = time.UnixMilli(r.Expiry)
+			}
 			if len(r.Headers) > 0 {
 				hdrs = hdrs[:0]
 				for _, hd := range r.Headers {

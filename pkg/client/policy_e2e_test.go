@@ -204,6 +204,7 @@ func TestRecordTTLHeader(t *testing.T) {
 	_, c := start(t)
 	createTopic(t, c, "t")
 	rec := client.NewRecord([]byte("k"), []byte("v"), client.WithTTL(90*time.Second+time.Microsecond))
+	before := time.Now().Truncate(time.Millisecond)
 	produce(t, c, "t", rec)
 	recs, _ := fetchN(t, c, "t", "", 1)
 	var ttl string
@@ -214,6 +215,11 @@ func TestRecordTTLHeader(t *testing.T) {
 	}
 	if ttl != "90001" {
 		t.Fatalf("headers %+v: TTL header %q, want 90001", recs[0].Headers, ttl)
+	}
+	// The node stamps the expiry from its clock when it takes the record:
+	// between the produce and the fetch, plus the TTL.
+	if exp := recs[0].Expiry; exp.Before(before.Add(90*time.Second)) || exp.After(time.Now().Add(91*time.Second)) {
+		t.Fatalf("expiry %v, want 90 s after a moment between %v and now", exp, before)
 	}
 	rec.SetTTL(0)
 	if len(rec.Headers) != 0 {
