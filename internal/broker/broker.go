@@ -125,6 +125,12 @@ func (c Config) withDefaults() Config {
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = DefaultRetentionInterval
 	}
+	if canon, err := metadata.ValidatePolicy(c.Retention); err == nil {
+		// Aliases ("retention.max_age_ms") under their canonical names,
+		// which is all Resolve looks up; an invalid map is left for
+		// validate to refuse.
+		c.Retention = canon
+	}
 	if c.FetchMaxBytes == 0 {
 		c.FetchMaxBytes = 1 << 20
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/metadata"
@@ -40,12 +41,17 @@ func (s *skips) add(o skips) {
 // offsets (whatever the key), so the count is then an upper bound, capped
 // per source by what the source deleted over the offsets passed.
 func (b *Broker) skipsBetween(topicID uint64, before, after []cursor.Entry) skips {
-	moved := movedEntries(before, after)
-	if len(moved) == 0 {
+	bySource := make(map[uint64][]cursor.Entry, len(before))
+	for _, o := range before {
+		bySource[o.Source] = append(bySource[o.Source], o)
+	}
+	moved, fresh := movedEntries(bySource, after)
+	if len(moved) == 0 && len(fresh) == 0 {
 		return skips{}
 	}
 	var out skips
 	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
+		moved = append(moved, finishedEntries(st, before, fresh)...)
 		type span struct{ n, from, to uint64 }
 		per := map[uint64]*span{}
 		for _, m := range moved {
@@ -85,18 +91,50 @@ type move struct {
 // movedEntries pairs each entry of after with the furthest entry of
 // before, of the same source, whose slice contains it, and keeps those
 // that moved forward. An entry with no such entry before is the reader's
-// first position in that source: it missed nothing.
-func movedEntries(before, after []cursor.Entry) []move {
-	var out []move
+// first position in that source: it missed nothing there, and it is
+// returned in fresh (it may mark an ancestor done: finishedEntries).
+// before is grouped by source, so a page costs O(entries).
+func movedEntries(before map[uint64][]cursor.Entry, after []cursor.Entry) (moved []move, fresh []cursor.Entry) {
 	for _, e := range after {
-		from, found := uint64(0), false
-		for _, o := range before {
-			if o.Source == e.Source && o.SliceStart <= e.SliceStart && entryEnd(o) >= entryEnd(e) {
+		from, found, same := uint64(0), false, false
+		for _, o := range before[e.Source] {
+			if o.SliceStart <= e.SliceStart && entryEnd(o) >= entryEnd(e) {
 				from, found = max(from, o.Offset), true
 			}
+			same = same || o.SliceStart == e.SliceStart && o.SliceBits == e.SliceBits
 		}
 		if found && e.Offset > from {
-			out = append(out, move{from: from, to: e})
+			moved = append(moved, move{from: from, to: e})
+		}
+		if !same {
+			fresh = append(fresh, e)
+		}
+	}
+	return moved, fresh
+}
+
+// finishedEntries are the entries of before whose source the page read
+// to its end: a retired ancestor that a fresh entry of a descendant now
+// covers, since an entry for a range marks its ancestors done for its
+// slice. Everything deleted of the ancestor above the reader's old offset
+// was passed, so each is a move to the end of the source's offsets.
+func finishedEntries(st *metadata.State, before, fresh []cursor.Entry) []move {
+	if len(fresh) == 0 {
+		return nil
+	}
+	var out []move
+	for _, o := range before {
+		covered := slices.ContainsFunc(fresh, func(e cursor.Entry) bool {
+			if e.Source == o.Source || e.SliceStart >= entryEnd(o) || o.SliceStart >= entryEnd(e) {
+				return false
+			}
+			r, ok := st.Range(e.Source)
+			return ok && slices.Contains(r.Lineage, o.Source)
+		})
+		if covered {
+			to := o
+			to.Offset = math.MaxUint64
+			out = append(out, move{from: o.Offset, to: to})
 		}
 	}
 	return out

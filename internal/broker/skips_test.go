@@ -150,7 +150,7 @@ func TestSkipNeverCountsTTLDeletes(t *testing.T) {
 // A group's describe shows the records its commits passed after they were
 // deleted.
 func TestSkipCountedForGroup(t *testing.T) {
-	b, _ := openTTL(t, Config{})
+	b, clk := openTTL(t, Config{})
 	ctx := context.Background()
 	rid := skipTopic(t, b)
 	g := "g"
@@ -161,6 +161,7 @@ func TestSkipCountedForGroup(t *testing.T) {
 	if err := b.Commit(ctx, "t", g, *p.Cursor); err != nil {
 		t.Fatal(err)
 	}
+	clk.Advance(time.Second)
 	deleteFront(t, b, "t", rid, 3, "retention")
 	base := rangeSegments(b, "t", rid)[0].Base
 	if st, err := b.DescribeGroup("t", g); err != nil || st.Skipped != 0 {
@@ -173,9 +174,12 @@ func TestSkipCountedForGroup(t *testing.T) {
 	if err := b.Commit(ctx, "t", g, *p.Cursor); err != nil {
 		t.Fatal(err)
 	}
+	// The records were deleted after the group's last commit: it might
+	// have read them first for all the metadata knows, so the count is
+	// told as an upper bound.
 	st, err := b.DescribeGroup("t", g)
-	if err != nil || st.Skipped != base-10 || st.SkippedBound {
-		t.Fatalf("describe: %+v, want %d skipped, %v", st, base-10, err)
+	if err != nil || st.Skipped != base-10 || !st.SkippedBound {
+		t.Fatalf("describe: %+v, want %d skipped as an upper bound, %v", st, base-10, err)
 	}
 }
 

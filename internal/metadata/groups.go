@@ -25,6 +25,7 @@ func (s *State) commitOffsets(c *Command) Result {
 	}
 	s.countSkips(tr, c.Group, stored, c.Entries)
 	tr.groups[c.Group] = merged
+	tr.noteCommit(c.Group, c.Now)
 	return Result{TopicID: tr.t.ID}
 }
 
@@ -63,6 +64,7 @@ func (s *State) setOffsets(c *Command) Result {
 	// Merging the entries with nothing keeps the stored form canonical:
 	// sorted, without entries another of the same source implies.
 	tr.groups[c.Group] = mergeEntries(nil, c.Entries)
+	tr.noteCommit(c.Group, c.Now)
 	return Result{TopicID: tr.t.ID}
 }
 
@@ -118,3 +120,12 @@ func toCursor(es []GroupEntry) []cursor.Entry {
 
 // validName: a user, group, replica or cluster id of 1..MaxNameLen bytes.
 func validName(name string) bool { return name != "" && len(name) <= MaxNameLen }
+
+// noteCommit records when the group's position was last set, for the skip
+// counter (deletedSince). Never moved back: proposers' clocks differ.
+func (tr *topicRec) noteCommit(group string, now int64) {
+	sc := tr.skips[group]
+	if sc.at = max(sc.at, now); sc.at != 0 || sc.n != 0 {
+		tr.skips[group] = sc
+	}
+}

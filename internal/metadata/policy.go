@@ -30,6 +30,10 @@ const (
 	MaxSpreadByLen     = 64   // bytes of spread_by
 	MinSegmentMaxBytes = 4096
 	MinSegmentMaxAgeMs = 1000
+	// MaxDurationMs bounds every millisecond field (100 years of 365.25
+	// days): a longer one means "never" and is refused, since the node
+	// computes times in time.Duration, which would overflow.
+	MaxDurationMs = 36525 * 24 * 3600 * 1000
 )
 
 // PolicyValue is one field of a policy: Off, an Int bound, or a Str (IsStr).
@@ -65,12 +69,12 @@ type fieldRule struct {
 }
 
 var fieldRules = map[string]fieldRule{
-	FieldMaxAge:          {offOK: true},
+	FieldMaxAge:          {offOK: true, max: MaxDurationMs},
 	FieldMaxBytes:        {offOK: true},
 	FieldMaxRecords:      {offOK: true},
 	FieldSegmentMaxBytes: {offOK: true, min: MinSegmentMaxBytes},
-	FieldSegmentMaxAge:   {offOK: true, min: MinSegmentMaxAgeMs},
-	FieldDefaultTTL:      {offOK: true, min: 1},
+	FieldSegmentMaxAge:   {offOK: true, min: MinSegmentMaxAgeMs, max: MaxDurationMs},
+	FieldDefaultTTL:      {offOK: true, min: 1, max: MaxDurationMs},
 	FieldReplicas:        {min: 1, max: MaxReplicas},
 	FieldMinDomains:      {min: 1, max: MaxReplicas},
 	FieldSpreadBy:        {str: true, offOK: true},

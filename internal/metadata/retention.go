@@ -36,6 +36,11 @@ type DeletedSpan struct {
 	Records uint64 `json:"records"`
 	Skip    bool   `json:"skip,omitempty"`
 	Bound   bool   `json:"bound,omitempty"`
+	// At is when the latest of the span's segments was deleted (the
+	// command's Now): a group commit passing a span deleted after the
+	// group's previous commit may pass records the group read before
+	// they went, so its count is then only an upper bound.
+	At int64 `json:"at,omitempty"`
 }
 
 // DeletedBetween counts the records of Skip spans within offsets
@@ -63,9 +68,9 @@ func validReason(r string) bool {
 // recordDeletion notes a sealed segment's deletion in its range: the span,
 // and Trimmed when the segment was the range's first. rr.segs no longer
 // holds seg.
-func (rr *rangeRec) recordDeletion(seg *Segment, reason string, wasFirst bool) {
+func (rr *rangeRec) recordDeletion(seg *Segment, reason string, wasFirst bool, now int64) {
 	if seg.End > seg.Base {
-		sp := DeletedSpan{Base: seg.Base, End: seg.End, Records: seg.Records, Skip: reason != ReasonTTL}
+		sp := DeletedSpan{Base: seg.Base, End: seg.End, Records: seg.Records, Skip: reason != ReasonTTL, At: now}
 		i, _ := slices.BinarySearchFunc(rr.r.Deleted, sp.Base, func(d DeletedSpan, b uint64) int {
 			return cmp.Compare(d.Base, b)
 		})
@@ -74,7 +79,7 @@ func (rr *rangeRec) recordDeletion(seg *Segment, reason string, wasFirst bool) {
 			// covers this one's offsets: add to it rather than overlap.
 			d := &rr.r.Deleted[i-1]
 			d.Records = addSat(d.Records, sp.Records)
-			d.Skip, d.Bound = d.Skip || sp.Skip, true
+			d.Skip, d.Bound, d.At = d.Skip || sp.Skip, true, max(d.At, sp.At)
 		} else {
 			rr.r.Deleted = slices.Insert(rr.r.Deleted, i, sp)
 			i = rr.mergeAround(i)
@@ -102,7 +107,7 @@ func (rr *rangeRec) mergeAround(i int) int {
 		return i
 	}
 	d[i] = DeletedSpan{Base: d[i].Base, End: d[i+1].End, Records: d[i].Records + d[i+1].Records,
-		Skip: d[i].Skip, Bound: d[i].Bound || d[i+1].Bound}
+		Skip: d[i].Skip, Bound: d[i].Bound || d[i+1].Bound, At: max(d[i].At, d[i+1].At)}
 	rr.r.Deleted = slices.Delete(d, i+1, i+2)
 	return i
 }
@@ -112,7 +117,7 @@ func (rr *rangeRec) mergeAround(i int) int {
 func (rr *rangeRec) capSpans() {
 	d := rr.r.Deleted
 	a, b := d[0], d[1]
-	d[0] = DeletedSpan{Base: a.Base, End: b.End, Records: a.Records + b.Records, Skip: a.Skip || b.Skip,
+	d[0] = DeletedSpan{Base: a.Base, End: b.End, Records: a.Records + b.Records, Skip: a.Skip || b.Skip, At: max(a.At, b.At),
 		Bound: a.Bound || b.Bound || a.Skip != b.Skip || rr.liveBetween(a.End, b.Base)}
 	rr.r.Deleted = slices.Delete(d, 1, 2)
 }
@@ -159,6 +164,8 @@ func (s *State) WasDeleted(id uint64) bool { return s.deleted.set[id] }
 type skipCount struct {
 	n     uint64
 	bound bool
+	// at is the Now of the group's last commit_offsets, 0 before any.
+	at int64
 }
 
 // countSkips adds to the group's skip counter the records deleted between
@@ -209,7 +216,8 @@ func (s *State) countSkips(tr *topicRec, group string, stored, add []GroupEntry)
 			}
 			ps.n = addSat(ps.n, n)
 			ps.from, ps.to = min(ps.from, from), max(ps.to, e.Offset)
-			sc.bound = sc.bound || bound || e.SliceStart > r.Start || e.sliceEnd() < r.End
+			sc.bound = sc.bound || bound || e.SliceStart > r.Start || e.sliceEnd() < r.End ||
+				r.deletedSince(from, e.Offset, sc.at)
 		}
 	}
 	// Narrow entries each count every deleted record of their offsets,
@@ -222,6 +230,15 @@ func (s *State) countSkips(tr *topicRec, group string, stored, add []GroupEntry)
 	if sc.n > 0 {
 		tr.skips[group] = sc
 	}
+}
+
+// deletedSince reports whether a skip span within [from, to) was deleted
+// no earlier than at: records a reader may have read before they went
+// (at the same millisecond too: the order is unknown).
+func (r Range) deletedSince(from, to uint64, at int64) bool {
+	return slices.ContainsFunc(r.Deleted, func(d DeletedSpan) bool {
+		return d.Skip && d.At >= at && d.Base < to && from < d.End
+	})
 }
 
 // sourceSkips is what one commit's entries of one source counted, and the
@@ -316,7 +333,7 @@ func (s *State) checkDeletedIDs() error {
 // checkSkips: skip counters belong to groups with a position.
 func checkSkips(tr *topicRec) error {
 	for g, sc := range tr.skips {
-		if _, ok := tr.groups[g]; !ok || sc.n == 0 {
+		if _, ok := tr.groups[g]; !ok || sc.n == 0 && (sc.bound || sc.at == 0) {
 			return fmt.Errorf("skip counter of group %q without a position or empty", g)
 		}
 	}

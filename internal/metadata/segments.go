@@ -104,7 +104,7 @@ func (s *State) deleteSegment(c *Command) Result {
 	}
 	rr.segs = slices.DeleteFunc(rr.segs, func(x *Segment) bool { return x == seg })
 	delete(s.segments, seg.ID)
-	rr.recordDeletion(seg, c.Reason, first)
+	rr.recordDeletion(seg, c.Reason, first, c.Now)
 	s.deleted.add(seg.ID)
 	return Result{SegmentID: seg.ID, Deleted: []uint64{seg.ID}}
 }

@@ -49,6 +49,9 @@ type groupRecord struct {
 	// Skipped and SkipBound are the group's skip counter (GroupSkipped).
 	Skipped   uint64 `json:"skipped,omitempty"`
 	SkipBound bool   `json:"skip_bound,omitempty"`
+	// CommitAt is the Now of the group's last commit_offsets or
+	// set_offsets.
+	CommitAt int64 `json:"commit_at,omitempty"`
 }
 
 // Snapshot encodes the state deterministically (JSON with every table
@@ -108,7 +111,7 @@ func (s *State) export() *image {
 		for g, es := range tr.groups {
 			sc := tr.skips[g]
 			img.Groups = append(img.Groups, groupRecord{Topic: tr.t.ID, Group: g, Entries: slices.Clone(es),
-				Skipped: sc.n, SkipBound: sc.bound})
+				Skipped: sc.n, SkipBound: sc.bound, CommitAt: sc.at})
 		}
 	}
 	for _, rr := range s.ranges {
@@ -216,10 +219,11 @@ func (s *State) loadGroups(img *image) error {
 			g.Entries = []GroupEntry{} // a group with an empty position still exists
 		}
 		tr.groups[g.Group] = g.Entries
-		if g.Skipped > 0 {
-			tr.skips[g.Group] = skipCount{n: g.Skipped, bound: g.SkipBound}
-		} else if g.SkipBound {
+		if g.Skipped == 0 && g.SkipBound {
 			return fmt.Errorf("group %q: skip bound without a count", g.Group)
+		}
+		if g.Skipped > 0 || g.CommitAt != 0 {
+			tr.skips[g.Group] = skipCount{n: g.Skipped, bound: g.SkipBound, at: g.CommitAt}
 		}
 	}
 	return nil
