@@ -11,6 +11,7 @@ import (
 	"github.com/malachi-log/malachi/internal/control"
 	"github.com/malachi-log/malachi/internal/membership"
 	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/storage"
 )
 
 // Reasons of a cluster node. Their text is the wire reason.
@@ -107,6 +108,11 @@ type ClusterNode struct {
 	ClientAddr string            `json:"client_addr,omitempty"`
 	HTTPAddr   string            `json:"http_addr,omitempty"`
 	Attrs      map[string]string `json:"attrs,omitempty"`
+	// Disk is the node's segment disk: ok, full or failing (this node's
+	// from its store, another's from gossip; empty when gossip does not
+	// know the node). A state other than ok is also in Attrs, under
+	// malachi.disk, which the wire already carries.
+	Disk string `json:"disk,omitempty"`
 }
 
 // ClusterGroup is one raft group of the control plane on this node, as
@@ -118,7 +124,8 @@ type ClusterGroup = control.GroupStatus
 // alone, alive, with no groups.
 func (b *Broker) ClusterStatus() ClusterStatus {
 	if b.cluster == nil {
-		return ClusterStatus{Nodes: []ClusterNode{{ID: singleNodeID(b.cfg.NodeID), Registered: true, Liveness: membership.StateAlive.String()}}}
+		return ClusterStatus{Nodes: []ClusterNode{{ID: singleNodeID(b.cfg.NodeID), Registered: true,
+			Liveness: membership.StateAlive.String(), Disk: b.store.DiskState().String()}}}
 	}
 	c := b.cluster
 	st := c.ctl.Status()
@@ -135,9 +142,20 @@ func (b *Broker) ClusterStatus() ClusterStatus {
 			byID[m.ID] = n
 		}
 		n.Liveness, n.GossipAddr, n.ClientAddr, n.HTTPAddr = m.State.String(), m.GossipAddr, m.ClientAddr, m.HTTPAddr
+		n.Disk = diskStateOf(m.Attributes).String()
+	}
+	if n := byID[c.cfg.NodeID]; n != nil {
+		n.Disk = b.store.DiskState().String()
 	}
 	for _, id := range slices.Sorted(maps.Keys(byID)) {
-		out.Nodes = append(out.Nodes, *byID[id])
+		n := byID[id]
+		if n.Disk != "" && n.Disk != storage.DiskOK.String() {
+			if n.Attrs == nil {
+				n.Attrs = map[string]string{}
+			}
+			n.Attrs[diskAttr] = n.Disk
+		}
+		out.Nodes = append(out.Nodes, *n)
 	}
 	out.Peers = c.peerStats()
 	out.Groups = st.Groups

@@ -34,7 +34,10 @@ import (
 //     it at exactly its offsets (AppendAt) into a new copy, seals it at
 //     exactly the seal's end, verifies it whole against the seal, and
 //     only then records itself in the replica list with the conditional
-//     set_segment_replicas (S3: add before remove);
+//     set_segment_replicas (S3: add before remove); a damaged holder the
+//     plan asks to rebuild its own copy (no other node can take one) first
+//     sets the damaged file aside in the store's quarantine, and records
+//     itself out of the list and back in, which clears its damage mark;
 //   - on the planning node (the lowest-numbered live node, the same for
 //     every node that sees the same membership), records the drops the
 //     plan asks once the healthy copies reach the factor: dead and
@@ -263,7 +266,8 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 	liveIDs := map[uint64]bool{}
 	for _, n := range live {
 		liveIDs[n.ID] = true
-		in.Live = append(in.Live, heal.Node{ID: n.ID, Attributes: placementAttrs(n.Attributes)})
+		full, failing := b.nodeDisk(n)
+		in.Live = append(in.Live, heal.Node{ID: n.ID, Attributes: placementAttrs(n.Attributes), Full: full, Failing: failing})
 	}
 	local := c.heal.localDamaged()
 	h := &c.heal
@@ -322,6 +326,7 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 func placementAttrs(attrs map[string]string) map[string]string {
 	out := maps.Clone(attrs)
 	delete(out, clusterIDAttr)
+	delete(out, diskAttr) // a disk state, not a placement attribute
 	return out
 }
 
@@ -352,25 +357,80 @@ func (b *Broker) dropCopies(ctx context.Context, a heal.Assignment) {
 }
 
 // startFill starts filling a's copy here, unless this node already fills
-// it, is at its bound, or still holds a file of the segment (a stale or
-// damaged one: collectUnlisted or the drop deals with it first).
-func (b *Broker) startFill(ctx context.Context, a heal.Assignment) {
+// it or is at its bound. A node that still holds a file of the segment (a
+// stale or damaged one) fills only to rebuild its own damaged copy: then
+// the metadata must already record that copy damaged, so no planner counts
+// it and no reader is sent to it, and the file is set aside before the
+// new copy is made. Otherwise collectUnlisted or the drop deals with the
+// file first. It reports whether a fill started.
+func (b *Broker) startFill(ctx context.Context, a heal.Assignment) bool {
 	h := &b.cluster.heal
 	id := a.Seal.Segment
+	rebuild := slices.Contains(a.Rebuild, b.cluster.cfg.NodeID)
+	if rebuild && !b.listedDamaged(id) {
+		return false // the mark is not recorded yet (or the list changed): a later pass
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, busy := h.filling[id]; busy || len(h.filling) >= b.cluster.cfg.Heal.MaxTasksPerNode || b.hasFile(id) {
-		return
+	if _, busy := h.filling[id]; busy || len(h.filling) >= b.cluster.cfg.Heal.MaxTasksPerNode {
+		return false
+	}
+	held := b.hasFile(id)
+	if held && !rebuild {
+		return false
 	}
 	h.filling[id] = a
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		b.fill(ctx, a)
+		if !rebuild || b.setAside(id, held) {
+			b.fill(ctx, a)
+		}
 		h.mu.Lock()
 		delete(h.filling, id)
 		h.mu.Unlock()
 	}()
+	return true
+}
+
+// listedDamaged reports whether the local metadata lists this node for
+// sealed segment id and records its copy damaged.
+func (b *Broker) listedDamaged(id uint64) bool {
+	self := clusterNodeName(b.cluster.cfg.NodeID)
+	seg, ok := b.segmentByID(id)
+	return ok && !seg.Active && slices.Contains(seg.Replicas, self) && slices.Contains(seg.Damaged, self)
+}
+
+// setAside readies a rebuild of this node's damaged copy of id: the file,
+// if held, is moved into the store's quarantine, kept for inspection and
+// never served nor deleted by the heal; and the damage found here is
+// forgotten, since it was the old file's: the metadata's mark keeps the
+// copy out of service until the rebuilt one is recorded. It answers false
+// when the rebuild must not go on.
+func (b *Broker) setAside(id uint64, held bool) bool {
+	if !b.listedDamaged(id) {
+		return false // the list changed since startFill looked
+	}
+	if held {
+		h := &b.cluster.heal
+		h.mu.Lock()
+		if h.scrubbing == id {
+			h.scrubVoid = true // its verdict is the old file's
+		}
+		h.mu.Unlock()
+		path, err := b.store.Quarantine(storage.SegmentID(id))
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+		case err != nil:
+			b.log.Error("heal: could not set a damaged copy aside; it is not rebuilt", "segment", id, "err", err)
+			return false
+		default:
+			b.log.Warn("heal: a damaged copy was set aside to be rebuilt; its file is kept, never served",
+				"segment", id, "path", path)
+		}
+	}
+	b.forgetDamaged(id)
+	return true
 }
 
 // hasFile reports whether the store holds any file of segment id,
@@ -384,15 +444,19 @@ func (b *Broker) hasFile(id uint64) bool {
 type recordOutcome uint8
 
 const (
-	recordDone    recordOutcome = iota + 1 // the list names this node
+	recordDone    recordOutcome = iota + 1 // the list names this node, undamaged
 	recordRefused                          // refused, or no longer needed: nothing names the copy
 	recordUnknown                          // no answer: it may still be applied
+	recordKept                             // refused while the list still names this node (a rebuild)
 )
 
 // fill makes, verifies and records this node's copy for a. A copy that
 // fails before any record, or whose record was refused, is deleted: no
 // command names it. One whose record got no answer is kept for a while
-// (unknown), since the control plane may still apply it.
+// (unknown), since the control plane may still apply it. One the list
+// still names, as a rebuilding holder's is until it leaves the list, is
+// never deleted here, whatever it holds (S4): the next rebuild sets it
+// aside.
 func (b *Broker) fill(ctx context.Context, a heal.Assignment) {
 	id := storage.SegmentID(a.Seal.Segment)
 	seg, ok := b.segmentByID(a.Seal.Segment)
@@ -405,10 +469,16 @@ func (b *Broker) fill(ctx context.Context, a heal.Assignment) {
 	}
 	outcome := recordRefused
 	defer func() {
-		if outcome == recordRefused {
-			if err := b.deleteCopy(uint64(id)); err != nil && !errors.Is(err, storage.ErrClosed) {
-				b.log.Warn("heal: could not delete an unrecorded copy", "segment", id, "err", err)
-			}
+		if outcome != recordRefused {
+			return
+		}
+		if b.listsSelf(uint64(id)) {
+			b.log.Warn("heal: a copy that was not recorded is kept, since the list still names this node",
+				"segment", id)
+			return
+		}
+		if err := b.deleteCopy(uint64(id)); err != nil && !errors.Is(err, storage.ErrClosed) {
+			b.log.Warn("heal: could not delete an unrecorded copy", "segment", id, "err", err)
 		}
 	}()
 	if err := b.makeCopy(ctx, a); err != nil {
@@ -418,8 +488,16 @@ func (b *Broker) fill(ctx context.Context, a heal.Assignment) {
 	}
 	outcome = b.recordCopy(ctx, a)
 	if outcome == recordDone {
-		b.log.Info("heal: a verified copy was recorded", "segment", id, "source", a.Source, "bytes", a.Seal.Bytes)
+		b.log.Info("heal: a verified copy was recorded", "segment", id, "source", a.Source, "bytes", a.Seal.Bytes,
+			"rebuilt", slices.Contains(a.Rebuild, b.cluster.cfg.NodeID))
 	}
+}
+
+// listsSelf reports whether the local metadata's list of segment id
+// names this node.
+func (b *Broker) listsSelf(id uint64) bool {
+	seg, ok := b.segmentByID(id)
+	return ok && slices.Contains(seg.Replicas, clusterNodeName(b.cluster.cfg.NodeID))
 }
 
 // makeCopy pulls the sealed copy from a's source, seals it exactly at
@@ -448,30 +526,62 @@ func (b *Broker) makeCopy(ctx context.Context, a heal.Assignment) error {
 // window) while this node's view still lags: the copy is then kept as
 // unknown, for collectUnlisted to delete after a barrier if the list
 // truly does not name it (S4).
+//
+// A holder rebuilding its damaged copy is listed already, damaged: it
+// first records the list without itself, since the metadata clears a
+// damage mark only when its holder leaves the list, then adds itself
+// back (heal.Task.Submit's order). The source stays listed throughout, so
+// no serving copy leaves, and a refusal while the list still names this
+// node keeps the copy (recordKept).
 func (b *Broker) recordCopy(ctx context.Context, a heal.Assignment) recordOutcome {
 	self := clusterNodeName(b.cluster.cfg.NodeID)
-	sent := false
+	rebuild := slices.Contains(a.Rebuild, b.cluster.cfg.NodeID)
+	planned := a.Replicas
+	var cleared []string // the list this node's clearing command recorded, which its view may lag
+	sent, left := false, false
 	refused := func(id uint64) recordOutcome {
-		if !sent {
-			return recordRefused
+		if sent {
+			b.keepUnknown(id)
 		}
-		b.keepUnknown(id)
-		return recordUnknown
+		switch {
+		case b.listsSelf(id):
+			return recordKept
+		case sent:
+			return recordUnknown
+		}
+		return recordRefused
 	}
-	for attempt := range maxRecordAttempts {
+	for tries := 0; tries < maxRecordAttempts; {
 		seg, ok := b.segmentByID(a.Seal.Segment)
+		if ok && cleared != nil {
+			seg.Replicas, seg.Damaged, cleared = cleared, nil, nil
+		}
+		listed := slices.Contains(seg.Replicas, self)
 		switch {
 		case !ok:
 			return recordRefused // the segment is gone: nothing can name the copy
-		case slices.Contains(seg.Replicas, self):
+		case listed && !slices.Contains(seg.Damaged, self):
 			return recordDone
-		case (attempt > 0 || !slices.Equal(replicaIDs(seg), a.Replicas)) && !b.stillTarget(seg.ID):
+		case listed && (!rebuild || left):
+			// Listed damaged, and this copy is not to replace that, or
+			// this node left the list once already and is back damaged.
+			return refused(seg.ID)
+		case (tries > 0 || !slices.Equal(replicaIDs(seg), planned)) && !b.stillTarget(seg.ID):
 			return refused(seg.ID)
 		}
+		next := append(slices.Clone(seg.Replicas), self)
+		if listed {
+			next = slices.DeleteFunc(slices.Clone(seg.Replicas), func(r string) bool { return r == self })
+		}
 		_, err := b.apply(ctx, metadata.Command{Kind: metadata.KindSetSegmentReplicas, Segment: seg.ID,
-			Expect: seg.Replicas, Replicas: append(slices.Clone(seg.Replicas), self)})
+			Expect: seg.Replicas, Replicas: next})
 		var me metadata.Error
 		switch {
+		case err == nil && listed:
+			b.log.Info("heal: left a segment's list to clear its damage mark; the rebuilt copy is added next",
+				"segment", seg.ID, "replicas", next)
+			cleared, planned, left = next, replicaIDs(metadata.Segment{Replicas: next}), true
+			continue
 		case err == nil:
 			return recordDone
 		case errors.Is(err, metadata.ErrNoSuchSegment):
@@ -480,6 +590,7 @@ func (b *Broker) recordCopy(ctx context.Context, a heal.Assignment) recordOutcom
 			return recordRefused
 		case errors.Is(err, metadata.ErrReplicasChanged):
 			sent = true
+			tries++
 			continue
 		case errors.As(err, &me):
 			return refused(seg.ID)

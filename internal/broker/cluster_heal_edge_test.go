@@ -49,10 +49,14 @@ func TestClusterReportsEveryDamagedCopy(t *testing.T) {
 	if len(sealed) < 6 {
 		t.Fatalf("%d sealed segments, want at least 6", len(sealed))
 	}
+	// Every copy of the six is damaged, so none has a healthy source to
+	// be rebuilt from and the reports stay.
 	bad := tc.nodes[2]
 	var ids []uint64
 	for _, s := range sealed[:6] {
-		flipMiddleByte(t, bad.b.SegmentLogPath(s.ID))
+		for _, nd := range tc.nodes {
+			flipMiddleByte(t, nd.b.SegmentLogPath(s.ID))
+		}
 		ids = append(ids, s.ID)
 	}
 	eventually(t, 30*time.Second, fmt.Sprintf("node %d's scrubber finds all 6 damaged copies", bad.id), func() error {
@@ -74,7 +78,12 @@ func TestClusterReportsEveryDamagedCopy(t *testing.T) {
 			return nil
 		})
 	}
-	checkRead(t, bad.b, "many", want)
+	readNeverWrong(t, bad.b, "many", want)
+	for _, id := range ids {
+		if !bad.b.HasLocalCopy(id) {
+			t.Fatalf("node %d deleted its damaged copy of segment %d, which nothing replaced", bad.id, id)
+		}
+	}
 }
 
 // A damaged copy whose segment the metadata then deletes (its topic
@@ -87,7 +96,10 @@ func TestClusterForgetsADamagedCopyWhenItsTopicIsDeleted(t *testing.T) {
 	produceSealed(t, n1.b, "doomed", 40)
 	seg := sealedSegments(t, n1.b, "doomed")[0]
 	bad := tc.nodes[2]
-	flipMiddleByte(t, bad.b.SegmentLogPath(seg.ID))
+	// Every copy is damaged, so none is rebuilt before the delete.
+	for _, nd := range tc.nodes {
+		flipMiddleByte(t, nd.b.SegmentLogPath(seg.ID))
+	}
 	eventually(t, 30*time.Second, "the damaged copy reported", func() error {
 		if got := damagedOn(bad.b.ClusterStatus().Heal, bad.id); !slices.Contains(got, seg.ID) {
 			return fmt.Errorf("damaged copies %v", got)
@@ -256,20 +268,24 @@ func within(t *testing.T, d time.Duration, what string, fn func() error) bool {
 }
 
 // A node that found a copy damaged and restarts before it is replaced
-// must still treat it as damaged: not served, reported in gossip, so the
-// planners keep counting it out. Forgetting it on restart makes the copy
-// count as healthy again until the next scrub reaches it, which can be a
-// whole ScrubInterval (a day by default) later.
-func TestClusterRestartedNodeStillReportsItsDamagedCopy(t *testing.T) {
-	tc := startHealCluster(t, 3, 2<<10, scrubEverything)
+// must still treat it as damaged: not served, recorded, so the planners
+// keep counting it out and it is rebuilt. Forgetting it on restart makes
+// the copy count as healthy again until the next scrub reaches it, which
+// can be a whole ScrubInterval (a day by default) later.
+func TestClusterRestartedNodeStillRebuildsItsDamagedCopy(t *testing.T) {
+	// Until the restart no heal pass runs, so the damage is only found
+	// (and marked in the store), neither recorded nor repaired.
+	hc := scrubEverything
+	hc.Interval = time.Hour
+	tc := startHealCluster(t, 3, 2<<10, hc)
 	n1 := tc.nodes[0]
 	tc.createEverywhere(n1, "remember", 1)
 	want := produceSealed(t, n1.b, "remember", 40)
 	seg := sealedSegments(t, n1.b, "remember")[0]
 	bad := tc.nodes[2]
 	flipMiddleByte(t, bad.b.SegmentLogPath(seg.ID))
-	eventually(t, 30*time.Second, "the damaged copy reported", func() error {
-		if got := damagedOn(n1.b.ClusterStatus().Heal, bad.id); !slices.Contains(got, seg.ID) {
+	eventually(t, 30*time.Second, "the damaged copy found", func() error {
+		if got := damagedOn(bad.b.ClusterStatus().Heal, bad.id); !slices.Contains(got, seg.ID) {
 			return fmt.Errorf("damaged copies %v", got)
 		}
 		return nil
@@ -281,11 +297,20 @@ func TestClusterRestartedNodeStillReportsItsDamagedCopy(t *testing.T) {
 	cfg.Cluster.Heal.ScrubInterval = time.Hour // the next scrub of the copy is far off
 	tc.openHeal(bad, cfg)
 
-	within(t, 20*time.Second, fmt.Sprintf("node %d reports its damaged copy of segment %d again after a restart", bad.id, seg.ID), func() error {
-		for _, nd := range []*clusterNode{n1, bad} {
-			if got := damagedOn(nd.b.ClusterStatus().Heal, bad.id); !slices.Contains(got, seg.ID) {
-				return fmt.Errorf("node %d's view of the damaged copies: %v", nd.id, got)
-			}
+	// With no spare node the holder then records the damage and rebuilds
+	// its copy from a healthy replica, the damaged file set aside, which
+	// it does only for a damage the metadata records. Until then the
+	// copy is reported damaged; it is never served.
+	within(t, 20*time.Second, fmt.Sprintf("node %d rebuilds its damaged copy of segment %d after a restart", bad.id, seg.ID), func() error {
+		readNeverWrong(t, bad.b, "remember", want)
+		if len(bad.b.QuarantinedCopies(seg.ID)) == 0 {
+			return fmt.Errorf("nothing set aside")
+		}
+		if v, err := bad.b.VerifyLocalCopy(seg.ID); err != nil || !v.Whole() {
+			return fmt.Errorf("the copy verifies %v (%v)", v, err)
+		}
+		if got := damagedOn(n1.b.ClusterStatus().Heal, bad.id); slices.Contains(got, seg.ID) {
+			return fmt.Errorf("still reported damaged")
 		}
 		return nil
 	})

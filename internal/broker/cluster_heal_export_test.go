@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/malachi-log/malachi/internal/heal"
+	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage"
 )
 
@@ -44,4 +45,40 @@ func (b *Broker) HasLocalCopy(id uint64) bool { return b.hasFile(id) }
 // SegmentLogPath is where this node keeps segment id's batches.
 func (b *Broker) SegmentLogPath(id uint64) string {
 	return filepath.Join(b.cfg.DataDir, "segments", fmt.Sprintf("%020d.log", id))
+}
+
+// QuarantinedCopies lists the files of segment id's copies this node set
+// aside in its store's quarantine.
+func (b *Broker) QuarantinedCopies(id uint64) []string {
+	got, _ := filepath.Glob(filepath.Join(b.cfg.DataDir, "segments", storage.QuarantineDir, fmt.Sprintf("%020d*.log", id)))
+	return got
+}
+
+// RecordCopyDamaged records in the metadata that node's copy of segment
+// id is damaged, as that node's heal pass does once it finds it.
+func (b *Broker) RecordCopyDamaged(ctx context.Context, id, node uint64) error {
+	_, err := b.apply(ctx, metadata.Command{Kind: metadata.KindMarkCopyDamaged, Segment: id, Node: clusterNodeName(node)})
+	return err
+}
+
+// StartRebuild asks this node to rebuild its own copy of segment id from
+// source, as a plan with this node in Assignment.Rebuild does, and
+// reports whether a fill started; the fill runs on the broker's life.
+func (b *Broker) StartRebuild(id, source uint64) bool {
+	seg, ok := b.segmentByID(id)
+	if !ok {
+		return false
+	}
+	self := b.cluster.cfg.NodeID
+	return b.startFill(b.life, heal.Assignment{Seal: sealOf(seg), Source: source, Targets: []uint64{self},
+		Replicas: replicaIDs(seg), Damaged: []uint64{self}, Rebuild: []uint64{self}})
+}
+
+// HealFilling reports whether this node is filling a copy of segment id.
+func (b *Broker) HealFilling(id uint64) bool {
+	h := &b.cluster.heal
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.filling[id]
+	return ok
 }

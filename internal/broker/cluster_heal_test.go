@@ -6,8 +6,9 @@ package broker_test
 // segment it held copied back to three verified replicas, byte for byte
 // the same; a byte flipped in a sealed copy on disk is found by the
 // scrubber, the copy is replaced and deleted, and no reader is ever given
-// the damaged bytes; with no node to take a new copy, the damaged one is
-// kept and reported but never served.
+// the damaged bytes; with no spare node, the damaged holder rebuilds its
+// own copy; with no healthy copy left, the damaged ones are kept and
+// reported but never served.
 
 import (
 	"bytes"
@@ -306,10 +307,83 @@ func readNeverWrong(t *testing.T, b *broker.Broker, topic string, want []string)
 	}
 }
 
-// With as many nodes as the factor, a damaged copy has nowhere to be
-// replaced: it is kept (S4), reported, and never served; reads through
-// its node answer the produced records from the other replicas.
-func TestClusterDamagedCopyWithNoSpareNodeIsKeptAndNotServed(t *testing.T) {
+// With as many nodes as the factor, a damaged copy has no spare node to
+// go to: its holder sets it aside and rebuilds its own copy from a healthy
+// replica. The segment returns to three listed copies that verify whole,
+// no read through the damaged node ever answers other records than those
+// produced, and the damaged bytes are kept in quarantine, never served.
+func TestClusterDamagedHolderRebuildsItsCopyWithNoSpareNode(t *testing.T) {
+	tc := startHealCluster(t, 3, 2<<10, broker.HealConfig{
+		DeadAfter: time.Hour, Interval: 100 * time.Millisecond,
+		ScrubInterval: 300 * time.Millisecond, ScrubRate: 64 << 20,
+	})
+	n1 := tc.nodes[0]
+	tc.createEverywhere(n1, "rebuild", 1)
+	want := produceSealed(t, n1.b, "rebuild", 40)
+	seg := sealedSegments(t, n1.b, "rebuild")[0]
+	if len(seg.Replicas) != 3 {
+		t.Fatalf("segment %d has replicas %v, want three", seg.ID, seg.Replicas)
+	}
+	bad := tc.node(seg.Replicas[len(seg.Replicas)-1])
+	if got := bad.b.QuarantinedCopies(seg.ID); len(got) != 0 {
+		t.Fatalf("node %d has quarantined copies %v before any damage", bad.id, got)
+	}
+	flipMiddleByte(t, bad.b.SegmentLogPath(seg.ID))
+	damaged, err := os.ReadFile(bad.b.SegmentLogPath(seg.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 60*time.Second, fmt.Sprintf("node %d's copy of segment %d rebuilt", bad.id, seg.ID), func() error {
+		for _, nd := range tc.nodes {
+			readNeverWrong(t, nd.b, "rebuild", want)
+		}
+		if len(bad.b.QuarantinedCopies(seg.ID)) == 0 {
+			return fmt.Errorf("node %d set no copy of segment %d aside", bad.id, seg.ID)
+		}
+		if d := damagedOn(n1.b.ClusterStatus().Heal, bad.id); slices.Contains(d, seg.ID) {
+			return fmt.Errorf("node %d's copy still reported damaged", bad.id)
+		}
+		for _, s := range sealedSegments(t, n1.b, "rebuild") {
+			if s.ID == seg.ID && (len(s.Replicas) != 3 || !slices.Contains(s.Replicas, fmt.Sprintf("node-%d", bad.id))) {
+				return fmt.Errorf("replicas %v", s.Replicas)
+			}
+		}
+		return tc.copiesWhole(seg)
+	})
+	for _, s := range sealedSegments(t, n1.b, "rebuild") {
+		if s.ID == seg.ID {
+			tc.checkCopiesWhole(s)
+		}
+	}
+	for _, nd := range tc.nodes {
+		checkRead(t, nd.b, "rebuild", want)
+	}
+	kept := bad.b.QuarantinedCopies(seg.ID)
+	if len(kept) != 1 {
+		t.Fatalf("quarantined copies %v, want the one damaged copy", kept)
+	}
+	aside, err := os.ReadFile(kept[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(aside, damaged) {
+		t.Fatalf("the file set aside (%d bytes) is not the damaged copy (%d bytes)", len(aside), len(damaged))
+	}
+	now, err := os.ReadFile(bad.b.SegmentLogPath(seg.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(now, damaged) {
+		t.Fatalf("node %d serves the damaged bytes as its copy of segment %d", bad.id, seg.ID)
+	}
+}
+
+// With every copy of a segment damaged there is no healthy source: the
+// copies are kept (S4), reported and never served, and the list is left
+// as it was. A read through any node may fail; it never
+// answers other records than those produced.
+func TestClusterDamagedCopiesWithNoHealthySourceAreKeptAndNotServed(t *testing.T) {
 	tc := startHealCluster(t, 3, 2<<10, broker.HealConfig{
 		DeadAfter: time.Hour, Interval: 100 * time.Millisecond,
 		ScrubInterval: 300 * time.Millisecond, ScrubRate: 64 << 20,
@@ -318,29 +392,73 @@ func TestClusterDamagedCopyWithNoSpareNodeIsKeptAndNotServed(t *testing.T) {
 	tc.createEverywhere(n1, "kept", 1)
 	want := produceSealed(t, n1.b, "kept", 40)
 	seg := sealedSegments(t, n1.b, "kept")[0]
-	bad := tc.node(seg.Replicas[len(seg.Replicas)-1])
-	flipMiddleByte(t, bad.b.SegmentLogPath(seg.ID))
-
-	eventually(t, 30*time.Second, "the damage reported and the plan short of a target", func() error {
-		h := bad.b.ClusterStatus().Heal
-		if h == nil || !slices.Contains(h.Damaged, broker.DamagedSegment{Segment: seg.ID, Node: bad.id}) {
-			return fmt.Errorf("damaged copies %+v", h)
+	damaged := map[uint64][]byte{}
+	for _, name := range seg.Replicas {
+		nd := tc.node(name)
+		flipMiddleByte(t, nd.b.SegmentLogPath(seg.ID))
+		b, err := os.ReadFile(nd.b.SegmentLogPath(seg.ID))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !slices.ContainsFunc(h.Problems, func(p broker.HealProblem) bool { return p.Segment == seg.ID && p.Problem == "no target" }) {
-			return fmt.Errorf("problems %+v", h.Problems)
+		damaged[nd.id] = b
+	}
+
+	eventually(t, 30*time.Second, "every copy reported damaged and the segment reported without a healthy source", func() error {
+		for _, nd := range tc.nodes {
+			readNeverWrong(t, nd.b, "kept", want)
+		}
+		for _, nd := range tc.nodes {
+			h := nd.b.ClusterStatus().Heal
+			for _, name := range seg.Replicas {
+				if id := tc.node(name).id; !slices.Contains(damagedOn(h, id), seg.ID) {
+					return fmt.Errorf("node %d: node %d's copy not reported damaged: %+v", nd.id, id, h)
+				}
+			}
+			if !slices.ContainsFunc(h.Problems, func(p broker.HealProblem) bool {
+				return p.Segment == seg.ID && p.Problem == "no healthy source"
+			}) {
+				return fmt.Errorf("node %d's problems %+v", nd.id, h.Problems)
+			}
 		}
 		return nil
 	})
-	checkRead(t, bad.b, "kept", want)
-	if !bad.b.HasLocalCopy(seg.ID) {
-		t.Fatalf("node %d deleted its only-replaceable copy of segment %d", bad.id, seg.ID)
+	for _, nd := range tc.nodes {
+		readNeverWrong(t, nd.b, "kept", want)
+		// A rebuild begun before its source was found damaged ends;
+		// every node's plan now has no source, so none begins.
+		waitFillDone(t, nd, seg.ID)
+	}
+	for _, name := range seg.Replicas {
+		nd := tc.node(name)
+		if !nd.b.HasLocalCopy(seg.ID) {
+			t.Fatalf("node %d deleted its damaged copy of segment %d, which nothing replaced", nd.id, seg.ID)
+		}
+		// A holder marked damaged before the others were found damaged
+		// may have started a rebuild from one of them and set its copy
+		// aside: its bytes must still be on the node.
+		if !keepsBytes(t, nd, seg.ID, damaged[nd.id]) {
+			t.Fatalf("node %d no longer holds its damaged copy of segment %d, live or set aside", nd.id, seg.ID)
+		}
+		if v, err := nd.b.VerifyLocalCopy(seg.ID); err != nil || v.Whole() {
+			t.Fatalf("node %d's damaged copy verifies %v (%v)", nd.id, v, err)
+		}
 	}
 	for _, s := range sealedSegments(t, n1.b, "kept") {
 		if s.ID == seg.ID && !slices.Equal(s.Replicas, seg.Replicas) {
 			t.Fatalf("replicas %v, want %v unchanged", s.Replicas, seg.Replicas)
 		}
 	}
-	if v, err := bad.b.VerifyLocalCopy(seg.ID); err != nil || v.Whole() {
-		t.Fatalf("the damaged copy verifies %v (%v)", v, err)
+}
+
+// keepsBytes reports whether nd holds want as its copy of segment id or
+// as a copy it set aside.
+func keepsBytes(t *testing.T, nd *clusterNode, id uint64, want []byte) bool {
+	t.Helper()
+	for _, path := range append(nd.b.QuarantinedCopies(id), nd.b.SegmentLogPath(id)) {
+		got, err := os.ReadFile(path)
+		if err == nil && bytes.Equal(got, want) {
+			return true
+		}
 	}
+	return false
 }

@@ -66,6 +66,7 @@ func (b *Broker) startReplicas() error {
 	}
 	c.repl.Store(h)
 	b.startHeal()
+	b.startDiskWatch()
 	return nil
 }
 
@@ -245,16 +246,21 @@ func factorFrom(replicas int, eff retention.Effective, def int) int {
 // that lost most of its nodes does not go on with copies too few to
 // survive another loss. A hard placement that cannot cover min_domains
 // refuses the open (retriable: a node may come back); a soft one places
-// what it can and logs the shortfall.
+// what it can and logs the shortfall. Nodes whose disk is full or failing
+// take no replica, and such a node opens no segment (cluster_disk.go).
 func (b *Broker) placeSegment(h *head) ([]string, error) {
 	if b.cluster == nil {
 		return []string{b.cfg.NodeID}, nil
+	}
+	if st := b.store.DiskState(); st != storage.DiskOK {
+		return nil, b.openElsewhere(h, st)
 	}
 	tp := b.topicFactor(h.topicID)
 	if tp.factor <= 1 {
 		return []string{b.cfg.NodeID}, nil
 	}
 	live, registered, err := b.liveNodes()
+	live = b.diskOKNodes(live) // a full or failing disk takes no new replica
 	want, err := clampFactor(tp.factor, registered, len(live), err)
 	if err != nil {
 		return nil, fmt.Errorf("%w: a segment of range %d: %v", ErrMetadataUnavailable, h.rangeID, err)

@@ -40,11 +40,13 @@ type request struct {
 // base offset below the segment's end including queued batches
 // (ErrOffsetRegression), bytes that are not exactly one batch with a good
 // CRC (ErrBadBatch), a damaged segment (ErrCorrupt), a failed store
-// (ErrFailed) or a closed one (ErrClosed), or ctx ending while it waits.
+// (ErrFailed), a full one (ErrNoSpace) or a closed one (ErrClosed), or
+// ctx ending while it waits.
 //
 // Otherwise done is called exactly once, from the commit goroutine: with
 // nil after the fdatasync covering the batch, or with the write or sync
-// error (wrapping ErrFailed). done must not block. It blocks, respecting
+// error (wrapping ErrFailed, or ErrNoSpace when the disk was full and the
+// store refused the batch without writing it). done must not block. It blocks, respecting
 // ctx, while MaxPendingBytes are queued. The store keeps batch until done
 // is called: the caller must not modify it before then.
 func (s *Store) AppendAsync(ctx context.Context, id SegmentID, batch []byte, done func(error)) error {
@@ -116,6 +118,8 @@ func (s *Store) admitLocked(id SegmentID, h segment.BatchHeader, exact bool) (*s
 		return nil, err
 	case s.failed != nil:
 		return nil, s.failed
+	case s.full != nil:
+		return nil, s.full
 	case sg.damage != nil:
 		return nil, sg.damage
 	case sg.fenced:
@@ -253,7 +257,7 @@ func (s *Store) commit(round []request) {
 			failure = g.err
 		}
 	}
-	if failure != nil {
+	if failure != nil && !errors.Is(failure, ErrNoSpace) {
 		s.fail(failure)
 	}
 	s.finish(round, groups, of)
@@ -351,7 +355,7 @@ func (s *Store) finish(round []request, groups []*group, of []int) {
 			continue
 		}
 		if err := groups[of[i]].err; err != nil {
-			if !errors.Is(err, ErrFailed) {
+			if !errors.Is(err, ErrFailed) && !errors.Is(err, ErrNoSpace) {
 				err = fmt.Errorf("%w: %w", ErrFailed, err)
 			}
 			r.done(err)

@@ -12,6 +12,12 @@ func (s *Store) journalRound(round []request, groups []*group, of []int) {
 		return
 	}
 	if err := s.jr.write(b); err != nil {
+		if isNoSpace(err) && plainRound(round) {
+			// Nothing reached a segment file and the torn record is
+			// overwritten by the next round: refuse, do not fail.
+			failGroups(groups, s.outOfSpace(round, err))
+			return
+		}
 		failGroups(groups, err)
 		s.fail(err)
 		return

@@ -59,6 +59,13 @@
 // only what is on disk. Batches of other files in the same round whose
 // fsync succeeded are acknowledged normally — they are durable.
 //
+// Running out of space is the one exception (space.go): free space below
+// Config.MinFreeBytes, or ENOSPC on a round's journal write before any
+// segment file or fsync was touched, refuses appends and creates with
+// ErrNoSpace (DiskState DiskFull) until CheckSpace finds room again; the
+// refused batches are never acknowledged and nothing acknowledged is
+// touched.
+//
 // # Fencing
 //
 // Seal first fences the segment (later appends get ErrSealed), queues a

@@ -44,6 +44,14 @@ type Config struct {
 	// (a new node), so that its first journal file already overwrites
 	// allocated blocks. Recycled files need nothing.
 	JournalPrealloc bool
+	// MinFreeBytes is the free space below which CheckSpace makes the
+	// store refuse appends with ErrNoSpace (space.go). Default: the
+	// MaxPendingBytes, what a round can still hold; negative: no reserve.
+	MinFreeBytes int64
+	// FreeBytes reads the free space of the filesystem holding Dir. The
+	// default, with the OS filesystem, is statfs; with another FS the free
+	// space is unknown and only ENOSPC marks the disk full.
+	FreeBytes func() (int64, error)
 }
 
 // Defaults for Config.
@@ -70,6 +78,10 @@ func (c *Config) setDefaults() error {
 	if c.FS == nil {
 		c.FS = vfs.OS()
 	}
+	if c.FreeBytes == nil && c.FS == vfs.OS() {
+		dir := c.Dir
+		c.FreeBytes = func() (int64, error) { return statFree(dir) }
+	}
 	if c.MaxOpenFiles == 0 {
 		c.MaxOpenFiles = DefaultMaxOpenFiles
 	}
@@ -81,6 +93,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.JournalFileBytes == 0 {
 		c.JournalFileBytes = DefaultJournalFileBytes
+	}
+	if c.MinFreeBytes == 0 {
+		c.MinFreeBytes = c.MaxPendingBytes
 	}
 	return nil
 }
@@ -241,6 +256,7 @@ type Store struct {
 	closing bool          // Close began: no new work
 	closed  bool          // Close finished: handles closed
 	failed  error         // sticky, wraps ErrFailed
+	full    error         // out of space until CheckSpace finds room; wraps ErrNoSpace
 	lru     *list.List    // *seg with a cached sealed handle, most recent first
 
 	wake   chan struct{} // cap 1: work was queued
@@ -375,6 +391,10 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 	case s.failed != nil:
 		s.mu.Unlock()
 		return s.failed
+	case s.full != nil:
+		full := s.full // read under the lock: CheckSpace may clear it
+		s.mu.Unlock()
+		return full
 	case s.segs[id] != nil:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %d", ErrExists, id)
