@@ -73,13 +73,28 @@ func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uin
 			primaryErr = err
 		}
 	}
-	if seg.Active && errors.Is(err, storage.ErrNotFound) && !errors.Is(primaryErr, storage.ErrNotFound) {
-		// Only the primary's missing file means nothing is durable yet;
-		// a follower may not have made its copy, and a reader told "not
-		// found" would take the segment for empty (R3).
-		err = fmt.Errorf("%w: segment %d: its primary did not answer and %v", ErrMetadataUnavailable, seg.ID, err)
+	return nil, from, activeUnanswered(seg, err, primaryErr)
+}
+
+// activeUnanswered is the answer to a read of seg that no copy served,
+// err the last copy's failure. When the copies that could say how far
+// an active segment is committed are unreachable, starting or stopping
+// (a restart of the cluster, or of the node holding its tail), the
+// range's end is unknown: metadata_unavailable, the answer a reader
+// waits on (R3). Only the primary's missing file means nothing is
+// durable yet; a follower may not have made its copy, and a reader told
+// "not found" would take the segment for empty. Other failures (too
+// many requests, a damaged batch) keep their own reason.
+func activeUnanswered(seg metadata.Segment, err, primaryErr error) error {
+	switch {
+	case !seg.Active:
+		return err
+	case errors.Is(err, storage.ErrNotFound) && errors.Is(primaryErr, storage.ErrNotFound):
+		return err
+	case errors.Is(err, storage.ErrNotFound), errors.Is(err, ErrUnreachable), errors.Is(err, ErrShuttingDown):
+		return fmt.Errorf("%w: segment %d: no copy that knows its commit watermark answered: %v", ErrMetadataUnavailable, seg.ID, err)
 	}
-	return nil, from, err
+	return err
 }
 
 // readNodes lists the nodes to read seg from, other than this one: its
