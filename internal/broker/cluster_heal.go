@@ -302,7 +302,7 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			factor, ok := factors[topicRef{t.Replicas, t.Policy}]
-			if !ok || factor <= 1 {
+			if !ok {
 				continue // created since the first look: the next pass
 			}
 			for _, rid := range t.Ranges {
@@ -310,9 +310,16 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 					if seg.Active || len(seg.Replicas) == 0 {
 						continue
 					}
+					f := factor
+					if seg.Factor > 0 {
+						f = min(seg.Factor, registered) // what it was opened with, not today's policy
+					}
+					if f <= 1 {
+						continue
+					}
 					in.Segments = append(in.Segments, heal.Segment{
 						Seal: sealOf(seg), Topic: fmt.Sprint(t.ID), Range: rid,
-						Replicas: replicaIDs(seg), Factor: factor, Damaged: b.damagedOf(seg, local),
+						Replicas: replicaIDs(seg), Factor: f, Damaged: b.damagedOf(seg, local),
 					})
 				}
 			}

@@ -137,7 +137,7 @@ func (b *Broker) applyRemote(a appliedCmd) {
 		// Every node deletes its copy, listed or not: a copy healed here
 		// but not recorded yet must not outlive the segment.
 		for _, id := range a.res.Deleted {
-			b.dropSegment(0, id)
+			b.dropSegment(a.res.TopicID, id) // and wake the topic's readers below the hole
 		}
 	}
 }

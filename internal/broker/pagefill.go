@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 )
@@ -184,10 +185,19 @@ func walkRange[T any](pr *pageRead, p *plan, bg *budget, out []T, read sourceRea
 				if next > start {
 					entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, pr.lin.isAncestor)
 				}
-				var fresh *plan
+				var (
+					fresh  *plan
+					listed bool
+				)
 				if refreshes < maxPlanRefreshes {
 					refreshes++
-					fresh = pr.refreshPlan(p, gone.seg)
+					fresh, listed = pr.refreshPlan(p, gone.seg)
+				}
+				if listed {
+					// Not deleted, yet no copy here or elsewhere holds
+					// it: refused, retriably, never an empty page that
+					// reads as caught up.
+					return nil, walkEnd{}, fmt.Errorf("%w: segment %d is listed but no copy of it was found", ErrMetadataUnavailable, gone.seg)
 				}
 				if fresh == nil {
 					break

@@ -32,6 +32,18 @@ type retentionTarget struct {
 // the first refusal (the next sweep looks again). It returns how many
 // segments it deleted. ctx is the broker's own, never a client's.
 func (b *Broker) sweepRetention(ctx context.Context) int {
+	if b.cluster != nil {
+		// Policies live in the root group: decide with a confirmed view
+		// of them, never a lagging replica's (a policy just turned off
+		// must not go on deleting here).
+		bctx, cancel := context.WithTimeout(ctx, b.cluster.cfg.MetadataTimeout)
+		err := b.cluster.ctl.Barrier(bctx, control.RootGroup)
+		cancel()
+		if err != nil {
+			b.log.Warn("retention: the policies could not be confirmed; the sweep waits for the next interval", "err", err)
+			return 0
+		}
+	}
 	now := b.nowMs()
 	deleted := 0
 	policies := map[string]retention.Effective{}

@@ -30,7 +30,7 @@ type skips struct {
 }
 
 func (s *skips) add(o skips) {
-	s.n += o.n
+	s.n = satAdd(s.n, o.n)
 	s.bound = s.bound || o.bound
 }
 
@@ -68,14 +68,14 @@ func (b *Broker) skipsBetween(topicID uint64, before, after []cursor.Entry) skip
 				s = &span{from: m.from, to: m.to.Offset}
 				per[m.to.Source] = s
 			}
-			s.n += n
+			s.n = satAdd(s.n, n)
 			s.from, s.to = min(s.from, m.from), max(s.to, m.to.Offset)
 			out.bound = out.bound || bound || m.to.SliceStart > r.Start || entryEnd(m.to) < r.End
 		}
 		for src, s := range per {
 			r, _ := st.Range(src)
 			cover, _ := r.DeletedBetween(s.from, s.to)
-			out.n += min(s.n, cover)
+			out.n = satAdd(out.n, min(s.n, cover))
 		}
 	})
 	return out
@@ -169,18 +169,19 @@ const maxPlanRefreshes = 3
 // refreshPlan rebuilds the topic's plans from the metadata, after waiting
 // for this node's replica of the range's metadata to catch up when it
 // still lists a segment found gone, and returns the range's fresh plan:
-// nil when the range is no longer active, or when the metadata still
-// lists the segment gone.
-func (pr *pageRead) refreshPlan(p *plan, gone uint64) *plan {
-	fresh := pr.rebuildPlan(p.rangeID)
+// nil when the range is no longer active. listed says the metadata still
+// lists the segment gone: then no copy holds a segment that exists, which
+// must never read as an empty range.
+func (pr *pageRead) refreshPlan(p *plan, gone uint64) (fresh *plan, listed bool) {
+	fresh = pr.rebuildPlan(p.rangeID)
 	if fresh != nil && fresh.lists(gone) {
 		pr.b.catchUpRange(p.rangeID)
 		fresh = pr.rebuildPlan(p.rangeID)
 	}
-	if fresh == nil || fresh.lists(gone) {
-		return nil
+	if fresh != nil && fresh.lists(gone) {
+		return nil, true
 	}
-	return fresh
+	return fresh, false
 }
 
 func (pr *pageRead) rebuildPlan(rangeID uint64) *plan {
@@ -218,3 +219,11 @@ type goneError struct {
 
 func (e *goneError) Error() string { return e.err.Error() }
 func (e *goneError) Unwrap() error { return e.err }
+
+// satAdd adds without wrapping: a count past 2^64-1 stays there.
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}

@@ -303,3 +303,35 @@ func TestOlderSnapshotRestores(t *testing.T) {
 		t.Fatalf("re-encoded differently:\n%s\n%s", got, old)
 	}
 }
+
+// A segment keeps the replica count it was opened with: healing holds a
+// sealed segment to it, whatever a policy says later, and a replica
+// list rewritten by a heal does not change it.
+func TestSegmentKeepsItsOpeningFactor(t *testing.T) {
+	st := New()
+	res := apply(t, st, Command{Kind: KindCreateTopic, Topic: "t", Bits: 4})
+	rid := res.RangeIDs[0]
+	open := apply(t, st, Command{Kind: KindOpenSegment, Range: rid, Replicas: []string{"a", "b", "c"}})
+	if open.Err != nil {
+		t.Fatal(open.Err)
+	}
+	if res := apply(t, st, Command{Kind: KindSealSegment, Segment: open.SegmentID, End: 5, Records: 5}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	set := apply(t, st, Command{Kind: KindSetSegmentReplicas, Segment: open.SegmentID,
+		Expect: []string{"a", "b", "c"}, Replicas: []string{"a", "b", "c", "d"}})
+	if set.Err != nil {
+		t.Fatal(set.Err)
+	}
+	seg, _ := st.Segment(open.SegmentID)
+	if seg.Factor != 3 {
+		t.Fatalf("factor %d after a heal added a copy, want the 3 it opened with", seg.Factor)
+	}
+	restored, err := Restore(mustSnapshot(t, st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seg, _ := restored.Segment(open.SegmentID); seg.Factor != 3 {
+		t.Fatalf("factor %d after a snapshot", seg.Factor)
+	}
+}

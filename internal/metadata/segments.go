@@ -33,7 +33,7 @@ func (s *State) openSegment(c *Command) Result {
 	}
 	seg := &Segment{
 		ID: s.newSegmentID(), Range: rr.r.ID, Replicas: slices.Clone(c.Replicas),
-		Active: true, Base: c.Base, End: c.Base, OpenedAt: c.Now,
+		Active: true, Base: c.Base, End: c.Base, OpenedAt: c.Now, Factor: len(c.Replicas),
 	}
 	s.segments[seg.ID] = seg
 	rr.segs = append(rr.segs, seg)
@@ -106,7 +106,7 @@ func (s *State) deleteSegment(c *Command) Result {
 	delete(s.segments, seg.ID)
 	rr.recordDeletion(seg, c.Reason, first, c.Now)
 	s.deleted.add(seg.ID)
-	return Result{SegmentID: seg.ID, Deleted: []uint64{seg.ID}}
+	return Result{SegmentID: seg.ID, TopicID: rr.r.Topic, Deleted: []uint64{seg.ID}}
 }
 
 // setSegmentReplicas: Segment, Expect, Replicas. The segment must be

@@ -78,6 +78,12 @@ type Segment struct {
 	// (mark_copy_damaged), sorted; always a subset of Replicas, since a
 	// node leaving the list leaves it too.
 	Damaged     []string `json:"damaged,omitempty"`
+	// Factor is the number of replicas the segment was opened with (0 for
+	// segments opened before it was recorded): healing keeps a sealed
+	// segment at it whatever the topic's policy says since, so lowering a
+	// policy's replicas never strands old data on fewer copies, and
+	// raising it does not copy old data again.
+	Factor int `json:"factor,omitempty"`
 	Active      bool     `json:"active"`
 	Base        uint64   `json:"base"`
 	End         uint64   `json:"end"`
