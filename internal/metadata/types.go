@@ -77,23 +77,23 @@ type Segment struct {
 	// Damaged are the replicas whose copy was found damaged or missing
 	// (mark_copy_damaged), sorted; always a subset of Replicas, since a
 	// node leaving the list leaves it too.
-	Damaged     []string `json:"damaged,omitempty"`
+	Damaged []string `json:"damaged,omitempty"`
 	// Factor is the number of replicas the segment was opened with (0 for
 	// segments opened before it was recorded): healing keeps a sealed
 	// segment at it whatever the topic's policy says since, so lowering a
 	// policy's replicas never strands old data on fewer copies, and
 	// raising it does not copy old data again.
-	Factor int `json:"factor,omitempty"`
-	Active      bool     `json:"active"`
-	Base        uint64   `json:"base"`
-	End         uint64   `json:"end"`
-	Records     uint64   `json:"records,omitempty"`
-	Bytes       int64    `json:"bytes,omitempty"`
-	MaxExpiry   int64    `json:"max_expiry,omitempty"`
-	ContentHash uint64   `json:"content_hash,omitempty"`
-	Generation  uint32   `json:"generation,omitempty"`
-	OpenedAt    int64    `json:"opened_at"`
-	SealedAt    int64    `json:"sealed_at,omitempty"`
+	Factor      int    `json:"factor,omitempty"`
+	Active      bool   `json:"active"`
+	Base        uint64 `json:"base"`
+	End         uint64 `json:"end"`
+	Records     uint64 `json:"records,omitempty"`
+	Bytes       int64  `json:"bytes,omitempty"`
+	MaxExpiry   int64  `json:"max_expiry,omitempty"`
+	ContentHash uint64 `json:"content_hash,omitempty"`
+	Generation  uint32 `json:"generation,omitempty"`
+	OpenedAt    int64  `json:"opened_at"`
+	SealedAt    int64  `json:"sealed_at,omitempty"`
 }
 
 // GroupEntry is one part of a group's committed position, with the shape of
