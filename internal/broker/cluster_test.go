@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,18 @@ func (tc *testCluster) config(nd *clusterNode, join []string) broker.Config {
 }
 
 func (tc *testCluster) tryOpen(nd *clusterNode, join []string) error {
+	err := tc.tryOpenOnce(nd, join)
+	for try := 0; try < 3 && errors.Is(err, syscall.EADDRINUSE); try++ {
+		// A restarted node's old client port was taken meanwhile (by any
+		// process's outgoing connection): a node may come back on
+		// another address, which it advertises anew.
+		nd.clientAddr = freeAddr(tc.t)
+		err = tc.tryOpenOnce(nd, join)
+	}
+	return err
+}
+
+func (tc *testCluster) tryOpenOnce(nd *clusterNode, join []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	b, err := broker.Open(ctx, tc.config(nd, join))
