@@ -124,7 +124,7 @@ func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.ttl.prepare, "prepare", false, "consume: first write --records records to a fresh --topic")
 	fl.DurationVar(&f.ttl.ttl, "ttl", 0, "consume --prepare: each record's TTL (malachi.ttl_ms); 0 = none")
 	fl.Float64Var(&f.ttl.expired, "expired-fraction", 0, "consume --prepare: fraction of records written already expiring (1 ms TTL)")
-	fl.BoolVar(&f.ttl.lookalike, "lookalike-headers", false, "consume --prepare without --ttl: headers of a TTL record's sizes under other names (a control)")
+	fl.BoolVar(&f.ttl.lookalike, "lookalike-headers", false, "consume --prepare without --ttl: a header of a TTL record's size under another name (a control)")
 }
 
 // config completes the flags into the run's configuration.

@@ -19,10 +19,10 @@ type ttlPrep struct {
 	prepare bool
 	ttl     time.Duration
 	expired float64
-	// lookalike gives records without a TTL two headers of the sizes a
-	// TTL record carries once stored (its TTL and the expiry the node
-	// stamps), under names the node does not reserve: a control that
-	// reads the same bytes without the filter.
+	// lookalike gives records without a TTL a header of the size a TTL
+	// record carries (its malachi.ttl_ms), under a name the node does not
+	// reserve: a control that reads nearly the same bytes without the
+	// filter (a TTL record also holds its expiry, a varint of 6 bytes).
 	lookalike bool
 }
 
