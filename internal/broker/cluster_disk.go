@@ -170,24 +170,7 @@ func (b *Broker) openElsewhere(h *head, st storage.DiskState) error {
 }
 
 // rollAwayFromDisk rolls every active segment this node writes, so that
-// their successors open on nodes whose disk is ok. A roll that fails
-// leaves its head unready; the next pass or produce finishes it.
+// their successors open on nodes whose disk is ok.
 func (b *Broker) rollAwayFromDisk() {
-	b.mu.Lock()
-	heads := make([]*head, 0, len(b.mu.heads))
-	for _, h := range b.mu.heads {
-		heads = append(heads, h)
-	}
-	b.mu.Unlock()
-	for _, h := range heads {
-		h.mu.Lock()
-		err := b.readyLocked(h)
-		if err == nil && h.segment != 0 && !h.retired {
-			err = b.rollLocked(h)
-		}
-		if err != nil && !errors.Is(err, ErrNotOwner) {
-			b.log.Warn("roll away from a full or failing disk failed", "range", h.rangeID, "err", err)
-		}
-		h.mu.Unlock()
-	}
+	b.rollHeads("roll away from a full or failing disk failed", func(*head) bool { return true })
 }

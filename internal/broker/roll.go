@@ -178,6 +178,16 @@ func (b *Broker) rollAged() {
 		return rb
 	}
 	b.headsDueByAge(now, boundsOf)
+	b.rollHeads("age roll failed", func(h *head) bool {
+		return boundsOf(h.topicID).due(now.Sub(h.openedAt), h.bytes)
+	})
+}
+
+// rollHeads rolls the active segment of every head this node writes for
+// which due (called under the head lock) says so. A roll that fails
+// leaves its head unready, logged with failed; the next pass or produce
+// finishes it.
+func (b *Broker) rollHeads(failed string, due func(h *head) bool) {
 	b.mu.Lock()
 	heads := make([]*head, 0, len(b.mu.heads))
 	for _, h := range b.mu.heads {
@@ -187,11 +197,11 @@ func (b *Broker) rollAged() {
 	for _, h := range heads {
 		h.mu.Lock()
 		err := b.readyLocked(h)
-		if err == nil && h.segment != 0 && !h.retired && boundsOf(h.topicID).due(now.Sub(h.openedAt), h.bytes) {
+		if err == nil && h.segment != 0 && !h.retired && due(h) {
 			err = b.rollLocked(h)
 		}
 		if err != nil && !errors.Is(err, ErrNotOwner) {
-			b.log.Warn("age roll failed", "range", h.rangeID, "err", err)
+			b.log.Warn(failed, "range", h.rangeID, "err", err)
 		}
 		h.mu.Unlock()
 	}
