@@ -206,3 +206,39 @@ func (b *Broker) failoverIdle(d deadPrimary) {
 	}
 	b.log.Info("failed over a range whose primary is lost", "range", d.rangeID, "lost", d.primary, "segment", h.segment)
 }
+
+// readyStalled retries, off the cluster loop, the heads a failed
+// reconcile left unready: a primary restarted before its followers could
+// answer (a whole cluster restarting) has nothing to retry it until a
+// produce arrives or the age roll runs, and until then its range's reads
+// wait. It shares the failover runs' bound and per-range exclusion, so a
+// range is never readied and failed over at once.
+func (b *Broker) readyStalled() {
+	if b.replicas() == nil || b.data == nil {
+		return
+	}
+	b.mu.Lock()
+	heads := make([]*head, 0, len(b.mu.heads))
+	for _, h := range b.mu.heads {
+		heads = append(heads, h)
+	}
+	b.mu.Unlock()
+	for _, h := range heads {
+		h.mu.Lock()
+		stalled := !h.ready && !h.retired
+		h.mu.Unlock()
+		if !stalled || !b.cluster.failovers.take(h.rangeID) {
+			continue
+		}
+		b.cluster.failovers.wg.Add(1)
+		go func() {
+			defer b.cluster.failovers.wg.Done()
+			defer b.cluster.failovers.done(h.rangeID)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if err := b.readyLocked(h); err != nil {
+				b.log.Debug("a stalled range is not ready yet; the next sweep tries again", "range", h.rangeID, "err", err)
+			}
+		}()
+	}
+}

@@ -62,6 +62,7 @@ func (b *Broker) clusterLoop(ctx context.Context) {
 			b.rejoinGossip(ctx)
 			b.retryJoin(ctx)
 			b.sweepDeadPrimaries()
+			b.readyStalled()
 		}
 	}
 }
