@@ -277,6 +277,7 @@ func (c *consumer) loop(ctx context.Context) error {
 	// before any record does; later ones wait only once drained.
 	wait := false
 	for c.f.max == 0 || c.seen.Load() < int64(c.f.max) {
+		prev := c.cursor
 		page, err := c.fetch(ctx, c.limit(), wait)
 		if err != nil && c.f.follow && connectionLost(err) {
 			// The node went away (a restart, a network cut): wait for it
@@ -294,10 +295,14 @@ func (c *consumer) loop(ctx context.Context) error {
 		if err := c.emit(ctx, page); err != nil {
 			return err
 		}
-		if len(page.Records) == 0 && !c.f.follow {
+		// An empty page whose cursor moved is not the end: the node
+		// stopped at its read bound inside records this reader does not
+		// get (expired ones, say); read on from there.
+		moved := page.Cursor != prev
+		if len(page.Records) == 0 && !moved && !c.f.follow {
 			return nil
 		}
-		wait = len(page.Records) == 0
+		wait = len(page.Records) == 0 && !moved
 	}
 	return nil
 }

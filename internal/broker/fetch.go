@@ -57,17 +57,20 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 		before := pos.entries
 		defer func() { sk.add(b.skipsBetween(pos.topicID, before, pos.entries)) }()
 		if !at.woke {
-			var err error
-			recs, pos.entries, err = b.readPage(ctx, *pos, req.Max, at)
-			return len(recs) > 0, err
+			var (
+				cut bool
+				err error
+			)
+			recs, pos.entries, cut, err = b.readPage(ctx, *pos, req.Max, at)
+			return len(recs) > 0 || cut, err
 		}
 		page, entries, err := at.w.readShared(at, pageKey(pageRecords, *pos, req.Max, 0), func() (any, []cursor.Entry, int, error) {
-			recs, entries, err := b.readPage(ctx, *pos, req.Max, at)
-			return recs, entries, recordsSize(recs), err
+			recs, entries, cut, err := b.readPage(ctx, *pos, req.Max, at)
+			return cutPage[Record]{recs, cut}, entries, recordsSize(recs), err
 		})
-		recs, _ = page.([]Record)
-		pos.entries = entries
-		return len(recs) > 0, err
+		res, _ := page.(cutPage[Record])
+		recs, pos.entries = res.items, entries
+		return len(recs) > 0 || res.cut, err
 	})
 	if errors.Is(err, metadata.ErrNoSuchTopic) {
 		// Wire v1: fetching an unknown topic answers an empty page.
@@ -323,15 +326,15 @@ func (bg *budget) hard() int {
 // pageRead.fill): each range visited gets an equal share of the page, so
 // one busy range cannot starve the others, and a page over many ranges
 // still reads in large pieces.
-func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at seen) ([]Record, []cursor.Entry, error) {
+func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at seen) ([]Record, []cursor.Entry, bool, error) {
 	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
-		return nil, pos.entries, nil
+		return nil, pos.entries, false, nil
 	}
 	total := &budget{records: maxRecords, bytes: b.cfg.FetchMaxBytes}
 	each := share(maxRecords, len(plans))
 	var out []Record
-	err := pr.fill(plans, first, total.spent, func(p *plan, pass int) (walkEnd, error) {
+	err := pr.fill(plans, first, func() bool { return total.spent() || pr.cut }, func(p *plan, pass int) (walkEnd, error) {
 		quota := total.records
 		if pass == 0 {
 			quota = min(each, total.records)
@@ -347,9 +350,9 @@ func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at 
 		return end, err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	return out, pr.set.list(), nil
+	return out, pr.set.list(), pr.cut, nil
 }
 
 // readSize sizes one store read to the records the page still wants (a
@@ -400,7 +403,7 @@ func (b *Broker) readSource(pr *pageRead, p *plan, src *source, entries []cursor
 			if err != nil {
 				return start, false, out, err
 			}
-			if stopped {
+			if stopped || pr.scanned(len(buf), bg) {
 				return start, false, out, nil
 			}
 		}
@@ -547,4 +550,12 @@ func recordSize(r Record) int {
 		n += len(h.Key) + len(h.Value) + 48
 	}
 	return n
+}
+
+// cutPage is a page read shared by a herd of woken readers: its items,
+// and whether its scan bound ended it (then it is answered at once, even
+// empty, since its cursor moved).
+type cutPage[T any] struct {
+	items []T
+	cut   bool
 }

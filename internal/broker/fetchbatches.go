@@ -53,17 +53,20 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 		defer func() { sk.add(b.skipsBetween(pos.topicID, before, pos.entries)) }()
 		bg := budget{records: maxRecords, bytes: maxBytes}
 		if !at.woke {
-			var err error
-			out, pos.entries, err = b.readBatchPage(ctx, *pos, bg, at)
-			return len(out) > 0, err
+			var (
+				cut bool
+				err error
+			)
+			out, pos.entries, cut, err = b.readBatchPage(ctx, *pos, bg, at)
+			return len(out) > 0 || cut, err
 		}
 		page, entries, err := at.w.readShared(at, pageKey(pageBatches, *pos, maxRecords, maxBytes), func() (any, []cursor.Entry, int, error) {
-			out, entries, err := b.readBatchPage(ctx, *pos, bg, at)
-			return out, entries, batchesSize(out), err
+			out, entries, cut, err := b.readBatchPage(ctx, *pos, bg, at)
+			return cutPage[RangeBatch]{out, cut}, entries, batchesSize(out), err
 		})
-		out, _ = page.([]RangeBatch)
-		pos.entries = entries
-		return len(out) > 0, err
+		res, _ := page.(cutPage[RangeBatch])
+		out, pos.entries = res.items, entries
+		return len(out) > 0 || res.cut, err
 	})
 	if err != nil && pos.topicID == 0 {
 		return BatchPage{}, err
@@ -79,15 +82,15 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 // second lets the ranges that have more fill the rest. Pages take turns
 // over the ranges, so batches larger than a share do not favour the first
 // range either.
-func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, error) {
+func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, bool, error) {
 	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
-		return nil, pos.entries, nil
+		return nil, pos.entries, false, nil
 	}
 	var out []RangeBatch
 	shareBytes := share(total.bytes, len(plans))
 	shareRecords := share(total.records, len(plans))
-	err := pr.fill(plans, first, total.spent, func(p *plan, pass int) (walkEnd, error) {
+	err := pr.fill(plans, first, func() bool { return total.spent() || pr.cut }, func(p *plan, pass int) (walkEnd, error) {
 		bg := budget{records: total.records, bytes: total.bytes, hardRecords: total.records}
 		if pass == 0 {
 			bg.records, bg.bytes, bg.firstBytes = min(shareRecords, total.records), min(shareBytes, total.bytes), total.bytes
@@ -103,9 +106,9 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 		return end, err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	return out, pr.set.list(), nil
+	return out, pr.set.list(), pr.cut, nil
 }
 
 // readSourceBatches is readSource for whole batches.
@@ -140,6 +143,9 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 			}
 			if out, start, err = f.add(buf, start, bg, out); err != nil {
 				return start, false, out, err
+			}
+			if pr.scanned(len(buf), bg) {
+				return start, false, out, nil
 			}
 		}
 		if bg.spent() || seg.Active {
@@ -223,8 +229,9 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 		}
 		if n == 0 {
 			// Nothing here for this reader (another slice's records):
-			// like a v1 page, only what is delivered counts, so a page
-			// is empty only at the end of what the reader can have.
+			// like a v1 page, only what is delivered counts; a page is
+			// empty only at the end of what the reader can have, or when
+			// the page's scan bound cut it (pageRead.scanned).
 			start = h.LastOffset() + 1
 			continue
 		}

@@ -34,6 +34,30 @@ type pageRead struct {
 	// now is the node clock (unix ms) the page's TTL filter reads by:
 	// one instant for the whole page.
 	now int64
+	// scanLeft is what the page may still read from segments, delivered
+	// or not; cut says it ran out (see scanned).
+	scanLeft int
+	cut      bool
+}
+
+// scanFactor bounds the bytes one page reads to this many times the
+// node's FetchMaxBytes. The page budget counts what it delivers; records
+// passed over (expired by TTL, another slice's keys, already read) cost
+// reads too, and a topic whose segments hold long runs of them must not
+// make one request read all of them.
+const scanFactor = 8
+
+// scanned charges n bytes read to the page. Past its bound the page ends
+// where the read got to: bg is marked full, so the range is neither read
+// on nor taken for read to its end, and the caller returns the page at
+// once, records or not, with the cursor moved (cut).
+func (pr *pageRead) scanned(n int, bg *budget) bool {
+	pr.scanLeft -= n
+	if pr.scanLeft > 0 {
+		return false
+	}
+	pr.cut, bg.full = true, true
+	return true
 }
 
 // startPage takes the topic's read state for a page from pos: the plans to
@@ -44,7 +68,8 @@ func (b *Broker) startPage(ctx context.Context, pos position, at seen) (*pageRea
 	reads := b.readsFor(at, pos.topicID, pos.only)
 	plans, lin := reads.snapshot(pos.only)
 	first := firstRange(pos.entries, len(plans))
-	pr := &pageRead{ctx: ctx, b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen, now: b.nowMs()}
+	pr := &pageRead{ctx: ctx, b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen, now: b.nowMs(),
+		scanLeft: scanFactor * b.cfg.FetchMaxBytes}
 	return pr, plans, first
 }
 

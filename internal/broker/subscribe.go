@@ -121,7 +121,7 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 			return err
 		}
 		if credit := min(s.max, s.window-inFlight); refreshed && credit > 0 {
-			page, n, err := s.read(ctx, credit, at)
+			page, n, cut, err := s.read(ctx, credit, at)
 			if err != nil {
 				return err
 			}
@@ -132,6 +132,9 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 				s.skips = skips{}
 				inFlight += n
 				continue
+			}
+			if cut {
+				continue // passed over what it read, found nothing yet: read on
 			}
 		}
 		t := s.b.cfg.Clock.NewTimer(s.idleRefresh())
@@ -161,36 +164,36 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 
 // read reads the next page within credit records, and says how many
 // records it holds; a v2 page ends inside a batch rather than pass it.
-// at is the topic's watch as taken before the read.
-func (s *Subscription) read(ctx context.Context, credit int, at seen) (Page, int, error) {
+// cut says the page's scan bound ended it: read again at once. at is the
+// topic's watch as taken before the read.
+func (s *Subscription) read(ctx context.Context, credit int, at seen) (page Page, n int, cut bool, err error) {
 	before := s.pos.entries
 	if s.maxBytes <= 0 {
-		recs, entries, err := s.b.readPage(ctx, s.pos, credit, at)
+		recs, entries, cut, err := s.b.readPage(ctx, s.pos, credit, at)
 		if err != nil {
-			return Page{}, 0, err
+			return Page{}, 0, false, err
 		}
 		s.pos.entries = entries
 		page := s.b.page(s.pos, recs)
 		page.Skipped, page.SkippedBound = s.skipped(before)
-		return page, len(recs), nil
+		return page, len(recs), cut, nil
 	}
-	batches, entries, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
+	batches, entries, cut, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
 	if err != nil {
-		return Page{}, 0, err
+		return Page{}, 0, false, err
 	}
 	s.pos.entries = entries
-	n := 0
 	for _, rb := range batches {
 		h, err := segment.ParseHeader(rb.Batch)
 		if err != nil {
-			return Page{}, 0, err
+			return Page{}, 0, false, err
 		}
 		n += int(h.RecordCount)
 	}
-	page := s.b.page(s.pos, nil)
+	page = s.b.page(s.pos, nil)
 	page.Batches = batches
 	page.Skipped, page.SkippedBound = s.skipped(before)
-	return page, n, nil
+	return page, n, cut, nil
 }
 
 // skipped counts the deleted records the subscription's position passed
