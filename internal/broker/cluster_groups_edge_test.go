@@ -17,7 +17,6 @@ import (
 
 	"github.com/malachi-log/malachi/internal/broker"
 	"github.com/malachi-log/malachi/internal/placement"
-	"github.com/malachi-log/malachi/internal/server"
 	"github.com/malachi-log/malachi/internal/vfs"
 )
 
@@ -37,25 +36,11 @@ func startClusterConfigured(t *testing.T, n int, set func(*broker.Config)) *test
 		}
 		cfg := tc.config(nd, join)
 		set(&cfg)
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		b, err := broker.Open(ctx, cfg)
-		cancel()
-		if err != nil {
+		if err := tc.openConfig(nd, cfg); err != nil {
 			t.Fatalf("node %d: %v", nd.id, err)
 		}
-		nd.b = b
-		self := tc.self(nd)
-		nd.peer, nd.gossip = self.PeerAddr, self.GossipAddr
-		nd.srv = server.New(server.Config{Addr: nd.clientAddr, Logger: tc.log}, b)
-		if err := nd.srv.Listen(); err != nil {
-			b.Close()
-			nd.b = nil
-			t.Fatalf("node %d: %v", nd.id, err)
-		}
-		nd.served = make(chan error, 1)
-		go func() { nd.served <- nd.srv.Serve() }()
 		if i == 1 {
-			if _, err := b.SeedUsers(t.Context(), true, ""); err != nil {
+			if _, err := nd.b.SeedUsers(t.Context(), true, ""); err != nil {
 				t.Fatal(err)
 			}
 		}

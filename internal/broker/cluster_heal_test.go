@@ -12,7 +12,6 @@ package broker_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,7 +21,6 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/broker"
-	"github.com/malachi-log/malachi/internal/server"
 )
 
 // startHealCluster is startCluster with segments rolled at segMax bytes
@@ -54,23 +52,9 @@ func startHealCluster(t *testing.T, n int, segMax int64, hc broker.HealConfig) *
 
 func (tc *testCluster) openHeal(nd *clusterNode, cfg broker.Config) {
 	tc.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	b, err := broker.Open(ctx, cfg)
-	if err != nil {
+	if err := tc.openConfig(nd, cfg); err != nil {
 		tc.t.Fatalf("node %d: %v", nd.id, err)
 	}
-	nd.b = b
-	self := tc.self(nd)
-	nd.peer, nd.gossip = self.PeerAddr, self.GossipAddr
-	nd.srv = server.New(server.Config{Addr: nd.clientAddr, Logger: tc.log}, b)
-	if err := nd.srv.Listen(); err != nil {
-		b.Close()
-		nd.b = nil
-		tc.t.Fatal(err)
-	}
-	nd.served = make(chan error, 1)
-	go func() { nd.served <- nd.srv.Serve() }()
 }
 
 // produceSealed produces n records of about 200 bytes in batches of 4

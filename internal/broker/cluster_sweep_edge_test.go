@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/broker"
-	"github.com/malachi-log/malachi/internal/server"
 	"github.com/malachi-log/malachi/pkg/client"
 )
 
@@ -324,23 +323,11 @@ func startWideCluster(t *testing.T, n int) *testCluster {
 		}
 		cfg := tc.config(nd, join)
 		cfg.Cluster.Factor = n
-		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-		b, err := broker.Open(ctx, cfg)
-		cancel()
-		if err != nil {
+		if err := tc.openConfig(nd, cfg); err != nil {
 			t.Fatalf("node %d: %v", i, err)
 		}
-		nd.b = b
-		self := tc.self(nd)
-		nd.peer, nd.gossip = self.PeerAddr, self.GossipAddr
-		nd.srv = server.New(server.Config{Addr: nd.clientAddr, Logger: tc.log}, b)
-		if err := nd.srv.Listen(); err != nil {
-			t.Fatal(err)
-		}
-		nd.served = make(chan error, 1)
-		go func() { nd.served <- nd.srv.Serve() }()
 		if i == 1 {
-			if _, err := b.SeedUsers(t.Context(), true, ""); err != nil {
+			if _, err := nd.b.SeedUsers(t.Context(), true, ""); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -130,21 +130,27 @@ func (tc *testCluster) config(nd *clusterNode, join []string) broker.Config {
 }
 
 func (tc *testCluster) tryOpen(nd *clusterNode, join []string) error {
-	err := tc.tryOpenOnce(nd, join)
+	return tc.openConfig(nd, tc.config(nd, join))
+}
+
+// openConfig starts nd's broker with cfg and its server. When the client
+// port was taken meanwhile (freeAddr's port went to some other process's
+// connection before the server listened), the node starts again on
+// another, which it advertises anew, as a real node may.
+func (tc *testCluster) openConfig(nd *clusterNode, cfg broker.Config) error {
+	err := tc.openConfigOnce(nd, cfg)
 	for try := 0; try < 3 && errors.Is(err, syscall.EADDRINUSE); try++ {
-		// A restarted node's old client port was taken meanwhile (by any
-		// process's outgoing connection): a node may come back on
-		// another address, which it advertises anew.
 		nd.clientAddr = freeAddr(tc.t)
-		err = tc.tryOpenOnce(nd, join)
+		cfg.Cluster.ClientAdvertise = nd.clientAddr
+		err = tc.openConfigOnce(nd, cfg)
 	}
 	return err
 }
 
-func (tc *testCluster) tryOpenOnce(nd *clusterNode, join []string) error {
+func (tc *testCluster) openConfigOnce(nd *clusterNode, cfg broker.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := broker.Open(ctx, tc.config(nd, join))
+	b, err := broker.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
