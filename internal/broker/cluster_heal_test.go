@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -27,27 +26,10 @@ import (
 // and the repair settings hc on every node.
 func startHealCluster(t *testing.T, n int, segMax int64, hc broker.HealConfig) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, log: quietLogger()}
-	root := t.TempDir()
-	t.Cleanup(tc.closeAll)
-	for i := 1; i <= n; i++ {
-		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: "127.0.0.1:0", gossip: "127.0.0.1:0"}
-		tc.nodes = append(tc.nodes, nd)
-		var join []string
-		if i > 1 {
-			join = []string{tc.nodes[0].gossip}
-		}
-		cfg := tc.config(nd, join)
+	return startClusterConfigured(t, n, func(cfg *broker.Config) {
 		cfg.SegmentMaxBytes = segMax
 		cfg.Cluster.Heal = hc
-		tc.openHeal(nd, cfg)
-		if i == 1 {
-			if _, err := nd.b.SeedUsers(t.Context(), true, ""); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return tc
+	})
 }
 
 func (tc *testCluster) openHeal(nd *clusterNode, cfg broker.Config) {
