@@ -5,6 +5,10 @@
 #
 # Usage: bench/ranges.sh          (about 3-6 minutes on 2 cores)
 #
+# Besides records/s, the table gives the CPU time the node and the bench
+# client spent per record, produce and consume, in µs: on a machine
+# shared with other work it moves far less than throughput does.
+#
 # For each R in RANGES and each mode: a fresh `malachi serve --dev` (built
 # from this checkout) on a fresh data folder, then
 #   malachi bench produce --ranges R --keys KEYS --records RECORDS --size 128
@@ -16,6 +20,8 @@
 #   RANGES ["1 64 256 1024"]  RECORDS [1000000]  KEYS [100000]
 #   SYNC_RECORDS [5000]       PORT [14150] (PORT+1: HTTP)
 #   KEEP [0] keeps the work folder; CMD_TIMEOUT [300] seconds per command
+#   MODES ["journal no-journal"] the storage modes to run
+#   MALACHI [built from this checkout] a malachi binary to run instead
 set -euo pipefail
 
 RANGES=${RANGES:-1 64 256 1024}
@@ -25,6 +31,7 @@ SYNC_RECORDS=${SYNC_RECORDS:-5000}
 PORT=${PORT:-14150}
 KEEP=${KEEP:-0}
 CMD_TIMEOUT=${CMD_TIMEOUT:-300}
+MODES=${MODES:-journal no-journal}
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=lib.sh
@@ -45,20 +52,33 @@ stop_node() {
 	forget "$NODE_PID"
 }
 
-# run LABEL ARGS...: one `malachi bench ARGS --json`; prints records/s.
+[[ -x /usr/bin/time ]] || die "/usr/bin/time is needed (Debian package: time)"
+TICK=$(getconf CLK_TCK)
+# node_cpu: the node's user + system CPU seconds so far.
+node_cpu() { awk -v t="$TICK" '{printf "%.3f", ($14 + $15) / t}' "/proc/$NODE_PID/stat"; }
+
+# run LABEL ARGS...: one `malachi bench ARGS --json`; prints records/s,
+# and leaves in $WORK/cpu.LABEL the CPU µs per record of node and client.
 run() {
-	local out=$WORK/out.$1
+	local label=$1 out=$WORK/out.$1 before
 	shift
-	run_cmd "$out" "$WORK/malachi" --server "127.0.0.1:$PORT" bench "$@" --json
+	before=$(node_cpu)
+	run_cmd "$out" /usr/bin/time -f "%U %S" -o "$out.time" "$WORK/malachi" --server "127.0.0.1:$PORT" bench "$@" --json
+	awk -v b="$before" -v a="$(node_cpu)" -v n="$RECORDS" '{printf "%.2f + %.2f", (a - b) * 1e6 / n, ($1 + $2) * 1e6 / n}' \
+		"$out.time" >"$WORK/cpu.$label"
 	jstat "$out" records_per_s
 }
 
-log "building malachi"
-(cd "$REPO" && go build -o "$WORK/malachi" ./cmd/malachi)
+if [[ -n ${MALACHI:-} ]]; then
+	cp "$MALACHI" "$WORK/malachi"
+else
+	log "building malachi"
+	(cd "$REPO" && go build -o "$WORK/malachi" ./cmd/malachi)
+fi
 
 ROWS=()
 for r in $RANGES; do
-	for mode in journal no-journal; do
+	for mode in $MODES; do
 		rm -rf "$WORK/data"
 		flags=()
 		[[ $mode == no-journal ]] && flags+=(--no-journal)
@@ -72,12 +92,13 @@ for r in $RANGES; do
 			sync="$(jstat "$WORK/out.s.$r.$mode" p50_us) / $(jstat "$WORK/out.s.$r.$mode" p99_us)"
 		fi
 		stop_node
-		log "ranges $r, $mode: produce $p rec/s, consume $c rec/s, sync p50/p99 $sync us"
-		ROWS+=("| $r | $mode | $(printf "%'.0f" "$p") | $(printf "%'.0f" "$c") | $sync |")
+		pc=$(cat "$WORK/cpu.p.$r.$mode") cc=$(cat "$WORK/cpu.c.$r.$mode")
+		log "ranges $r, $mode: produce $p rec/s, consume $c rec/s, sync p50/p99 $sync us, CPU us/rec (node + client) produce $pc, consume $cc"
+		ROWS+=("| $r | $mode | $(printf "%'.0f" "$p") | $(printf "%'.0f" "$c") | $sync | $pc | $cc |")
 	done
 done
 
 echo
-echo "| ranges | storage | produce rec/s | consume rec/s | sync produce p50 / p99 µs |"
-echo "|---:|---|---:|---:|---:|"
+echo "| ranges | storage | produce rec/s | consume rec/s | sync produce p50 / p99 µs | produce CPU µs/rec, node + client | consume CPU µs/rec, node + client |"
+echo "|---:|---|---:|---:|---:|---:|---:|"
 printf '%s\n' "${ROWS[@]}"

@@ -38,6 +38,9 @@ type pageRead struct {
 	// or not; cut says it ran out (see scanned).
 	scanLeft int
 	cut      bool
+	// refused is the largest batch the range being read left for a later
+	// page for want of room (readBatchPage).
+	refused int
 }
 
 // scanFactor bounds the bytes one page reads to this many times the

@@ -20,16 +20,26 @@ const (
 	DefaultMaxBatchRecords    = 10000
 	DefaultMaxBatchBytes      = 1 << 20
 	DefaultMaxInFlight        = 32
-	DefaultMaxBufferedRecords = 100000
+	DefaultMaxBufferedRecords = 1000000
 	DefaultMaxBufferedBytes   = 64 << 20
+	DefaultRangeBatchBytes    = 64 << 10
 )
 
 // ProducerOptions tune a Producer. Zero values take the defaults.
 type ProducerOptions struct {
-	// Linger is how long a topic's batch waits for more records before it
-	// is sent (default 5 ms). A negative Linger sends every record as soon
-	// as it is produced.
+	// Linger is how long a batch waits for more records before it is
+	// sent (default 5 ms): with wire v2, a range's batch, from its first
+	// record; with wire v1, a topic's. A batch waiting for an in-flight
+	// slot takes more records meanwhile. A negative Linger sends every
+	// record as soon as it is produced (with wire v2, as soon as an
+	// in-flight slot is free: records produced while none is go
+	// together).
 	Linger time.Duration
+	// RangeBatchBytes is how many bytes of records a range's batch holds
+	// before it is ready to go without waiting for Linger (wire v2;
+	// default 64 KiB). A batch that is ready still takes records, up to
+	// the node's batch limits, until a request takes it. See Producer.
+	RangeBatchBytes int
 	// MaxBatchRecords and MaxBatchBytes send a batch as soon as it holds
 	// this many records or encoded bytes (defaults 10000 and 1 MiB; the
 	// bytes are capped below the client's frame limit). A record larger
@@ -37,14 +47,15 @@ type ProducerOptions struct {
 	//
 	// With wire v2 the limits bound a topic's whole produce_batches
 	// request (its records, and their raw, uncompressed bytes), as they
-	// bound a wire v1 request. The request carries stored batches, each
-	// for one range and within the node's own batch limits
-	// (max_batch_records and max_batch_bytes from api_versions: 4096 and
-	// 256 KiB today): a range that takes more records than one batch holds
-	// gets another batch in the same request, so that a request is not cut
-	// at the node's batch size. The request stays below the frame limit,
-	// 16 MiB of raw records and 4096 batches. A record too large for the
-	// node's batch limit goes alone, with wire v1.
+	// bound a wire v1 request, and a range's batch too. The request
+	// carries whole stored batches, each for one range and within the
+	// node's own batch limits (max_batch_records and max_batch_bytes from
+	// api_versions: 4096 and 256 KiB today): a range that takes more
+	// records than one batch holds gets another batch, in the same request
+	// if it fits, so that a request is not cut at the node's batch size.
+	// The request stays below the frame limit, 16 MiB of raw records and
+	// 4096 batches. A record too large for the node's batch limit goes
+	// alone, with wire v1.
 	MaxBatchRecords int
 	MaxBatchBytes   int
 	// Compression compresses each batch sent with wire v2
@@ -59,7 +70,11 @@ type ProducerOptions struct {
 	// (default 32).
 	MaxInFlight int
 	// MaxBufferedRecords bounds the records produced whose promise has not
-	// run yet; Produce blocks beyond it (default 100000).
+	// run yet; Produce blocks beyond it (default 1,000,000: with records
+	// of more than 64 bytes, MaxBufferedBytes binds first). With wire v2
+	// the producer sends no new request while the records in requests
+	// not yet resolved fill half of either bound: the other half is left
+	// to the ranges' batches to grow in.
 	MaxBufferedRecords int
 	// MaxBufferedBytes bounds the same records by size (key, value and
 	// headers; default 64 MiB): Produce blocks while a record would take
@@ -117,20 +132,27 @@ func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
 	if !o.Compression.valid() {
 		o.Compression = CompressionNone
 	}
+	if o.RangeBatchBytes <= 0 {
+		o.RangeBatchBytes = DefaultRangeBatchBytes
+	}
 	return o
 }
 
 // Producer batches records per topic and sends the batches pipelined on
 // the Client's connection.
 //
-// With wire v2 (see WithWireVersion) a topic's batch is one
-// produce_batches request holding one stored batch per range: the
-// producer keeps a copy of the topic's routes (asked for on the topic's
-// first record, which makes that Produce wait for one round trip, and
-// asked for again in the background when the node reports it had to
-// re-route), and encodes each record into its range's batch as it is
-// produced. Routes are the client's business only; stale ones cost the
-// node some work but lose or reorder nothing.
+// With wire v2 (see WithWireVersion) the producer keeps a copy of the
+// topic's routes (asked for on the topic's first record, which makes that
+// Produce wait for one round trip, and asked for again in the background
+// when the node reports it had to re-route), and encodes each record into
+// its range's batch as it is produced. A range's batch grows across
+// requests until it is ready (Linger, RangeBatchBytes, full); a
+// produce_batches request carries the ready batches of many ranges, and is
+// made when an in-flight slot is free, so that under load batches grow
+// while earlier requests are answered. With many ranges, each stored batch
+// thus holds many records, which is what the node's work, and a reader's,
+// is counted in. Routes are the client's business only; stale ones cost
+// the node some work but lose or reorder nothing.
 //
 // Produce copies the record's Key, Value and Headers (into the batch being
 // built or, with wire v1, into the producer's buffers): the caller may
@@ -138,11 +160,16 @@ func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
 // receives holds copies too, so it shows the record as it was produced
 // even when the caller has since overwritten its buffers.
 //
-// Ordering: a topic's batches are sealed in Produce order and written to
-// the connection in that order by one sender goroutine, and the broker
-// keeps pipelined produces of a connection in order, so records with the
-// same key are stored in the order they were produced. Promises run one at
-// a time, in Produce order per topic.
+// Ordering: a topic's records are sealed into requests in Produce order
+// per range (with wire v1, per topic), the requests are written to the
+// connection in the order they were sealed by one sender goroutine, and
+// the broker keeps pipelined produces of a connection in order, so records
+// with the same key are stored in the order they were produced. Promises
+// run one at a time, in the order of the topic's requests and in Produce
+// order within each: hence in Produce order per range (per key), and per
+// topic with wire v1 or with one range. With wire v2 and many ranges, a
+// range whose batch filled sooner may have its promises run before those
+// of records produced earlier into another range.
 //
 // Failures: a batch that could not be sent at all (no connection) is
 // retried in place, which keeps the order. A batch the broker refused
@@ -190,7 +217,12 @@ type Producer struct {
 	buffered, bufferedBytes int
 	// changed is closed and replaced whenever buffered falls.
 	changed chan struct{}
-	closed  bool
+	// accN and accBytes count the buffered records in accumulations
+	// (not yet in a request); pressed is set while a Produce waits for
+	// room, until room is made, and makes every accumulated part ready.
+	accN, accBytes int
+	pressed        bool
+	closed         bool
 	// closeDone is closed when the first Close has finished, closeErr
 	// then holding what it returned, for the calls that waited for it.
 	closeDone chan struct{}
@@ -203,8 +235,10 @@ type Producer struct {
 // topicState is one topic's batches.
 type topicState struct {
 	name  string
-	fill  *batch      // the batch records are added to; nil if none
+	fill  *batch      // the wire v1 batch records are added to; nil if none
 	timer *time.Timer // seals fill when the linger ends
+	// acc holds the wire v2 records not yet in a request; nil if none.
+	acc *accum
 	// queue holds sealed batches until their promises are due, oldest
 	// first; promises run only from its head, which keeps them in order.
 	queue []*batch
@@ -225,17 +259,24 @@ type topicState struct {
 	retry  []*batch
 }
 
+// kept is the records of a batch or part, as its promises need them.
+type kept struct {
+	// n counts the records and values their value bytes; held is their
+	// buffered bytes. recs and promises hold only the records produced
+	// with a promise, in order, so that a record without one costs
+	// nothing here.
+	n, values, held int
+	recs            []Record // as produced, for the promises
+	promises        []func(Record, error)
+	parena          []byte // holds the bytes of recs
+}
+
 // batch is one produce request of a topic: wire v1 records, or with wire
-// v2 stored batches, one or more per range, encoded as records arrive.
+// v2 stored batches, one or more per range, taken from the topic's
+// accumulation (accum).
 type batch struct {
 	topic *topicState
-	// n counts the records and values their value bytes; recs and
-	// promises hold only the records produced with a promise, in order, so
-	// that a record without one costs nothing here.
-	n, values int
-	recs      []Record // as produced, for the promises
-	promises  []func(Record, error)
-	parena    []byte // holds the bytes of recs
+	kept
 	// opened is when the first record was produced, read once per batch:
 	// the time records without one get is opened plus the monotonic time
 	// since, which costs half a wall clock read.
@@ -247,25 +288,20 @@ type batch struct {
 	resolved bool
 	err      error
 	// seq is the batch's place in its topic's seal order; attempts counts
-	// the times it was answered with a retriable failure; held is the
-	// buffered bytes of its records.
+	// the times it was answered with a retriable failure.
 	seq      uint64
 	attempts int
-	held     int
 
 	// Wire v1: the records, their bytes copied into arena.
 	wrecs []wire.Record
 	arena []byte
 
-	// Wire v2 (table is set): open holds, per range of table, the builder
-	// taking its records (nil until it takes one, and again once it is
-	// full); parts holds every builder in the order they were started,
-	// which is the order their batches go out in. lim is the negotiation
-	// the batch was built for and caps the limits it derives from it.
+	// Wire v2 (table is set): parts holds the stored batches in the order
+	// they go out in. lim is the negotiation the batch was built for and
+	// caps the limits it derives from it.
 	table *routeTable
 	lim   wireInfo
 	caps  v2Caps
-	open  []*batchfmt.Builder
 	parts []part
 	// out holds the finished batches (or finishErr why they are not);
 	// when finished is set, a goroutine is compressing them and closes
@@ -370,6 +406,8 @@ func (p *Producer) waitRoomLocked(ctx context.Context, topic string, size int) e
 		for _, t := range p.topics {
 			p.sealLocked(t)
 		}
+		p.pressed = true
+		p.signalLocked(p.wake)
 		ch := p.changed
 		p.mu.Unlock()
 		select {
@@ -415,7 +453,10 @@ func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, e
 	}
 	w := toWire(&rec, rec.Timestamp)
 	size := w.Size()
-	if b := t.fill; b != nil && (b.table != nil || b.n >= p.opt.MaxBatchRecords || b.bytes+size > p.opt.MaxBatchBytes) {
+	if t.accumulating() {
+		p.drainLocked(t) // wire v2 records produced before: they go first
+	}
+	if b := t.fill; b != nil && (b.n >= p.opt.MaxBatchRecords || b.bytes+size > p.opt.MaxBatchBytes) {
 		p.sealLocked(t)
 	}
 	if t.fill == nil {
@@ -434,7 +475,7 @@ func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, e
 // keep counts rec, of size bytes buffered, into b, and keeps a copy of it
 // for its promise if it has one: the caller may have overwritten its
 // buffers by the time the promise runs.
-func (b *batch) keep(rec Record, promise func(Record, error), size int) {
+func (b *kept) keep(rec Record, promise func(Record, error), size int) {
 	b.n++
 	b.values += len(rec.Value)
 	b.held += size
@@ -500,87 +541,6 @@ func (p *Producer) v2Caps(lim *wireInfo) v2Caps {
 	}
 }
 
-// addV2Locked encodes rec into its range's batch in t's wire v2 request,
-// sealing as the limits say. It reads the clock only as a monotonic
-// offset from the batch's opening, and keeps rec only if it has a
-// promise: a record costs its encoding and little else.
-func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, error), size int, table *routeTable, info *wireInfo) {
-	b := t.fill
-	if b != nil && (b.table == nil || b.lim != *info) {
-		p.sealLocked(t)
-		b = nil
-	}
-	// The range is picked once per record: a keyless record's pick moves
-	// the round-robin on.
-	i, picked := -1, (*routeTable)(nil)
-	if b != nil {
-		i, picked = b.table.index(rec.Key), b.table
-		if !b.fits(i, size) {
-			p.sealLocked(t)
-			b = nil
-		}
-	}
-	if b == nil {
-		p.openLocked(t)
-		b = t.fill
-		b.table, b.lim, b.caps = table, *info, p.v2Caps(info)
-		b.open = make([]*batchfmt.Builder, len(table.ranges))
-		if picked != table {
-			i = table.index(rec.Key)
-		}
-	}
-	rb := b.open[i]
-	if rb != nil && rb.RawLen()+size > b.caps.partBytes {
-		rb = nil // full for this record: the range starts a new part
-	}
-	if rb == nil {
-		rb = new(batchfmt.Builder)
-		b.open[i] = rb
-		b.parts = append(b.parts, part{idx: i, b: rb})
-		b.bytes += batchOverhead
-	}
-	var ms int64
-	if rec.Timestamp.IsZero() {
-		since := time.Since(b.opened)
-		ms = max((b.openedNano+int64(since))/int64(time.Millisecond), 0)
-		if promise != nil {
-			rec.Timestamp = b.opened.Add(since) // the promise sees the time sent
-		}
-	} else {
-		ms = max(rec.Timestamp.UnixMilli(), 0)
-	}
-	before := rb.RawLen()
-	addRecord(rb, rec, ms)
-	b.bytes += rb.RawLen() - before
-	b.keep(*rec, promise, size)
-	c := &b.caps
-	if rb.Len() >= c.partRecords || rb.RawLen() >= c.partBytes {
-		b.open[i] = nil // full: the range's next record starts a new part
-	}
-	if p.opt.Linger < 0 || b.n >= c.records || b.bytes >= c.bytes {
-		p.sealLocked(t)
-	}
-}
-
-// fits reports whether a record of size bytes for range i fits in b.
-func (b *batch) fits(i, size int) bool {
-	c := &b.caps
-	extra := size
-	if b.open[i] == nil {
-		if len(b.parts) >= maxRequestBatches {
-			return false
-		}
-		extra += batchOverhead
-	} else if b.open[i].RawLen()+size > c.partBytes {
-		// A new part for the record, unless the request is cut here.
-		if len(b.parts) >= maxRequestBatches {
-			return false
-		}
-		extra += batchOverhead
-	}
-	return b.n < c.records && b.bytes+extra <= c.bytes
-}
-
 // copyWire copies w's byte slices into arena, a chunk shared by the
 // records of a batch, so that the caller's buffers may be reused.
 func copyWire(w wire.Record, arena []byte) (wire.Record, []byte) {
@@ -617,9 +577,7 @@ func (p *Producer) Flush(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, t := range p.topics {
-		p.sealLocked(t)
-	}
+	p.sealAllLocked()
 	for p.buffered > 0 {
 		ch := p.changed
 		p.mu.Unlock()
@@ -630,11 +588,19 @@ func (p *Producer) Flush(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 		p.mu.Lock()
-		for _, t := range p.topics {
-			p.sealLocked(t) // records produced during the flush
-		}
+		p.sealAllLocked() // records produced during the flush
 	}
 	return nil
+}
+
+// sealAllLocked seals every record buffered into requests for the sender.
+func (p *Producer) sealAllLocked() {
+	for _, t := range p.topics {
+		p.sealLocked(t)
+		if t.accumulating() {
+			p.drainLocked(t)
+		}
+	}
 }
 
 // Close stops accepting records and flushes. If ctx ends first, batches
@@ -703,7 +669,8 @@ func (p *Producer) openLocked(t *topicState) {
 	}
 }
 
-// sealLocked closes t's filling batch and queues it for the sender.
+// sealLocked closes t's filling wire v1 batch and queues it for the
+// sender.
 func (p *Producer) sealLocked(t *topicState) {
 	b := t.fill
 	if b == nil {
@@ -714,11 +681,17 @@ func (p *Producer) sealLocked(t *topicState) {
 		t.timer.Stop()
 		t.timer = nil
 	}
+	p.enqueueLocked(t, b)
+	p.sendq = append(p.sendq, b)
+	p.signalLocked(p.wake)
+}
+
+// enqueueLocked gives b its place in t's seal order and in t's queue of
+// promises, and starts compressing it.
+func (p *Producer) enqueueLocked(t *topicState, b *batch) {
 	t.sealed++
 	b.seq = t.sealed
 	t.queue = append(t.queue, b)
-	p.sendq = append(p.sendq, b)
-	p.signalLocked(p.wake)
 	if b.table != nil && p.opt.Compression != CompressionNone {
 		// Compress now, off the lock and off the sender, so batches of
 		// several topics (or several batches of one) compress in
@@ -743,13 +716,16 @@ func (b *batch) finish(codec Codec) {
 		}
 		out = append(out, wire.RangeBatch{Range: b.table.ranges[pt.idx].Range, Batch: bb})
 	}
-	b.open, b.parts, b.out = nil, nil, out
+	b.parts, b.out = nil, out
 }
 
 // failLocked fails one record without sending it, after the records
 // produced before it, so its promise keeps its place in the order.
 func (p *Producer) failLocked(t *topicState, rec Record, promise func(Record, error), err error) {
 	p.sealLocked(t)
+	if t.accumulating() {
+		p.drainLocked(t)
+	}
 	p.buffered++
 	b := &batch{topic: t, opened: rec.Timestamp, resolved: true, err: err}
 	b.keep(rec, promise, 0)
@@ -779,7 +755,7 @@ func (p *Producer) popLocked(t *topicState) {
 	}
 	p.readyq = append(p.readyq, t.queue[:n]...)
 	t.queue = t.queue[n:]
-	if len(t.queue) == 0 && t.fill == nil && p.topics[t.name] == t {
+	if len(t.queue) == 0 && t.fill == nil && !t.accumulating() && p.topics[t.name] == t {
 		delete(p.topics, t.name)
 		if p.last == t {
 			p.last = nil
@@ -828,6 +804,8 @@ func (p *Producer) promiseLoop() {
 		p.mu.Lock()
 		p.buffered -= n
 		p.bufferedBytes -= held
+		p.pressed = false
+		p.signalLocked(p.wake) // the sender may cut requests again
 		close(p.changed)
 		p.changed = make(chan struct{})
 		p.mu.Unlock()

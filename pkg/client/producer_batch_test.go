@@ -57,8 +57,9 @@ func TestProducerV2SeveralBatchesPerRange(t *testing.T) {
 
 // TestProducerV2RequestLimits: MaxBatchRecords bounds a whole wire v2
 // request, over all its ranges, as it bounds a v1 request; each range's
-// records go in batches within the node's limit (the fake node checks);
-// per-key order holds.
+// records go in batches within the node's limit (the fake node checks),
+// and a request carries whole batches: three of three records here, the
+// fourth not fitting; per-key order holds.
 func TestProducerV2RequestLimits(t *testing.T) {
 	fv, c := newFakeV2(t, 3)
 	p := NewProducer(c, ProducerOptions{Linger: time.Hour, MaxBatchRecords: 10})
@@ -79,8 +80,8 @@ func TestProducerV2RequestLimits(t *testing.T) {
 		for _, n := range sh {
 			total += n
 		}
-		if total != 10 {
-			t.Errorf("request %d holds %d records, want 10", i, total)
+		if total > 10 || total < 9 && i < len(fv.shares)-1 {
+			t.Errorf("request %d holds %d records, want 9 or 10", i, total)
 		}
 		ranges = max(ranges, len(sh))
 	}

@@ -30,7 +30,7 @@ func (p *Producer) sendLoop() {
 		select {
 		case p.slots <- struct{}{}:
 			if p.parkAfterWait(b) {
-				<-p.slots
+				p.freeSlot()
 				continue
 			}
 			p.send(b)
@@ -57,11 +57,17 @@ func (p *Producer) nextToSend() *batch {
 			p.mu.Unlock()
 			return b
 		}
+		if b := p.cutAnyLocked(); b != nil {
+			takeLocked(b)
+			p.mu.Unlock()
+			return b
+		}
 		p.mu.Unlock()
 		select {
 		case <-p.wake:
 		case <-p.stop.Done():
 			p.mu.Lock()
+			p.sealAllLocked() // to fail with ErrClosed
 			empty := len(p.sendq) == 0
 			p.mu.Unlock()
 			if empty {
@@ -233,12 +239,19 @@ func (b *batch) release() {
 // fail ends the send of a batch that holds an in-flight slot.
 func (p *Producer) fail(b *batch, err error) {
 	p.answered(b, err) // before the slot frees, as in await
+	p.freeSlot()
+}
+
+// freeSlot frees an in-flight slot, and wakes the sender: it cuts requests
+// from accumulated records only while a slot is free.
+func (p *Producer) freeSlot() {
 	<-p.slots
+	p.signalLocked(p.wake)
 }
 
 // await waits for one batch's answer and resolves it.
 func (p *Producer) await(cn *conn, corr uint32, cl *call, b *batch, start time.Time) {
-	defer func() { <-p.slots }()
+	defer p.freeSlot()
 	t := time.NewTimer(p.c.cfg.requestTimeout)
 	defer t.Stop()
 	var err error

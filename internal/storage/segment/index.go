@@ -56,6 +56,22 @@ func (x *Index) Lookup(off uint64) (pos int64, ok bool) {
 	return x.entries[i-1].Pos, true
 }
 
+// LookupSpan is Lookup, and also returns the position of the indexed
+// batch after pos (0 when there is none). The batch holding off starts
+// before next and, its successor's base being above off, ends at or
+// before it: with batches larger than the interval, every batch is
+// indexed and [pos, next) is exactly the batch holding off.
+func (x *Index) LookupSpan(off uint64) (pos, next int64, ok bool) {
+	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].Offset > off })
+	if i < len(x.entries) {
+		next = x.entries[i].Pos
+	}
+	if i == 0 {
+		return 0, 0, false
+	}
+	return x.entries[i-1].Pos, next, true
+}
+
 // SeekTime returns where a walk of batch headers must start to find the
 // first batch whose MaxTimestamp is at least t: that batch, if any, lies
 // after the returned position's batch (at it, for FileHeaderSize) and at or

@@ -17,19 +17,16 @@ func (s *Segment) Read(from uint64, maxBytes int, upTo uint64) ([]byte, uint64, 
 	defer s.io.RUnlock()
 	s.mu.RLock()
 	d := s.durable
-	pos, ok := s.idx.Lookup(from)
+	pos, nextPos, ok := s.idx.LookupSpan(from)
 	s.mu.RUnlock()
 	if !ok {
-		pos = FileHeaderSize
+		pos, nextPos = FileHeaderSize, 0
 	}
 	limit := FileHeaderSize + d.Bytes
 	if from >= d.End || from >= upTo || pos >= limit {
 		return nil, from, nil
 	}
-	// The seek window also reads what the caller asked for past the index
-	// point, so a small read (many ranges sharing one page) costs one
-	// pread instead of two.
-	w := &window{f: s.f, size: limit, chunk: s.interval + 2*HeaderSize + min(max(maxBytes, 0), maxReadAhead)}
+	w := &window{f: s.f, size: limit, chunk: s.readChunk(maxBytes, pos, nextPos, limit)}
 	first, h, err := s.seek(w, pos, from)
 	if err != nil || first < 0 || h.LastOffset() >= upTo {
 		return nil, from, err
@@ -50,20 +47,52 @@ func (s *Segment) Read(from uint64, maxBytes int, upTo uint64) ([]byte, uint64, 
 }
 
 // maxReadAhead bounds how much of a read the seek window takes on: past
-// it, the bytes are read into a buffer of their own size.
+// it, the rest is read into a buffer of the read's own size.
 const maxReadAhead = 256 << 10
 
+// readChunk sizes the seek window's first pread from the index point pos,
+// so that a read usually costs one pread:
+//
+//   - it takes in what the caller asked for past the index point, so a
+//     small read (many ranges sharing one page) needs no second one;
+//   - and at least the bytes up to the next indexed batch (the durable
+//     end past the last one), which hold the first batch the read
+//     returns (see Index.LookupSpan). The caller's size is no guide to
+//     that batch's: a page over many ranges asks each for a share (64 KiB
+//     or less) of a page, while a producer's batch may be 256 KiB, and
+//     the first batch is returned whole whatever its size. Sized by the
+//     request alone, such a batch cost a second pread of all of it into a
+//     fresh buffer.
+//
+// Both are bounded by maxReadAhead past the interval's walk; a batch
+// larger than that costs a second pread of its remainder only (readSpan).
+func (s *Segment) readChunk(maxBytes int, pos, next, limit int64) int {
+	walk := s.interval + 2*HeaderSize
+	if next <= pos || next > limit {
+		next = limit
+	}
+	ahead := max(int64(maxBytes), next-pos-int64(walk), 0)
+	return walk + int(min(ahead, maxReadAhead))
+}
+
 // readSpan returns the span bytes at first: a slice of the seek window when
-// it holds them, else a fresh read. The window is the caller's alone, so
-// handing out a slice of it is safe.
+// it holds them, else a buffer of span bytes that takes what the window
+// holds of them and reads only the rest, so no byte is read twice. The
+// window is the caller's alone, so handing out a slice of it is safe.
 func (s *Segment) readSpan(w *window, first, span int64) ([]byte, error) {
-	if first >= w.start && first+span <= w.start+int64(len(w.buf)) {
+	end := w.start + int64(len(w.buf))
+	if first >= w.start && first+span <= end {
 		off := first - w.start
 		return w.buf[off : off+span : off+span], nil
 	}
 	out := make([]byte, span)
-	if n, err := s.f.ReadAt(out, first); int64(n) != span {
-		return nil, fmt.Errorf("segment %d: read at %d: %w", s.id, first, readErr(err))
+	have := 0
+	if first >= w.start && first < end {
+		have = copy(out, w.buf[first-w.start:])
+	}
+	at := first + int64(have)
+	if n, err := s.f.ReadAt(out[have:], at); n != len(out)-have {
+		return nil, fmt.Errorf("segment %d: read at %d: %w", s.id, at, readErr(err))
 	}
 	return out, nil
 }

@@ -1,0 +1,145 @@
+package segment
+
+import (
+	"bytes"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// countFS counts the ReadAt calls, and the bytes they ask for, on the
+// files it opens.
+type countFS struct {
+	vfs.FS
+	reads, bytes atomic.Int64
+}
+
+type countFile struct {
+	vfs.File
+	fs *countFS
+}
+
+func (c *countFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := c.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &countFile{File: f, fs: c}, nil
+}
+
+func (f *countFile) ReadAt(p []byte, off int64) (int, error) {
+	f.fs.reads.Add(1)
+	f.fs.bytes.Add(int64(len(p)))
+	return f.File.ReadAt(p, off)
+}
+
+// bigBatch encodes n records from base, each with a value of size bytes
+// that does not compress, so the batch is about n*size bytes.
+func bigBatch(t *testing.T, base uint64, n, size int) []byte {
+	t.Helper()
+	recs := make([]Record, n)
+	for i := range recs {
+		v := make([]byte, size)
+		for j := range v {
+			v[j] = byte((uint64(i)*31 + uint64(j)*7 + base) % 251)
+		}
+		recs[i] = Record{Offset: base + uint64(i), Timestamp: int64(base) + int64(i), Value: v}
+	}
+	b, err := EncodeBatchAt(nil, recs, CodecNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// readCounted is a Read that also says how many preads it made and how
+// many bytes they asked for.
+func readCounted(t *testing.T, fs *countFS, s *Segment, from uint64, maxBytes int) ([]byte, uint64, int64, int64) {
+	t.Helper()
+	r0, b0 := fs.reads.Load(), fs.bytes.Load()
+	buf, next, err := s.Read(from, maxBytes, ^uint64(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf, next, fs.reads.Load() - r0, fs.bytes.Load() - b0
+}
+
+// A page over many ranges asks each range for a share far smaller than
+// the producer's batches: a first batch larger than the request is still
+// returned whole, read once, with one pread (its size comes from the
+// index), and nothing past it is returned.
+func TestReadBatchLargerThanRequestOnePread(t *testing.T) {
+	fs := &countFS{FS: vfs.NewMem()}
+	s := newSeg(t, fs, 0, Options{})
+	small := mkBatch(t, 0, 1, 2)
+	big1 := bigBatch(t, 3, 200, 1000) // about 200 KiB
+	big2 := bigBatch(t, 203, 150, 1000)
+	tail := mkBatch(t, 353, 354)
+	appendSync(t, s, small, big1, big2, tail)
+	const share = 16 << 10
+	if len(big1) <= 2*share || len(big1) > maxReadAhead {
+		t.Fatalf("test batch of %d bytes does not exercise the case", len(big1))
+	}
+
+	for _, tc := range []struct {
+		name string
+		from uint64
+		want []byte
+		next uint64
+	}{
+		{"at its base", 3, big1, 203},
+		{"inside it", 150, big1, 203},
+		{"the next one", 203, big2, 353},
+	} {
+		buf, next, reads, read := readCounted(t, fs, s, tc.from, share)
+		if !bytes.Equal(buf, tc.want) || next != tc.next {
+			t.Fatalf("%s: got %d bytes, next %d; want the %d-byte batch, next %d", tc.name, len(buf), next, len(tc.want), tc.next)
+		}
+		if reads != 1 {
+			t.Fatalf("%s: %d preads, want 1", tc.name, reads)
+		}
+		if bound := int64(len(tc.want) + s.interval + 2*HeaderSize + share); read > bound {
+			t.Fatalf("%s: read %d bytes for a %d-byte batch", tc.name, read, len(tc.want))
+		}
+	}
+
+	// The last batch of the segment has no index entry after it: the
+	// durable end bounds it instead.
+	buf, next, reads, _ := readCounted(t, fs, s, 353, 1)
+	if !bytes.Equal(buf, tail) || next != 355 || reads != 1 {
+		t.Fatalf("tail: %d bytes, next %d, %d preads", len(buf), next, reads)
+	}
+
+	// A request that covers more than the first batch gets whole batches
+	// within it, never a part of one.
+	buf, next, _, _ = readCounted(t, fs, s, 0, len(small)+len(big1)+len(big2)/2)
+	if want := append(append([]byte{}, small...), big1...); !bytes.Equal(buf, want) || next != 203 {
+		t.Fatalf("bounded read: %d bytes, next %d; want %d bytes, next 203", len(buf), next, len(want))
+	}
+}
+
+// A batch larger than the read-ahead bound takes two preads, the second
+// for the rest of it only: no byte of it is read twice.
+func TestReadBatchLargerThanReadAheadReadOnce(t *testing.T) {
+	fs := &countFS{FS: vfs.NewMem()}
+	s := newSeg(t, fs, 0, Options{})
+	small := mkBatch(t, 0)
+	huge := bigBatch(t, 1, 600, 1000) // about 600 KiB
+	after := mkBatch(t, 601)
+	appendSync(t, s, small, huge, after)
+	if len(huge) <= maxReadAhead+s.interval+2*HeaderSize {
+		t.Fatalf("test batch of %d bytes does not exercise the case", len(huge))
+	}
+	for _, from := range []uint64{1, 300, 600} {
+		buf, next, reads, read := readCounted(t, fs, s, from, 4<<10)
+		if !bytes.Equal(buf, huge) || next != 601 {
+			t.Fatalf("from %d: got %d bytes, next %d; want the %d-byte batch, next 601", from, len(buf), next, len(huge))
+		}
+		// The read starts at the index point, the small batch before it.
+		if want := int64(len(small) + len(huge)); reads != 2 || read != want {
+			t.Fatalf("from %d: %d preads of %d bytes, want 2 of %d in all", from, reads, read, want)
+		}
+	}
+}
