@@ -45,20 +45,34 @@ func clusterStatus(ctx context.Context, s *session) (client.ClusterStatus, error
 func newClusterStatusCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "Show the cluster's nodes, their liveness and attributes, and the metadata groups",
-		Long: `Show the cluster as the node at --server sees it: every node with its liveness
-(from gossip: alive, suspect, leaving, left, dead, or unknown while gossip has
-not heard of it), whether the control plane has registered it, its addresses
-and attributes; then the metadata groups (the root and each vnode) with their
-leader, voters, learners and the index this node has applied; then this node's
-traffic with each other node on the peer port since it started (frames are
-messages; writes are the batched writes that carried them). Read the counters
-twice to get rates. Last, the under-replicated segments: active or sealed
-segments some of whose replicas are not live (alive, suspect or leaving), a
-count per topic and the first 50 of them, read from the topics' descriptions
-(at most the first 1000 topics). Administrators only.`,
+		Short: "Show the cluster's health, nodes, metadata groups and repair",
+		Long: `Show the cluster as the node at --server sees it. First its health: whether
+every node is up with a disk that is ok and every segment has all its copies,
+whole; then every node with its liveness (from gossip: alive, suspect,
+leaving, left, dead, or unknown while gossip has not heard of it), its segment
+disk (ok, full: it takes no new replicas, or failing), whether the control
+plane has registered it, its addresses and attributes; then the metadata
+groups (the root and each vnode) with their leader, voters, learners and the
+index this node has applied; then this node's traffic with each other node on
+the peer port since it started (frames are messages; writes are the batched
+writes that carried them). Read the counters twice to get rates.
+
+Then repair, each section only when it has something to show: the
+under-replicated segments (active or sealed segments with fewer live copies
+than their factor: a count per topic for the first 100 topics, and the first
+100 segments; every section head gives the real total, "100 of 5,000
+listed", when a node cuts its list), the copies this
+node is filling from a healthy peer with the bytes written so far, the copies
+found damaged or missing (never served; replaced once a healthy copy is
+found), the segments the heal cannot fix yet and why, and the scrub: the
+sealed copies this node re-verifies each --scrub-interval, and whether
+--scrub-rate is too low to verify them all in one. A node older than this
+reports no repair: the under-replicated segments are then worked out here
+from the topics' descriptions (the first 50 of them, in at most the first
+1000 topics). Administrators only.`,
 		Example: `  malachi cluster status
-  malachi --server 127.0.0.1:4050 cluster status -o json | jq '.groups[] | {name, leader}'`,
+  malachi --server 127.0.0.1:4050 cluster status -o json | jq '.groups[] | {name, leader}'
+  malachi cluster status -o json | jq '.repair.damaged'`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.run(cmd, errSubject{adminOnly: true}, func(ctx context.Context, s *session) error {
@@ -66,38 +80,43 @@ count per topic and the first 50 of them, read from the topics' descriptions
 				if err != nil {
 					return err
 				}
-				u, err := underReplicated(ctx, s, st)
-				if err != nil {
+				var u underReplicatedJSON
+				if st.Repair != nil {
+					u = repairUnderReplicated(st.Repair)
+				} else if u, err = underReplicated(ctx, s, st); err != nil {
 					return err
 				}
 				if s.out.json {
 					return s.out.doc(clusterStatusDoc{ClusterStatus: st, underReplicatedJSON: u})
 				}
-				if err := printClusterStatus(s.out, &st); err != nil {
+				if err := printClusterStatus(s.out, &st, u); err != nil {
 					return err
 				}
-				return printUnderReplicated(s.out, u)
+				if err := printUnderReplicated(s.out, u); err != nil {
+					return err
+				}
+				return printRepair(s.out, st.Repair)
 			})
 		},
 	}
 }
 
-func printClusterStatus(p *printer, st *client.ClusterStatus) error {
-	if err := p.fields([][2]string{
+func printClusterStatus(p *printer, st *client.ClusterStatus, u underReplicatedJSON) error {
+	if err := p.fields(append([][2]string{
 		{"Node", strconv.FormatUint(st.Node, 10) + " (answering)"},
 		{"Vnodes", strconv.Itoa(st.Vnodes)},
-	}); err != nil {
+	}, healthFields(st, u)...)); err != nil {
 		return err
 	}
 	p.textf("\nNodes")
 	rows := make([][]string, 0, len(st.Nodes))
 	for _, n := range st.Nodes {
 		rows = append(rows, []string{
-			strconv.FormatUint(n.ID, 10), n.Liveness, yesNo(n.Registered), dash(n.ClientAddr), dash(n.HTTPAddr),
+			strconv.FormatUint(n.ID, 10), n.Liveness, diskText(n), yesNo(n.Registered), dash(n.ClientAddr), dash(n.HTTPAddr),
 			dash(n.PeerAddr), dash(n.GossipAddr), attrText(n.Attrs),
 		})
 	}
-	if err := p.table([]string{"ID", "LIVENESS", "REGISTERED", "CLIENT", "HTTP", "PEER", "GOSSIP", "ATTRIBUTES"}, rows); err != nil {
+	if err := p.table([]string{"ID", "LIVENESS", "DISK", "REGISTERED", "CLIENT", "HTTP", "PEER", "GOSSIP", "ATTRIBUTES"}, rows); err != nil {
 		return err
 	}
 	p.textf("\nGroups")
@@ -341,9 +360,13 @@ const (
 type underReplicatedJSON struct {
 	UnderReplicated         []client.UnderReplicatedTopic   `json:"under_replicated"`
 	UnderReplicatedSegments []client.UnderReplicatedSegment `json:"under_replicated_segments"`
+	// Total counts the under-replicated segments, listed or not: the
+	// node's own count, or the scan's.
+	Total int `json:"under_replicated_total"`
 	// TopicsScanned is how many topics were described; fewer than the
-	// node has when TopicsTruncated.
-	TopicsScanned   int  `json:"topics_scanned"`
+	// node has when TopicsTruncated. Zero when the node reported its
+	// own view (ClusterStatus.Repair), which covers every topic.
+	TopicsScanned   int  `json:"topics_scanned,omitempty"`
 	TopicsTruncated bool `json:"topics_truncated,omitempty"`
 }
 
@@ -379,22 +402,22 @@ func underReplicated(ctx context.Context, s *session, st client.ClusterStatus) (
 	out.UnderReplicated, out.UnderReplicatedSegments = client.UnderReplicated(st, ds, maxUnderRepListed)
 	out.UnderReplicated = nonNil(out.UnderReplicated)
 	out.UnderReplicatedSegments = nonNil(out.UnderReplicatedSegments)
+	for _, t := range out.UnderReplicated {
+		out.Total += t.Segments
+	}
 	return out, nil
 }
 
 func printUnderReplicated(p *printer, u underReplicatedJSON) error {
-	total := 0
-	for _, t := range u.UnderReplicated {
-		total += t.Segments
-	}
-	head := "\nUnder-replicated segments: none"
+	total := u.Total
+	head := "Under-replicated segments: none"
 	if total > 0 {
-		head = fmt.Sprintf("\nUnder-replicated segments: %d", total)
+		head = "Under-replicated segments: " + thousands(total)
 	}
 	if u.TopicsTruncated {
 		head += fmt.Sprintf(" (in the first %d topics only)", u.TopicsScanned)
 	}
-	p.textf("%s", head)
+	p.textf("\n%s", head)
 	if total == 0 {
 		return nil
 	}
@@ -402,17 +425,24 @@ func printUnderReplicated(p *printer, u underReplicatedJSON) error {
 	for _, t := range u.UnderReplicated {
 		rows = append(rows, []string{t.Topic, itoa(t.Segments)})
 	}
+	if listed := topicsTotal(u.UnderReplicated); listed < total {
+		p.textf("The first %d topics, with %s of them:", len(u.UnderReplicated), ofTotal(listed, total))
+	}
 	if err := p.table([]string{"TOPIC", "SEGMENTS"}, rows); err != nil {
 		return err
 	}
 	if total > len(u.UnderReplicatedSegments) {
-		p.textf("\nThe first %d:", len(u.UnderReplicatedSegments))
+		p.textf("\nThe first %s:", ofTotal(len(u.UnderReplicatedSegments), total))
 	}
 	rows = rows[:0]
 	for _, sg := range u.UnderReplicatedSegments {
+		want := sg.Factor
+		if want == 0 {
+			want = len(sg.Replicas)
+		}
 		rows = append(rows, []string{
 			itoa(sg.Segment), sg.Topic, itoa(sg.Range), state(sg.Active), strings.Join(sg.Replicas, ","),
-			fmt.Sprintf("%d of %d", sg.Live, len(sg.Replicas)),
+			fmt.Sprintf("%d of %d", sg.Live, want),
 		})
 	}
 	return p.table([]string{"SEGMENT", "TOPIC", "RANGE", "STATE", "REPLICAS", "LIVE"}, rows)

@@ -21,6 +21,9 @@ type (
 		Bytes        uint64      `json:"bytes"`
 		Ranges       []rangeJSON `json:"ranges"`
 		Groups       []string    `json:"groups"`
+		// CopiesOmitted counts the last segments whose copies the node
+		// left out to keep its answer within a frame.
+		CopiesOmitted int `json:"copies_omitted,omitempty"`
 	}
 	rangeJSON struct {
 		ID        uint64        `json:"id"`
@@ -49,13 +52,17 @@ type (
 		OpenedAt  string  `json:"opened_at,omitempty"`
 		SealedAt  string  `json:"sealed_at,omitempty"`
 		MaxExpiry string  `json:"max_expiry,omitempty"`
+		// Copies are the segment's copies with their state (unchecked,
+		// damaged, healing, missing) as the answering node sees them;
+		// absent from a single node or an older one.
+		Copies []client.SegmentCopy `json:"copies,omitempty"`
 	}
 )
 
 func describeJSON(d *client.TopicDescription) topicJSON {
 	t := topicJSON{
 		ID: d.ID, Name: d.Name, KeyspaceBits: d.KeyspaceBits, CreatedAt: jsonTime(d.CreatedAt),
-		Ranges: make([]rangeJSON, len(d.Ranges)), Groups: nonNil(d.Groups),
+		Ranges: make([]rangeJSON, len(d.Ranges)), Groups: nonNil(d.Groups), CopiesOmitted: d.CopiesOmitted,
 	}
 	for i := range d.Ranges {
 		r := &d.Ranges[i]
@@ -68,7 +75,7 @@ func describeJSON(d *client.TopicDescription) topicJSON {
 			rj.Segments[j] = segmentJSON{
 				ID: s.ID, Active: s.Active, Replicas: nonNil(s.Replicas), Primary: s.Primary(), Records: s.Records, Bytes: s.Bytes,
 				Base: s.Base, End: s.End, OpenedAt: jsonTime(s.OpenedAt), SealedAt: jsonTime(s.SealedAt),
-				MaxExpiry: jsonTime(s.MaxExpiry),
+				MaxExpiry: jsonTime(s.MaxExpiry), Copies: s.Copies,
 			}
 			if wm, ok := s.Watermark(); ok {
 				rj.Segments[j].Watermark = &wm
@@ -128,7 +135,42 @@ func printDescription(out *printer, d *client.TopicDescription, now time.Time) e
 		return err
 	}
 	fmt.Fprintln(out.w, "\nSegments")
-	return out.table([]string{"ID", "RANGE", "STATE", "PRIMARY", "REPLICAS", "WATERMARK", "RECORDS", "BYTES", "OPENED"}, segmentRows(d, now))
+	header := []string{"ID", "RANGE", "STATE", "PRIMARY", "REPLICAS", "WATERMARK", "RECORDS", "BYTES", "OPENED"}
+	if hasCopies(d) {
+		header[4] = "COPIES"
+	}
+	if d.CopiesOmitted > 0 {
+		fmt.Fprintf(out.w, "Copies of the last %s not reported (the answer would not fit a frame): their replicas are shown\n", countOf(d.CopiesOmitted, "segment"))
+	}
+	return out.table(header, segmentRows(d, now))
+}
+
+// hasCopies reports whether the node reported the segments' copies.
+func hasCopies(d *client.TopicDescription) bool {
+	if d.CopiesOmitted > 0 {
+		return true
+	}
+	for _, r := range d.Ranges {
+		for _, s := range r.Segments {
+			if s.Copies != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// copiesText is a segment's copies with their state, "node-1 unchecked,
+// node-2 damaged"; its replica names when the node did not report them.
+func copiesText(s client.SegmentInfo, reported bool) string {
+	if !reported {
+		return orDefault(strings.Join(s.Replicas, ","), "-")
+	}
+	parts := make([]string, 0, len(s.Copies))
+	for _, c := range s.Copies {
+		parts = append(parts, c.Node+" "+c.State)
+	}
+	return orDefault(strings.Join(parts, ", "), "-")
 }
 
 func rangeRows(d *client.TopicDescription) [][]string {
@@ -145,6 +187,7 @@ func rangeRows(d *client.TopicDescription) [][]string {
 
 func segmentRows(d *client.TopicDescription, now time.Time) [][]string {
 	var rows [][]string
+	copies := hasCopies(d)
 	for i := range d.Ranges {
 		r := &d.Ranges[i]
 		for _, s := range r.Segments {
@@ -153,7 +196,7 @@ func segmentRows(d *client.TopicDescription, now time.Time) [][]string {
 				wm = itoa(w)
 			}
 			rows = append(rows, []string{
-				itoa(s.ID), itoa(r.ID), state(s.Active), orDefault(s.Primary(), "-"), orDefault(strings.Join(s.Replicas, ","), "-"),
+				itoa(s.ID), itoa(r.ID), state(s.Active), orDefault(s.Primary(), "-"), copiesText(s, copies && s.Copies != nil),
 				wm, itoa(s.Records), humanBytes(s.Bytes), humanTime(s.OpenedAt, now),
 			})
 		}

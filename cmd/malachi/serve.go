@@ -21,6 +21,7 @@ import (
 	"github.com/malachi-log/malachi/internal/broker"
 	"github.com/malachi-log/malachi/internal/httpapi"
 	"github.com/malachi-log/malachi/internal/metadata"
+	"github.com/malachi-log/malachi/internal/metrics"
 	"github.com/malachi-log/malachi/internal/retention"
 	"github.com/malachi-log/malachi/internal/server"
 )
@@ -33,9 +34,14 @@ type serveFlags struct {
 	segmentMaxBytes int64
 	segmentMaxAge   time.Duration
 	logLevel        string
+	logFormat       string
+	logLang         string
 	autoSplit       broker.AutoSplit
 	pprof           bool
 	noJournal       bool
+	// /metrics: served without credentials, and the lag period.
+	metricsNoAuth   bool
+	metricsLagEvery time.Duration
 	// TLS on the client port; see server.Config.
 	tlsCert, tlsKey   string
 	tlsClientCA       string
@@ -44,6 +50,8 @@ type serveFlags struct {
 	security          securityFlags
 	cluster           clusterFlags
 	retention         retentionFlags
+	tracing           tracingFlags
+	dashboard         dashboardFlags
 }
 
 func newServeCmd() *cobra.Command {
@@ -92,18 +100,23 @@ milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.cluster.nodeIDSet = cmd.Flags().Changed("node-id") || os.Getenv("MALACHI_NODE_ID") != ""
+			f.dashboard.given(cmd.Flags())
 			return runServe(cmd.Context(), f)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", envString("MALACHI_LOG_DATA_DIR", "./malachi-data"), "data directory (env MALACHI_LOG_DATA_DIR)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:"+envString("MALACHI_TCP_PORT", "4040"), "client protocol address (env MALACHI_TCP_PORT sets the port)")
-	fl.StringVar(&f.http, "http", "127.0.0.1:"+envString("MALACHI_DASHBOARD_PORT", "4041"), "HTTP address for /health and /ready (env MALACHI_DASHBOARD_PORT sets the port)")
+	fl.StringVar(&f.http, "http", "127.0.0.1:"+envString("MALACHI_DASHBOARD_PORT", "4041"), "HTTP address for /health, /ready, /metrics and the web dashboard (see --dashboard) (env MALACHI_DASHBOARD_PORT sets the port)")
 	fl.BoolVar(&f.dev, "dev", false, "seed the development users on first start")
 	fl.Int64Var(&f.segmentMaxBytes, "segment-max-bytes", envInt("MALACHI_SEGMENT_MAX_BYTES", 64<<20), "roll a range's active segment at this size (env MALACHI_SEGMENT_MAX_BYTES)")
 	fl.DurationVar(&f.segmentMaxAge, "segment-max-age", time.Duration(envInt("MALACHI_SEGMENT_MAX_AGE_MS", 7*24*3600*1000))*time.Millisecond, "roll an active segment older than this (env MALACHI_SEGMENT_MAX_AGE_MS)")
 	fl.StringVar(&f.logLevel, "log-level", envString("MALACHI_LOG_LEVEL", "info"), "debug, info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", envString("MALACHI_LOG_FORMAT", "text"), "log lines as text or json, each with an event name (env MALACHI_LOG_FORMAT)")
+	fl.StringVar(&f.logLang, "log-lang", envString("MALACHI_LOCALE", "en_US"), "language of log messages: en_US or pt_BR (env MALACHI_LOCALE)")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go runtime profiles under /debug/pprof/ on the HTTP address")
+	fl.BoolVar(&f.metricsNoAuth, "metrics-no-auth", envBool("MALACHI_METRICS_NO_AUTH"), "serve /metrics without credentials; by default a scrape logs in (HTTP Basic or a Bearer token) as an admin (env MALACHI_METRICS_NO_AUTH=true)")
+	fl.DurationVar(&f.metricsLagEvery, "metrics-lag-interval", envDuration("MALACHI_METRICS_LAG_INTERVAL_MS", metrics.DefaultLagEvery), "how often /metrics' consumer-group lag is computed (env MALACHI_METRICS_LAG_INTERVAL_MS)")
 	fl.BoolVar(&f.noJournal, "no-journal", envBool("MALACHI_NO_JOURNAL"), "fsync every written segment file per commit round instead of one node journal (env MALACHI_NO_JOURNAL=true)")
 	fl.Int64Var(&f.autoSplit.SplitBytes, "auto-split-bytes", envInt("MALACHI_AUTO_SPLIT_BYTES", 0), "split a range automatically once it holds this many bytes; 0 = off (env MALACHI_AUTO_SPLIT_BYTES)")
 	fl.Int64Var(&f.autoSplit.SplitRate, "auto-split-rate", envInt("MALACHI_AUTO_SPLIT_RATE", 0), "split a range automatically when written faster than this many bytes/s; 0 = off (env MALACHI_AUTO_SPLIT_RATE)")
@@ -119,6 +132,8 @@ milliseconds or a unit (1h, 30s). A value that cannot be read stops serve.
 	f.security.register(fl)
 	f.cluster.register(fl)
 	f.retention.register(fl)
+	f.tracing.register(fl)
+	f.dashboard.register(fl)
 	return cmd, f
 }
 
@@ -298,11 +313,10 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	logger, err := newLogger(os.Stderr, f.logFormat, f.logLang, f.logLevel)
+	if err != nil {
+		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -326,6 +340,10 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if cluster != nil {
 		cfg.NodeID, cfg.Cluster = cluster.name, cluster.cfg
 	}
+	if cfg.Tracer, err = f.tracing.open(cfg.NodeID, logger); err != nil {
+		return err
+	}
+	defer closeTracer(cfg.Tracer, logger) // after the broker closes: its last spans are flushed
 	b, err := broker.Open(ctx, cfg)
 	if err != nil {
 		return err
@@ -361,10 +379,24 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if f.tlsCert != "" {
 		go reloadOnHangup(ctx, srv, logger)
 	}
-	web := httpapi.New(f.http, b, f.pprof)
+	mopts := metrics.Options{LagEvery: f.metricsLagEvery}
+	if !f.metricsNoAuth {
+		mopts.Access = b
+	}
+	m := metrics.New(b, srv, mopts)
+	defer m.Close()
+	web := httpapi.New(f.http, b, f.pprof, httpapi.WithMetrics(m.Handler()))
 	if err := web.Listen(); err != nil {
 		return err
 	}
+	if f.dashboard.resolve(web.Addr(), logger) {
+		dash, err := mountDashboard(f, web, srv.Addr(), b, logger)
+		if err != nil {
+			return err
+		}
+		defer dash.Close()
+	}
+	logger.Info("node started", "node", cfg.NodeID, "version", broker.Version, "client", srv.Addr().String(), "http", web.Addr().String())
 	printBanner(f, cfg.NodeID, cluster, srv.Addr(), web.Addr(), generated)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve() }()

@@ -154,6 +154,36 @@ type SegmentDescription struct {
 	// none. End is then the lower of it and the copy's durable end.
 	Watermark      uint64
 	WatermarkKnown bool
+	// Copies are the segment's copies in a cluster, its replicas in
+	// order and then a copy this node is filling for it, each with its
+	// state as this node sees it (Copy*); only from DescribeTopicCopies.
+	Copies  []SegmentCopy
+	damaged []string // replicas the metadata records damaged
+}
+
+// The states of a segment's copy in DescribeTopicCopies. A node knows
+// only its own copies' scrub verdicts, so only the answering node's copy
+// can be verified; another node's copy not known to be anything else is
+// unchecked (ask that node to see its verdict).
+const (
+	// CopyUnchecked: on a live node and not found damaged; no scrub of
+	// it found it whole yet, or it is another node's copy.
+	CopyUnchecked = "unchecked"
+	// CopyVerified: the answering node's own copy, which its last scrub
+	// found whole against the seal.
+	CopyVerified = "verified"
+	// CopyDamaged: found damaged or missing on its node, never served.
+	CopyDamaged = "damaged"
+	// CopyHealing: this node is filling the copy from a healthy peer.
+	CopyHealing = "healing"
+	// CopyMissing: its node is not live in this node's view.
+	CopyMissing = "missing"
+)
+
+// SegmentCopy is one copy of a segment: its node's id and its state.
+type SegmentCopy struct {
+	Node  uint64
+	State string
 }
 
 // DescribeTopic reports a topic's ranges (with lineage) and segments.
@@ -174,6 +204,63 @@ func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
 	}
 	b.fillLive(&d)
 	return d, nil
+}
+
+// DescribeTopicCopies is DescribeTopic with each segment's copies and
+// their state, in a cluster.
+func (b *Broker) DescribeTopicCopies(name string) (TopicDescription, error) {
+	d, err := b.DescribeTopic(name)
+	if err == nil {
+		b.fillCopies(&d)
+	}
+	return d, err
+}
+
+// fillCopies sets the copies of d's segments in a cluster.
+func (b *Broker) fillCopies(d *TopicDescription) {
+	if b.cluster == nil {
+		return
+	}
+	live := b.liveSet()
+	local := b.cluster.heal.localDamaged()
+	verified := b.cluster.heal.localVerified()
+	self := clusterNodeName(b.cluster.cfg.NodeID)
+	h := &b.cluster.heal
+	h.mu.Lock()
+	filling := make(map[uint64]bool, len(h.filling))
+	for id := range h.filling {
+		filling[id] = true
+	}
+	h.mu.Unlock()
+	for i := range d.Ranges {
+		for j := range d.Ranges[i].Segments {
+			s := &d.Ranges[i].Segments[j]
+			for _, r := range s.Replicas {
+				st := copyState(s, r, r == self && local[s.ID], r == self && filling[s.ID], live)
+				if st == CopyUnchecked && r == self && verified[s.ID] {
+					st = CopyVerified
+				}
+				s.Copies = append(s.Copies, SegmentCopy{Node: nodeOfName(r), State: st})
+			}
+			if filling[s.ID] && !slices.Contains(s.Replicas, self) {
+				s.Copies = append(s.Copies, SegmentCopy{Node: b.cluster.cfg.NodeID, State: CopyHealing})
+			}
+		}
+	}
+}
+
+// copyState is the state of node's copy of s. foundHere and fillingHere
+// say this node found its copy damaged, or is filling it.
+func copyState(s *SegmentDescription, node string, foundHere, fillingHere bool, live map[uint64]bool) string {
+	switch {
+	case fillingHere:
+		return CopyHealing
+	case foundHere || slices.Contains(s.damaged, node):
+		return CopyDamaged
+	case !live[nodeOfName(node)]:
+		return CopyMissing
+	}
+	return CopyUnchecked
 }
 
 func (b *Broker) describeAll() []TopicDescription {
@@ -205,7 +292,7 @@ func describe(st *metadata.State, t metadata.Topic) TopicDescription {
 			rd.Segments = append(rd.Segments, SegmentDescription{
 				ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records,
 				Bytes: uint64(s.Bytes), Replicas: s.Replicas, Primary: primaryName(s), OpenedAt: msTime(s.OpenedAt),
-				SealedAt: msTime(s.SealedAt), MaxExpiry: msTime(s.MaxExpiry),
+				SealedAt: msTime(s.SealedAt), MaxExpiry: msTime(s.MaxExpiry), damaged: s.Damaged,
 			})
 		}
 		d.Ranges = append(d.Ranges, rd)

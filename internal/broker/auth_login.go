@@ -353,6 +353,7 @@ func (b *Broker) loginRefused(cr Credentials, user string, refusal error, extra 
 }
 
 func (b *Broker) lockedOut(cr Credentials, d time.Duration) {
+	b.stats.lockouts.Add(1)
 	b.log.Warn("login locked", "user", clip(cr.User), "addr", cr.Addr, "for", d)
 	b.authn.audit.Record(audit.Event{
 		Time: b.cfg.Clock.Now(), Type: audit.AuthLockout, Result: audit.ResultRefused,

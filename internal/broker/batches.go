@@ -215,7 +215,7 @@ func (b *Broker) appendBatch(ctx context.Context, topic string, topicID uint64, 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	forward := func(node uint64) error {
-		return b.forwardLocked(h, node, newFwdItem(topic, [][]byte{c.Batch}, c.records, len(c.Batch), wait))
+		return b.forwardLocked(h, node, newTracedFwdItem(ctx, topic, [][]byte{c.Batch}, c.records, len(c.Batch), wait))
 	}
 	notify := b.watchFor(topicID)
 	for repairs := 0; ; repairs++ {

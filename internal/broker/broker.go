@@ -18,6 +18,7 @@ import (
 	"github.com/malachi-log/malachi/internal/retention"
 	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/tracing"
 	"github.com/malachi-log/malachi/internal/vfs"
 )
 
@@ -35,6 +36,9 @@ type Config struct {
 	Clock clock.Clock
 	// Logger receives operator messages; default slog.Default().
 	Logger *slog.Logger
+	// Tracer records the spans of produces and fetches; nil is off
+	// (internal/tracing).
+	Tracer *tracing.Tracer
 	// NodeID names this node in replica sets and status; default "node-1".
 	NodeID string
 	// SegmentMaxBytes rolls a range's active segment once it holds this many
@@ -203,6 +207,7 @@ type Broker struct {
 
 	// keyless spreads records without a key across a topic's ranges.
 	keyless atomic.Uint64
+	stats   brokerStats // counters for metrics (stats.go)
 	// coord is the consumer-group coordinator, under its own lock.
 	coord *coordinator
 

@@ -270,7 +270,8 @@ func writeDurable(fs vfs.FS, name string, data []byte) error {
 // openTransport binds the peer listener first, so that a node on port 0
 // knows the address it advertises before the control plane records it.
 func (c *clusterNode) openTransport(b *Broker) error {
-	tr, err := peer.NewTCP(peer.Config{NodeID: c.cfg.NodeID, ClusterID: c.clusterID, ListenAddr: c.cfg.PeerListen, TLS: c.cfg.PeerTLS, Logger: b.log})
+	tr, err := peer.NewTCP(peer.Config{NodeID: c.cfg.NodeID, ClusterID: c.clusterID, ListenAddr: c.cfg.PeerListen, TLS: c.cfg.PeerTLS, Logger: b.log,
+		TraceContext: b.cfg.Tracer.On()})
 	if err != nil {
 		return fmt.Errorf("broker: peer transport: %w", err)
 	}

@@ -95,6 +95,9 @@ type ClusterStatus struct {
 	// damaged copies nodes report, and the segments its last plan could
 	// not heal (cluster_scrub.go).
 	Heal *HealStatus `json:"heal,omitempty"`
+	// HealingBytes is how many bytes of each copy in Heal.Healing this
+	// node's store holds so far, by segment (absent: none written yet).
+	HealingBytes map[uint64]uint64 `json:"healing_bytes,omitempty"`
 }
 
 // ClusterNode is one node: registered by the control plane, known to
@@ -162,6 +165,18 @@ func (b *Broker) ClusterStatus() ClusterStatus {
 	out.UnderReplicated, out.UnderReplicatedSegments = b.underReplicated()
 	hs := b.healStatus()
 	out.Heal = &hs
+	out.HealingBytes = b.healingBytes(hs.Healing)
+	return out
+}
+
+// healingBytes is how much of each copy it fills this node holds.
+func (b *Broker) healingBytes(healing []HealingSegment) map[uint64]uint64 {
+	out := make(map[uint64]uint64, len(healing))
+	for _, h := range healing {
+		if info, err := b.store.Info(storage.SegmentID(h.Segment)); err == nil {
+			out[h.Segment] = uint64(info.Bytes)
+		}
+	}
 	return out
 }
 

@@ -99,7 +99,8 @@ const (
 	peerFrameBytes = 16 << 20
 	peerQueueBytes = 64 << 20
 	// frameSlack is what a call's frame holds besides its message (the
-	// peer header is 16 bytes), with room to spare.
+	// peer header is 16 bytes, 41 with a trace context), with room to
+	// spare.
 	frameSlack = 4 << 10
 	// maxCallBytes bounds one data message, and so one forwarded call.
 	maxCallBytes = peerFrameBytes - frameSlack

@@ -29,9 +29,12 @@ import (
 //     every state.
 //
 // Once the store says ok again the attribute goes and the node takes
-// replicas and opens segments again. A store failed for good (a failed
-// fsync, or ENOSPC where bytes may sit in a segment file) stays full or
-// failing until the node restarts.
+// replicas and opens segments again. ENOSPC anywhere (a journal round, a
+// segment file write, a create, a seal) only makes the store full: a
+// commit round whose segment files could not be written waits, durable in
+// the journal, until CheckSpace finds room. A store failed for good (a
+// failed fsync, or another write error) stays failing until the node
+// restarts.
 
 // diskAttr is the gossip attribute carrying a node's disk state while it
 // is not ok ("full" or "failing"); a node without it is ok.
@@ -53,6 +56,16 @@ func (b *Broker) diskLoop(ctx context.Context) {
 	t := time.NewTicker(diskCheckInterval)
 	defer t.Stop()
 	published := storage.DiskOK
+	// The roll runs beside the checks: a seal waits behind a commit round
+	// that waits for space, and only CheckSpace, here, lets that round go
+	// on. At most one roll is in flight; it ends with ctx (a seal honours
+	// it), and the loop waits for it before returning.
+	var rolling chan struct{}
+	defer func() {
+		if rolling != nil {
+			<-rolling
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -70,9 +83,27 @@ func (b *Broker) diskLoop(ctx context.Context) {
 				published = st
 			}
 		}
-		if st != storage.DiskOK {
-			b.rollAwayFromDisk()
+		if st != storage.DiskOK && !rollInFlight(rolling) {
+			rolling = make(chan struct{})
+			go func(done chan struct{}) {
+				defer close(done)
+				b.rollAwayFromDisk()
+			}(rolling)
 		}
+	}
+}
+
+// rollInFlight reports whether the roll whose done channel is done has not
+// returned yet.
+func rollInFlight(done chan struct{}) bool {
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
 	}
 }
 

@@ -91,6 +91,32 @@ func inOrder(got, want []string) error {
 // opened meanwhile avoid it, nothing acknowledged is lost, its sealed
 // copies are still read; once space returns it takes replicas again.
 func TestClusterDiskFullRollsAwayAndComesBack(t *testing.T) {
+	diskFullRollsAwayAndComesBack(t, diskFull)
+}
+
+// segmentFilesFull makes every segment file write and space probe under
+// dir fail with ENOSPC while full is set, journal writes still going
+// through: the journal's write-behind finds the disk full, so commit
+// rounds wait, durable in the journal, until the probe finds room.
+func segmentFilesFull(dir string, full *atomic.Bool) vfs.Rule {
+	segs := filepath.Join(dir, "segments")
+	return func(op vfs.Op, name string) error {
+		if full.Load() && op == vfs.OpWrite && strings.HasPrefix(name, segs) &&
+			(strings.HasSuffix(name, ".log") || strings.Contains(name, "probe")) {
+			return vfs.Torn(7, syscall.ENOSPC)
+		}
+		return nil
+	}
+}
+
+// The same with the disk found full by a segment file write behind the
+// journal: the node's rounds wait rather than being refused, and a roll
+// waiting behind them does not keep the disk check from finding room.
+func TestClusterDiskFullOnSegmentFileWrite(t *testing.T) {
+	diskFullRollsAwayAndComesBack(t, segmentFilesFull)
+}
+
+func diskFullRollsAwayAndComesBack(t *testing.T, fill func(dir string, full *atomic.Bool) vfs.Rule) {
 	tc := &testCluster{t: t, log: quietLogger()}
 	root := t.TempDir()
 	t.Cleanup(tc.closeAll)
@@ -98,7 +124,7 @@ func TestClusterDiskFullRollsAwayAndComesBack(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: "127.0.0.1:0", gossip: "127.0.0.1:0", replicas: 3}
 		if i == 3 {
-			nd.fs = vfs.NewFaulty(vfs.OS(), diskFull(nd.dir, &full))
+			nd.fs = vfs.NewFaulty(vfs.OS(), fill(nd.dir, &full))
 		}
 		tc.nodes = append(tc.nodes, nd)
 		var join []string
@@ -129,8 +155,8 @@ func TestClusterDiskFullRollsAwayAndComesBack(t *testing.T) {
 	}
 
 	full.Store(true)
-	// Node 3 finds out at its next journal write (as a follower or as a
-	// primary); produce until every node sees its disk full.
+	// Node 3 finds out at its next write (as a follower or as a primary);
+	// produce until every node sees its disk full.
 	eventually(t, 30*time.Second, "node 3's disk full in every node's status", func() error {
 		want = append(want, produceThroughAll(t, tc, "disk", "filling", 3)...)
 		for _, nd := range tc.nodes {

@@ -10,6 +10,9 @@ import (
 	"github.com/malachi-log/malachi/internal/keyspace"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Forwarded produces. A range's write head on a node that does not hold
@@ -60,6 +63,9 @@ type fwdItem struct {
 	// produces: they are routed again in turn, never sent for this range.
 	reroute bool
 	wait    *produceWait
+	// sc is the span of the produce's route through this node, the
+	// parent (or a link) of the forward that carries it.
+	sc trace.SpanContext
 }
 
 // queueEntry is a busy forward queue as the data plane lists it.
@@ -103,6 +109,25 @@ func newFwdItem(topic string, batches [][]byte, records, size int, wait *produce
 		wire += dataplane.AppendBatchBytes(len(batch))
 	}
 	return &fwdItem{topic: topic, batches: batches, records: records, bytes: size, wire: wire, wait: wait}
+}
+
+// newTracedFwdItem is newFwdItem for a produce whose span ctx carries:
+// the forward continues its trace.
+func newTracedFwdItem(ctx context.Context, topic string, batches [][]byte, records, size int, wait *produceWait) *fwdItem {
+	it := newFwdItem(topic, batches, records, size, wait)
+	it.sc = trace.SpanContextFromContext(ctx)
+	return it
+}
+
+// untraced is ctx without its span's context, for a call to another node
+// that records no span of its own (reads, group calls): its frame goes
+// without a trace context, as it did before tracing. Only produces'
+// forwards and replication carry one (docs/operations.md, "Traces").
+func untraced(ctx context.Context) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 }
 
 // forwardLocked queues a produce's batches on h and starts the queue's
@@ -149,16 +174,24 @@ func (b *Broker) forwardLocked(h *head, node uint64, it *fwdItem) error {
 
 // forwardRecordsLocked queues records for the node writing h's range, or
 // (reroute) to be routed again once what h's queue holds is through.
+// ctx's span, if any, is the produce's: the forward continues its trace.
 //
 // REQUIRES: h.mu held.
-func (b *Broker) forwardRecordsLocked(h *head, node uint64, topic string, recs []Record, wait *produceWait, reroute bool) error {
+func (b *Broker) forwardRecordsLocked(ctx context.Context, h *head, node uint64, topic string, recs []Record, wait *produceWait, reroute bool) error {
 	batches, size, err := b.encodeForward(recs)
 	if err != nil {
 		return err
 	}
-	it := newFwdItem(topic, batches, len(recs), size, wait)
+	it := newTracedFwdItem(ctx, topic, batches, len(recs), size, wait)
 	it.reroute = reroute
-	return b.forwardLocked(h, node, it)
+	if err := b.forwardLocked(h, node, it); err != nil {
+		return err
+	}
+	// The node is known once queued: a busy queue's, when node was 0.
+	if span := trace.SpanFromContext(ctx); span.IsRecording() && !reroute {
+		span.SetAttributes(tracing.AttrForwarded.Bool(true), tracing.AttrPeer.Int64(int64(it.node)))
+	}
+	return nil
 }
 
 // spanOfRange is the keys of a range, empty when the metadata does not
@@ -178,7 +211,9 @@ func (b *Broker) spanOfRange(rangeID uint64) keyspace.Span {
 // produces for, at the end of the oldest such queue, to be routed again
 // in turn. It returns the records left for g's range, in their order;
 // records without a key have no order to keep and are left.
-func (b *Broker) queueBehind(topic string, topicID uint64, g rangeGroup, wait *produceWait, after uint64) []Record {
+//
+// ctx's span, if any, is the produce's: records queued behind keep it.
+func (b *Broker) queueBehind(ctx context.Context, topic string, topicID uint64, g rangeGroup, wait *produceWait, after uint64) []Record {
 	recs := g.recs
 	if b.data == nil {
 		return recs
@@ -206,7 +241,7 @@ func (b *Broker) queueBehind(topic string, topicID uint64, g rangeGroup, wait *p
 		// its part look again.
 		var missed []Record
 		for i, q := range queues {
-			if len(parts[i]) > 0 && !b.joinQueue(q, topic, parts[i], wait) {
+			if len(parts[i]) > 0 && !b.joinQueue(ctx, q, topic, parts[i], wait) {
 				missed = append(missed, parts[i]...)
 			}
 		}
@@ -220,14 +255,14 @@ func (b *Broker) queueBehind(topic string, topicID uint64, g rangeGroup, wait *p
 
 // joinQueue queues recs at the end of q's queue, to be routed again, if
 // q is still busy.
-func (b *Broker) joinQueue(q queueEntry, topic string, recs []Record, wait *produceWait) bool {
+func (b *Broker) joinQueue(ctx context.Context, q queueEntry, topic string, recs []Record, wait *produceWait) bool {
 	h := q.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.fwd.busy || h.fwd.seq != q.seq {
 		return false
 	}
-	if err := b.forwardRecordsLocked(h, 0, topic, recs, wait, true); err != nil {
+	if err := b.forwardRecordsLocked(ctx, h, 0, topic, recs, wait, true); err != nil {
 		wait.setErr(err)
 	}
 	return true
@@ -441,7 +476,7 @@ func (b *Broker) appendBatchesLocked(ctx context.Context, h *head, batches [][]b
 func (b *Broker) forwardTo(ctx context.Context, node uint64, h *head, seq uint64, items []*fwdItem) ([]*fwdItem, uint64, error) {
 	for len(items) > 0 {
 		n := callLen(items)
-		rest, r, err := b.forwardCall(ctx, node, h, items[:n])
+		rest, r, err := b.tracedForwardCall(ctx, node, h, items[:n])
 		left := append(rest, items[n:]...)
 		if err != nil {
 			return left, 0, err
@@ -478,6 +513,41 @@ func callLen(items []*fwdItem) int {
 		}
 	}
 	return len(items)
+}
+
+// tracedForwardCall is forwardCall in a span of its own: the child of
+// the first sampled item's produce, linked to the others' (one call
+// carries several produces), whose context the call carries to node.
+func (b *Broker) tracedForwardCall(ctx context.Context, node uint64, h *head, items []*fwdItem) ([]*fwdItem, *dataplane.Refusal, error) {
+	if !b.cfg.Tracer.On() {
+		return b.forwardCall(ctx, node, h, items)
+	}
+	parent := -1
+	var links []trace.Link
+	for i, it := range items {
+		switch {
+		case !it.sc.IsValid():
+		case parent < 0 && it.sc.IsSampled():
+			parent = i
+		default:
+			links = append(links, trace.Link{SpanContext: it.sc})
+		}
+	}
+	if parent < 0 {
+		return b.forwardCall(ctx, node, h, items) // no produce of the call is traced
+	}
+	ctx, span := b.cfg.Tracer.StartLinked(trace.ContextWithSpanContext(ctx, items[parent].sc), tracing.SpanForward, trace.SpanKindClient, links)
+	records := 0
+	for _, it := range items {
+		records += it.records
+	}
+	span.SetAttributes(tracing.AttrRange.Int64(int64(h.rangeID)), tracing.AttrPeer.Int64(int64(node)), tracing.AttrRecords.Int(records))
+	rest, r, err := b.forwardCall(ctx, node, h, items)
+	if err == nil && r != nil {
+		span.AddEvent("refused", trace.WithAttributes(attribute.Int("malachi.status", int(r.Status)), attribute.String("malachi.reason", r.Reason)))
+	}
+	tracing.End(span, err)
+	return rest, r, err
 }
 
 // forwardCall sends items to node in one call. Items the owner stored
@@ -572,17 +642,27 @@ func (b *Broker) rerouteItems(ctx context.Context, items []*fwdItem, after uint6
 			it.wait.part(fmt.Errorf("%w: %v", ErrInvalidBatch, err))
 			continue
 		}
-		_ = b.routeAfter(ctx, it.topic, recs, it.wait, false, after)
+		rctx := ctx
+		if it.sc.IsValid() { // the produce's trace goes on through its new route
+			rctx = trace.ContextWithSpanContext(ctx, it.sc)
+		}
+		_ = b.routeAfter(rctx, it.topic, recs, it.wait, false, after)
 		it.wait.part(nil)
 	}
 }
 
 // serveAppend appends another node's forwarded batches through this
-// node's head of the range, and answers once they are durable here.
-func (d *dataPlane) serveAppend(ctx context.Context, from uint64, req []byte) ([]byte, error) {
+// node's head of the range, and answers once they are durable here. Its
+// span continues the forwarding node's trace (ctx carries it).
+func (d *dataPlane) serveAppend(ctx context.Context, from uint64, req []byte) (_ []byte, err error) {
+	ctx, span := d.b.cfg.Tracer.Start(ctx, tracing.SpanAppend, trace.SpanKindServer)
+	defer func() { tracing.End(span, err) }()
 	m, err := dataplane.DecodeAppend(req)
 	if err != nil {
 		return nil, err
+	}
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrRange.Int64(int64(m.Range)), tracing.AttrPeer.Int64(int64(from)), tracing.AttrBatches.Int(len(m.Batches)))
 	}
 	b := d.b
 	if t := b.topicOfID(m.Range); t != m.Topic {

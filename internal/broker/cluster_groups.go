@@ -433,7 +433,7 @@ func (b *Broker) groupCall(ctx context.Context, node uint64, m dataplane.Group) 
 		return nil, fmt.Errorf("%w: %d consumer-group calls to node-%d already in flight", ErrTooManyRequests, groupCallsPerNode, node)
 	}
 	defer t.release(node)
-	resp, err := b.data.call(ctx, node, m.Encode())
+	resp, err := b.data.call(untraced(ctx), node, m.Encode())
 	if err != nil {
 		return nil, err
 	}

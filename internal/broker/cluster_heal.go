@@ -123,8 +123,21 @@ type healState struct {
 	scrubVoid bool
 	// reports: the last plan's segments it could not heal.
 	reports []heal.Report
+	// reportsTotal is how many reports the last plan had before reports
+	// was cut to maxHealListed.
+	reportsTotal int
+	// keptLost: ids of segments recorded lost whose copies this node set
+	// aside in its quarantine (cluster_lost.go), the latest maxKeptLost.
+	keptLost []uint64
+	// lostDeclined counts the segments the planner reported lost that
+	// were not recorded so, a holder being still registered.
+	lostDeclined uint64
 	// scrub: the scrubber's last summary.
 	scrub heal.ScrubStatus
+	// verified: this node's sealed copies whose last scrub found them
+	// whole against their seal, with when (unix ms). Bounded by the
+	// copies it scrubs: an id leaves when its copy is no longer scrubbed.
+	verified map[uint64]int64
 
 	serve, scrubRead *pacer
 	// wg counts the heal and scrub loops and the fills they start.
@@ -201,6 +214,7 @@ func (b *Broker) healPass(ctx context.Context) {
 	h := &b.cluster.heal
 	h.mu.Lock()
 	h.reports = slices.Clone(plan.Reports[:min(len(plan.Reports), maxHealListed)]) // status lists no more (B1)
+	h.reportsTotal = len(plan.Reports)
 	h.mu.Unlock()
 	self := b.cluster.cfg.NodeID
 	planner := plannerOf(in.Live)
@@ -211,6 +225,9 @@ func (b *Broker) healPass(ctx context.Context) {
 		case slices.Contains(a.Targets, self):
 			b.startFill(ctx, a)
 		}
+	}
+	if planner == self {
+		b.recordLost(ctx, plan.Reports)
 	}
 	b.collectUnlisted(ctx, now)
 }
@@ -253,9 +270,11 @@ func (b *Broker) trackDown(now int64) {
 	}
 }
 
-// healInput gathers what the planner sees: every sealed segment of a
-// topic whose factor is above one, the live nodes, the nodes down and
-// since when, and this node's own fills in flight.
+// healInput gathers what the planner sees: every sealed segment with a
+// replica list (one of factor one too: nothing is healed for it, but the
+// planner tells when it is lost, cluster_lost.go), the live nodes, the
+// nodes down and since when (a holder the registry no longer lists was
+// removed: down since ever), and this node's own fills in flight.
 func (b *Broker) healInput(now int64) (heal.Input, error) {
 	c := b.cluster
 	live, registered, err := b.liveNodes()
@@ -269,11 +288,17 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 		full, failing := b.nodeDisk(n)
 		in.Live = append(in.Live, heal.Node{ID: n.ID, Attributes: placementAttrs(n.Attributes), Full: full, Failing: failing})
 	}
+	reg, err := c.ctl.Registry()
+	if err != nil {
+		return heal.Input{}, err
+	}
+	regIDs := reg.NodeIDs()
+	removed := map[uint64]bool{}
 	local := c.heal.localDamaged()
 	h := &c.heal
 	h.mu.Lock()
 	for id, since := range h.downSince {
-		if !liveIDs[id] {
+		if !liveIDs[id] && slices.Contains(regIDs, id) {
 			in.Down = append(in.Down, heal.Down{ID: id, SinceMs: since})
 		}
 	}
@@ -314,8 +339,12 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 					if seg.Factor > 0 {
 						f = min(seg.Factor, registered) // what it was opened with, not today's policy
 					}
-					if f <= 1 {
-						continue
+					f = max(f, 1)
+					for _, id := range replicaIDs(seg) {
+						if !slices.Contains(regIDs, id) && !removed[id] {
+							removed[id] = true
+							in.Down = append(in.Down, heal.Down{ID: id})
+						}
 					}
 					in.Segments = append(in.Segments, heal.Segment{
 						Seal: sealOf(seg), Topic: fmt.Sprint(t.ID), Range: rid,
@@ -645,7 +674,9 @@ func (b *Broker) keepUnknown(id uint64) {
 // deleted (a delete this node missed while down and then learned from a
 // snapshot), once a barrier on the segment's group confirms it (S4): the
 // local metadata may lag a record this node's own fill made. Copies being
-// filled, or whose record got no answer lately, are left alone.
+// filled, or whose record got no answer lately, are left alone. A file of
+// a segment deleted as lost is set aside in the quarantine instead
+// (keepLostCopy): it may be the last of its records.
 func (b *Broker) collectUnlisted(ctx context.Context, now int64) {
 	self := clusterNodeName(b.cluster.cfg.NodeID)
 	unlisted := func(id uint64) bool {
@@ -670,6 +701,9 @@ func (b *Broker) collectUnlisted(ctx context.Context, now int64) {
 		cancel()
 		if err != nil || !unlisted(id) || b.healBusy(id, now) {
 			continue
+		}
+		if b.keepLostCopy(id) {
+			continue // recorded lost: this copy is set aside, never deleted
 		}
 		if _, listed := b.segmentByID(id); !listed {
 			if h := b.replicas(); h != nil {

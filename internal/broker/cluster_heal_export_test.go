@@ -39,6 +39,15 @@ func (b *Broker) LocalCopyBytes(id uint64) ([]byte, error) {
 	}
 }
 
+// LostDeclined counts the segments this node's plans reported lost that
+// it did not record lost, a holder being still registered.
+func (b *Broker) LostDeclined() uint64 {
+	h := &b.cluster.heal
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lostDeclined
+}
+
 // HasLocalCopy reports whether this node holds a file of segment id.
 func (b *Broker) HasLocalCopy(id uint64) bool { return b.hasFile(id) }
 

@@ -67,13 +67,26 @@ func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uin
 		var next uint64
 		buf, next, err = b.readRemote(ctx, node, seg, from, maxBytes, upTo)
 		if err == nil || !b.tryAnotherCopy(seg, err) {
-			return buf, next, err
+			return buf, next, b.deletedMeanwhile(seg, err)
 		}
 		if node == primaryOf(seg) {
 			primaryErr = err
 		}
 	}
-	return nil, from, activeUnanswered(seg, err, primaryErr)
+	return nil, from, b.deletedMeanwhile(seg, activeUnanswered(seg, err, primaryErr))
+}
+
+// deletedMeanwhile turns err, a read of sealed seg that no copy served,
+// into storage.ErrNotFound when the metadata here says the segment was
+// deleted since the reader's plan was made: retention, or every copy
+// recorded lost (cluster_lost.go). The walk then takes the range's plan
+// afresh and moves past the hole, counting it as skipped; a segment
+// still listed keeps its error, never an empty page.
+func (b *Broker) deletedMeanwhile(seg metadata.Segment, err error) error {
+	if err == nil || seg.Active || !b.wasDeleted(seg.ID) {
+		return err
+	}
+	return fmt.Errorf("%w: segment %d was deleted while read: %v", storage.ErrNotFound, seg.ID, err)
 }
 
 // activeUnanswered is the answer to a read of seg that no copy served,
@@ -128,7 +141,7 @@ func (b *Broker) tryAnotherCopy(seg metadata.Segment, err error) bool {
 func (b *Broker) readRemote(ctx context.Context, node uint64, seg metadata.Segment, from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
 	d := b.data
 	req := dataplane.Read{Segment: seg.ID, From: from, MaxBytes: uint64(max(min(maxBytes, d.lim.ReadBytes), 1)), UpTo: upTo}
-	resp, err := d.call(ctx, node, req.Encode())
+	resp, err := d.call(untraced(ctx), node, req.Encode())
 	if err != nil {
 		return nil, from, err
 	}
@@ -202,7 +215,7 @@ func (b *Broker) segmentExtent(ctx context.Context, seg metadata.Segment) (segEx
 		// watermark is unknown until it is.
 		return segExtent{}, fmt.Errorf("%w: segment %d awaits its failover", ErrRetry, seg.ID)
 	}
-	resp, err := d.call(ctx, node, (&dataplane.Info{Segment: seg.ID}).Encode())
+	resp, err := d.call(untraced(ctx), node, (&dataplane.Info{Segment: seg.ID}).Encode())
 	if err != nil {
 		return segExtent{}, err
 	}
@@ -218,7 +231,7 @@ func (b *Broker) sealedExtent(ctx context.Context, seg metadata.Segment) (segExt
 	err := fmt.Errorf("%w: segment %d has no other replica to ask", ErrMetadataUnavailable, seg.ID)
 	for _, node := range b.readNodes(seg) {
 		var resp []byte
-		resp, err = b.data.call(ctx, node, (&dataplane.Info{Segment: seg.ID}).Encode())
+		resp, err = b.data.call(untraced(ctx), node, (&dataplane.Info{Segment: seg.ID}).Encode())
 		if err == nil {
 			var ans dataplane.InfoAnswer
 			if ans, err = dataplane.DecodeInfoAnswer(resp); err == nil {
@@ -243,7 +256,7 @@ func (b *Broker) seekSegment(ctx context.Context, seg metadata.Segment, atMs int
 	if d == nil || node == 0 {
 		return 0, false, b.local(seg)
 	}
-	resp, err := d.call(ctx, node, (&dataplane.Seek{Segment: seg.ID, AtMs: atMs}).Encode())
+	resp, err := d.call(untraced(ctx), node, (&dataplane.Seek{Segment: seg.ID, AtMs: atMs}).Encode())
 	if err != nil {
 		return 0, false, err
 	}

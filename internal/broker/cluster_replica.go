@@ -31,9 +31,9 @@ import (
 // is not open yet) messages are dropped, which the primaries' resends
 // cover, and fence calls are refused.
 func (c *clusterNode) registerReplication() error {
-	if err := c.tr.Handle(peer.ChannelReplication, func(from uint64, msg []byte) {
+	if err := c.tr.HandleContext(peer.ChannelReplication, func(ctx context.Context, from uint64, msg []byte) {
 		if h := c.repl.Load(); h != nil {
-			h.HandleMessage(from, msg)
+			h.HandleMessageContext(ctx, from, msg) // ctx: the primary's trace context, if it sent one
 		}
 	}); err != nil {
 		return fmt.Errorf("broker: replication: %w", err)
@@ -60,6 +60,7 @@ func (b *Broker) startReplicas() error {
 	h, err := replica.New(replica.Config{
 		Self: c.cfg.NodeID, Transport: c.tr, Store: b.store, Lookup: b.segmentInfo,
 		OnCommit: b.onCommit, Clock: b.cfg.Clock, Logger: b.log, CommitTimeout: c.cfg.MetadataTimeout,
+		Tracer: b.cfg.Tracer,
 	})
 	if err != nil {
 		return err
@@ -394,7 +395,9 @@ func (b *Broker) sealCopy(seg metadata.Segment) {
 	defer cancel()
 	err := h.SealCopy(ctx, seg.ID, seg.End)
 	switch {
-	case err == nil, errors.Is(err, storage.ErrNotFound):
+	case err == nil:
+		b.recordSealContent(ctx, seg)
+	case errors.Is(err, storage.ErrNotFound):
 	case errors.Is(err, replica.ErrBehind), errors.Is(err, storage.ErrBehind):
 		b.log.Warn("a copy of a sealed segment is behind its seal; it stays unsealed until healed",
 			"segment", seg.ID, "end", seg.End, "err", err)

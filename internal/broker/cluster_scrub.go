@@ -75,6 +75,7 @@ func (b *Broker) scrubStep(ctx context.Context, s *heal.Scrubber) time.Duration 
 		return scrubIdle
 	}
 	b.setScrubStatus(s.Status())
+	b.forgetVerified(seals)
 	id, waitMs, ok := s.Next(now)
 	if !ok {
 		if waitMs <= 0 {
@@ -92,6 +93,8 @@ func (b *Broker) scrubStep(ctx context.Context, s *heal.Scrubber) time.Duration 
 	h.scrubbing, h.scrubVoid = 0, false
 	h.mu.Unlock()
 	s.Done(b.nowMs(), id, v)
+	b.stats.scrubbed(v.Outcome)
+	b.noteVerdict(id, v, void)
 	if !void && (v.Outcome == heal.Damaged || v.Outcome == heal.Short) {
 		// A copy deleted while it was read (void) is judged no more: its
 		// verdict would mark whatever copy of the id came next.
@@ -380,6 +383,11 @@ type HealStatus struct {
 	// and whether ScrubRate is too low to verify them all each interval.
 	ScrubCopies int  `json:"scrub_copies"`
 	ScrubBehind bool `json:"scrub_behind,omitempty"`
+	// HealingTotal, DamagedTotal and ProblemsTotal count each list
+	// before it is cut to maxHealListed: the real numbers.
+	HealingTotal  int `json:"healing_total"`
+	DamagedTotal  int `json:"damaged_total"`
+	ProblemsTotal int `json:"problems_total"`
 }
 
 // HealingSegment is a copy being filled: Target from Source.
@@ -408,7 +416,8 @@ const maxHealListed = 100
 // healStatus reports repair as this node sees it.
 func (b *Broker) healStatus() HealStatus {
 	c := b.cluster
-	st := HealStatus{Damaged: b.damagedCopies()}
+	var st HealStatus
+	st.Damaged, st.DamagedTotal = b.damagedCopies()
 	h := &c.heal
 	h.mu.Lock()
 	for id, a := range h.filling {
@@ -417,9 +426,15 @@ func (b *Broker) healStatus() HealStatus {
 	for _, r := range h.reports {
 		st.Problems = append(st.Problems, HealProblem{Segment: r.Segment, Problem: r.Problem.String(), Detail: r.Detail})
 	}
+	for _, id := range h.keptLost { // cluster_lost.go
+		st.Problems = append(st.Problems, HealProblem{Segment: id, Problem: "lost_copy_quarantined",
+			Detail: "recorded lost, yet a copy was found here: moved into the store's quarantine, not deleted"})
+	}
 	st.ScrubCopies, st.ScrubBehind = h.scrub.Copies, h.scrub.Behind
+	st.ProblemsTotal = max(h.reportsTotal+len(h.keptLost), len(st.Problems))
 	h.mu.Unlock()
 	slices.SortFunc(st.Healing, func(x, y HealingSegment) int { return cmp.Compare(x.Segment, y.Segment) })
+	st.HealingTotal = len(st.Healing)
 	st.Healing = st.Healing[:min(len(st.Healing), maxHealListed)]
 	st.Problems = st.Problems[:min(len(st.Problems), maxHealListed)]
 	return st
@@ -427,8 +442,8 @@ func (b *Broker) healStatus() HealStatus {
 
 // damagedCopies lists the damaged copies of sealed segments, the first
 // maxHealListed by segment and node: those the metadata records, and
-// this node's own not recorded yet.
-func (b *Broker) damagedCopies() []DamagedSegment {
+// this node's own not recorded yet; total counts them all.
+func (b *Broker) damagedCopies() (_ []DamagedSegment, total int) {
 	local := b.cluster.heal.localDamaged()
 	var out []DamagedSegment
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
@@ -448,5 +463,50 @@ func (b *Broker) damagedCopies() []DamagedSegment {
 	slices.SortFunc(out, func(x, y DamagedSegment) int {
 		return cmp.Or(cmp.Compare(x.Segment, y.Segment), cmp.Compare(x.Node, y.Node))
 	})
-	return out[:min(len(out), maxHealListed)]
+	return out[:min(len(out), maxHealListed)], len(out)
+}
+
+// noteVerdict records whether the scrub just found copy id whole, for
+// describe's copy states: a whole verdict marks it verified, any other
+// (or a copy deleted while it was read) unmarks it.
+func (b *Broker) noteVerdict(id uint64, v heal.Verdict, void bool) {
+	h := &b.cluster.heal
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if void || !v.Whole() {
+		delete(h.verified, id)
+		return
+	}
+	if h.verified == nil {
+		h.verified = map[uint64]int64{}
+	}
+	h.verified[id] = b.nowMs()
+}
+
+// forgetVerified drops the marks of copies no longer scrubbed here
+// (deleted, dropped from the list, or found damaged by a read).
+func (b *Broker) forgetVerified(scrubbed map[uint64]heal.Seal) {
+	h := &b.cluster.heal
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id := range h.verified {
+		_, listed := scrubbed[id]
+		_, bad := h.damaged[id]
+		if !listed || bad {
+			delete(h.verified, id)
+		}
+	}
+}
+
+// localVerified are this node's copies whose last scrub found them whole.
+func (h *healState) localVerified() map[uint64]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[uint64]bool, len(h.verified))
+	for id := range h.verified {
+		if _, bad := h.damaged[id]; !bad {
+			out[id] = true
+		}
+	}
+	return out
 }

@@ -138,6 +138,10 @@ func (b *Broker) applyRemote(a appliedCmd) {
 		// Every node deletes its copy, listed or not: a copy healed here
 		// but not recorded yet must not outlive the segment.
 		for _, id := range a.res.Deleted {
+			if a.cmd.Reason == metadata.ReasonLost && b.keepLostCopy(id) {
+				b.fireWatch(a.res.TopicID)
+				continue // a copy of a segment recorded lost is set aside, never deleted
+			}
 			b.dropSegment(a.res.TopicID, id) // and wake the topic's readers below the hole
 		}
 	}

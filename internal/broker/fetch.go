@@ -11,6 +11,9 @@ import (
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // FetchRequest asks for the next page of a topic. Precedence follows wire
@@ -104,7 +107,12 @@ func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *posi
 	for {
 		woken, at := w.waitGen()
 		at.woke = inHerd
+		_, span := b.cfg.Tracer.Start(ctx, tracing.SpanRead, trace.SpanKindInternal)
 		found, err := read(&pos, at)
+		if span.IsRecording() {
+			span.SetAttributes(tracing.AttrTopic.String(req.Topic), attribute.Bool("malachi.found", found))
+		}
+		tracing.End(span, err)
 		if inHerd {
 			w.herdRead(herd)
 			inHerd = false
@@ -431,6 +439,7 @@ func (b *Broker) filterBatches(p *plan, src *source, self bool, entries []cursor
 	var recs []Record
 	for _, batch := range batches {
 		if h, err := segment.ParseHeader(batch); err == nil && h.HasExpiry() && h.MaxExpiry != 0 && h.MaxExpiry <= nowMs {
+			b.stats.ttlFiltered.Add(uint64(h.RecordCount))
 			continue
 		}
 		recs, err = segment.DecodeRecords(batch, recs[:0])
@@ -442,6 +451,7 @@ func (b *Broker) filterBatches(p *plan, src *source, self bool, entries []cursor
 				return out, r.Offset, true, nil
 			}
 			if expired(&r, nowMs) {
+				b.stats.ttlFiltered.Add(1)
 				continue
 			}
 			pos := src.span.Start // records without a key belong to the source's first position

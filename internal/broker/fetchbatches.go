@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/keyspace"
@@ -82,6 +83,13 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 // second lets the ranges that have more fill the rest. Pages take turns
 // over the ranges, so batches larger than a share do not favour the first
 // range either.
+//
+// Bytes: a range passes its share by at most one batch (its first of the
+// page, taken only if the page has room for it), and the page passes
+// total.bytes only with its first batch, when that alone is larger. The
+// store's reads are bounded likewise: each asks for at most what is left
+// (segmentRead at most) and returns more only to make its first batch
+// whole, and the page ends at the first batch it has no room for.
 func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, bool, error) {
 	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
@@ -90,7 +98,8 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 	var out []RangeBatch
 	shareBytes := share(total.bytes, len(plans))
 	shareRecords := share(total.records, len(plans))
-	err := pr.fill(plans, first, func() bool { return total.spent() || pr.cut }, func(p *plan, pass int) (walkEnd, error) {
+	roomless := false
+	err := pr.fill(plans, first, func() bool { return total.spent() || pr.cut || roomless }, func(p *plan, pass int) (walkEnd, error) {
 		bg := budget{records: total.records, bytes: total.bytes, hardRecords: total.records}
 		if pass == 0 {
 			bg.records, bg.bytes, bg.firstBytes = min(shareRecords, total.records), min(shareBytes, total.bytes), total.bytes
@@ -100,9 +109,17 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 			end walkEnd
 			err error
 		)
+		pr.refused = 0
 		out, end, err = walkRange(pr, p, &bg, out, b.readSourceBatches)
 		total.records -= before.records - bg.records
 		total.bytes -= before.bytes - bg.bytes
+		// A batch read and left because the page has no room for it ends
+		// the page: the other ranges' batches come from the same producers
+		// and are most likely as large, and each would cost a read of its
+		// size only to be left too (otherwise, with batches of 64-256 KiB,
+		// a page of 1 MiB over 64 ranges reads several times what it
+		// returns).
+		roomless = pr.refused > total.bytes
 		return end, err
 	})
 	if err != nil {
@@ -115,6 +132,7 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries []cursor.Entry, start uint64, bg *budget, out []RangeBatch) (uint64, bool, []RangeBatch, error) {
 	f := newBatchFilter(p, src, entries, pr.lin, pr.now)
 	f.memo = &pr.reads.expiries
+	f.filtered = &b.stats.ttlFiltered
 	for _, seg := range src.segments {
 		f.seg = seg.ID
 		if !seg.Active && seg.End <= start {
@@ -141,7 +159,9 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 			if len(buf) == 0 {
 				break
 			}
-			if out, start, err = f.add(buf, start, bg, out); err != nil {
+			out, start, err = f.add(buf, start, bg, out)
+			pr.refused = max(pr.refused, f.refused)
+			if err != nil {
 				return start, false, out, err
 			}
 			if pr.scanned(len(buf), bg) {
@@ -175,6 +195,11 @@ type batchFilter struct {
 	now  int64
 	memo *expiryMemo
 	seg  uint64
+	// filtered counts the records passed over as expired (stats.go).
+	filtered *atomic.Uint64
+	// refused is the size of the batch left for a later page because it
+	// did not fit the budget (0 when none was).
+	refused int
 }
 
 func newBatchFilter(p *plan, src *source, entries []cursor.Entry, lin lineage, nowMs int64) *batchFilter {
@@ -214,6 +239,7 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 			return out, start, fmt.Errorf("broker: segment of range %d: %w", f.src.id, err)
 		}
 		if ex == expiryAll {
+			f.filtered.Add(uint64(h.RecordCount))
 			start = h.LastOffset() + 1
 			continue
 		}
@@ -249,7 +275,7 @@ func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch
 			limit = max(limit, bg.firstBytes)
 		}
 		if len(out) > 0 && len(kept) > limit {
-			bg.full = true
+			bg.full, f.refused = true, len(kept)
 			return out, start, nil
 		}
 		start = next
@@ -289,6 +315,9 @@ func (f *batchFilter) filter(batch []byte, start uint64) ([]byte, int, error) {
 		pos := f.src.span.Start // records without a key belong to the source's first position
 		if r.Key != nil {
 			pos = keyspace.Position(r.Key, f.p.bits)
+		}
+		if r.Offset >= start && expired(&r, f.now) {
+			f.filtered.Add(1)
 		}
 		if r.Offset < start || expired(&r, f.now) || (!self && !f.p.slice.Contains(pos)) ||
 			cursor.Consumed(f.entries, f.src.id, pos, r.Offset, f.lin.isAncestor) {

@@ -12,6 +12,9 @@ import (
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // head is the write head of one active range: its active segment and the
@@ -77,13 +80,31 @@ func (b *Broker) ProduceAsync(ctx context.Context, topic string, recs []Record, 
 	// Stamped once, here at the front door: the expiry travels with the
 	// records wherever they are forwarded or re-routed (ttl.go).
 	recs = stampRecords(recs, b.defaultTTLByName(topic), b.nowMs())
+	ctx, span := b.cfg.Tracer.Start(ctx, tracing.SpanBrokerProduce, trace.SpanKindInternal)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrTopic.String(topic), tracing.AttrRecords.Int(len(recs)))
+		done = endWith(span, done)
+	}
 	wait := newProduceWait(len(recs), done)
 	if err := b.routeInto(ctx, topic, recs, wait, true); err != nil {
+		tracing.End(span, err)
 		return err
 	}
 	wait.sealed()
 	return nil
 }
+
+// endWith is done, ending span with its outcome first.
+func endWith(span trace.Span, done func(int, error)) func(int, error) {
+	return func(n int, err error) {
+		tracing.End(span, err)
+		done(n, err)
+	}
+}
+
+// Tracer is the node's tracer (off when nil), for the client server's
+// spans.
+func (b *Broker) Tracer() *tracing.Tracer { return b.cfg.Tracer }
 
 // routeInto routes records to their ranges and enqueues them on wait,
 // re-routing what a split or merge retired under it. A routing failure
@@ -116,11 +137,21 @@ func (b *Broker) routeAfter(ctx context.Context, topic string, pending []Record,
 		pending = pending[:0:0]
 		for _, g := range groups {
 			tokens++
-			recs := b.queueBehind(topic, topicID, g, wait, after)
+			recs := b.queueBehind(ctx, topic, topicID, g, wait, after)
 			if len(recs) == 0 {
 				continue
 			}
-			err := b.appendToRange(ctx, topic, topicID, g.rangeID, recs, wait)
+			rctx, span := b.cfg.Tracer.Start(ctx, tracing.SpanRoute, trace.SpanKindInternal)
+			if span.IsRecording() {
+				span.SetAttributes(tracing.AttrRange.Int64(int64(g.rangeID)), tracing.AttrRecords.Int(len(recs)))
+			}
+			err := b.appendToRange(rctx, topic, topicID, g.rangeID, recs, wait)
+			if errors.Is(err, errRetired) {
+				span.AddEvent("range retired: routed again") // not a failure of the produce
+				span.End()
+			} else {
+				tracing.End(span, err)
+			}
 			if errors.Is(err, errRetired) {
 				pending = append(pending, recs...) // nothing was enqueued for them
 				continue
@@ -236,7 +267,7 @@ func (b *Broker) appendToRange(ctx context.Context, topic string, topicID, range
 	enqueued, repairs := 0, 0
 	for len(recs) > 0 {
 		if h.fwd.busy {
-			return b.forwardRecordsLocked(h, 0, topic, recs, wait, false)
+			return b.forwardRecordsLocked(ctx, h, 0, topic, recs, wait, false)
 		}
 		err := b.writableLocked(h)
 		if err == nil {
@@ -252,7 +283,7 @@ func (b *Broker) appendToRange(ctx context.Context, topic string, topicID, range
 		switch {
 		case err == nil:
 		case remote && b.data != nil:
-			return b.forwardRecordsLocked(h, node, topic, recs, wait, false)
+			return b.forwardRecordsLocked(ctx, h, node, topic, recs, wait, false)
 		case errors.Is(err, errRetired) && enqueued > 0:
 			// Part of the group is in: re-routing all of it would
 			// duplicate that part, so the produce fails instead.
@@ -312,21 +343,27 @@ func (b *Broker) enqueueBatchLocked(ctx context.Context, h *head, batch []byte, 
 	}
 	wait.add()
 	topicID, rangeID, end := h.topicID, h.rangeID, h.next+uint64(n)
+	_, span := b.cfg.Tracer.Start(ctx, tracing.SpanFsync, trace.SpanKindInternal)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrSegment.Int64(int64(h.segment)), tracing.AttrRecords.Int(n), tracing.AttrBytes.Int(len(batch)))
+	}
 	err := b.store.AppendAsync(ctx, storage.SegmentID(h.segment), batch, func(err error) {
+		tracing.End(span, err)
 		if err == nil {
 			notify.fire()
 			if b.data != nil {
 				b.data.appended(topicID, rangeID, end)
 			}
 		}
-		wait.part(err)
+		wait.part(retryWhenFull(err))
 	})
 	if err != nil {
+		tracing.End(span, err)
 		wait.part(nil)
 		if errors.Is(err, storage.ErrSealed) || storage.IsCorrupt(err) || errors.Is(err, storage.ErrNotFound) {
 			h.ready = false
 		}
-		return fmt.Errorf("broker: append: %w", err)
+		return fmt.Errorf("broker: append: %w", retryWhenFull(err))
 	}
 	h.next += uint64(n)
 	b.appendedLocked(h, len(batch))
@@ -341,8 +378,23 @@ func (b *Broker) enqueueBatchLocked(ctx context.Context, h *head, batch []byte, 
 // REQUIRES: h.mu held, h writable, h.repl.
 func (b *Broker) replicateBatchLocked(ctx context.Context, h *head, batch []byte, n int, wait *produceWait) error {
 	wait.add()
-	base, err := b.replicas().Append(ctx, h.segment, batch, func(err error) { wait.part(replicaDoneError(err)) })
+	// replicate covers stamping and shipping the batch (the followers'
+	// spans are its children); commit, the wait for the quorum's fsync.
+	_, commit := b.cfg.Tracer.Start(ctx, tracing.SpanCommit, trace.SpanKindInternal)
+	rctx, ship := b.cfg.Tracer.Start(ctx, tracing.SpanReplicate, trace.SpanKindProducer)
+	if ship.IsRecording() {
+		attrs := []attribute.KeyValue{tracing.AttrSegment.Int64(int64(h.segment)), tracing.AttrRecords.Int(n), tracing.AttrBytes.Int(len(batch))}
+		ship.SetAttributes(attrs...)
+		commit.SetAttributes(attrs...)
+	}
+	base, err := b.replicas().Append(rctx, h.segment, batch, func(err error) {
+		err = replicaDoneError(err)
+		tracing.End(commit, err)
+		wait.part(err)
+	})
+	tracing.End(ship, err)
 	if err != nil {
+		tracing.End(commit, err)
 		wait.part(nil)
 		unready, err := replicaAppendError(h.segment, err)
 		if unready {
@@ -454,4 +506,15 @@ func (w *produceWait) finish() {
 		return
 	}
 	w.done(w.n, nil)
+}
+
+// retryWhenFull makes a full disk's refusal retriable: the store keeps
+// nothing it refused, the node rolls its ranges to other nodes, and space
+// may come back, so the client should try again rather than give up on
+// an internal error.
+func retryWhenFull(err error) error {
+	if err != nil && errors.Is(err, storage.ErrNoSpace) && !errors.Is(err, ErrRetry) {
+		return fmt.Errorf("%w: %w", ErrRetry, err)
+	}
+	return err
 }

@@ -355,6 +355,9 @@ func (b *Broker) deleteDeletedOrphans(orphans []uint64) []uint64 {
 			kept = append(kept, id)
 			continue
 		}
+		if b.keepLostCopy(id) {
+			continue // recorded lost: set aside, never deleted (cluster_lost.go)
+		}
 		if err := b.store.Delete(storage.SegmentID(id)); err != nil && !errors.Is(err, storage.ErrNotFound) {
 			b.log.Warn("deleting a deleted segment's file failed; kept", "segment", id, "err", err)
 			kept = append(kept, id)

@@ -130,6 +130,7 @@ func (b *Broker) expireSegment(ctx context.Context, topic uint64, e retention.Ex
 		return err
 	}
 	b.dropSegment(topic, e.Segment)
+	b.stats.segmentsExpired.Add(1)
 	b.log.Info("retention: deleted an expired segment", "segment", e.Segment, "why", e.Why)
 	return nil
 }

@@ -71,7 +71,8 @@ func route(cmd *metadata.Command, ring placement.Ring) routing {
 		return routing{group: VnodeGroup(ring.VnodeOf(cmd.Topic))}
 	case metadata.KindOpenSegment, metadata.KindSplitRange, metadata.KindMergeRanges, metadata.KindHoldRange:
 		return byID(cmd.Range, ring, metadata.ErrNoSuchRange)
-	case metadata.KindSealSegment, metadata.KindDeleteSegment, metadata.KindSetSegmentReplicas, metadata.KindMarkCopyDamaged:
+	case metadata.KindSealSegment, metadata.KindDeleteSegment, metadata.KindSetSegmentReplicas, metadata.KindMarkCopyDamaged,
+		metadata.KindRecordSealContent:
 		return byID(cmd.Segment, ring, metadata.ErrNoSuchSegment)
 	}
 	return routing{refused: metadata.ErrUnknownCommand}

@@ -121,7 +121,9 @@ const (
 	Waiting Problem = iota + 1
 	// NoHealthySource: only damaged copies remain; they are kept.
 	NoHealthySource
-	// Lost: no copy is on a live or recently down node.
+	// Lost: no copy is on a live or recently down node. The broker
+	// records such a segment lost (a deleted span readers skip) only
+	// after it finds every holder removed or dead and unanswerable.
 	Lost
 	// NoTarget: no live node with a healthy disk can take a copy.
 	NoTarget

@@ -1,6 +1,6 @@
 // Package httpapi serves the node's HTTP side: liveness (/health) and
-// readiness (/ready) for orchestrators. Metrics, the dashboard and the admin
-// JSON API join it here.
+// readiness (/ready) for orchestrators, and Prometheus metrics (/metrics,
+// WithMetrics). The dashboard and the admin JSON API join it here.
 package httpapi
 
 import (
@@ -22,14 +22,27 @@ type Readiness interface {
 // Server is the HTTP listener.
 type Server struct {
 	srv *http.Server
+	mux *http.ServeMux
 	ln  net.Listener
+}
+
+// Option adds a route to New's handler set.
+type Option func(*http.ServeMux)
+
+// WithMetrics serves h (internal/metrics' handler) at GET /metrics, for
+// Prometheus to scrape.
+func WithMetrics(h http.Handler) Option {
+	return func(mux *http.ServeMux) { mux.Handle("GET /metrics", h) }
 }
 
 // New builds the handler set for a node. With profiling, the Go runtime
 // profiles are served under /debug/pprof/ (off by default: they reveal
 // internals and cost CPU while taken).
-func New(addr string, node Readiness, profiling bool) *Server {
+func New(addr string, node Readiness, profiling bool, opts ...Option) *Server {
 	mux := http.NewServeMux()
+	for _, o := range opts {
+		o(mux)
+	}
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -46,7 +59,7 @@ func New(addr string, node Readiness, profiling bool) *Server {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	return &Server{srv: &http.Server{
+	return &Server{mux: mux, srv: &http.Server{
 		Addr:              addr,
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -61,6 +74,18 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
+}
+
+// Mount serves h under pattern (a net/http ServeMux pattern, such as "/"
+// for everything the node's own routes leave). Call it before Serve; the
+// more specific pattern wins, so /health and /ready stay the node's. If h
+// has a Close method, Shutdown calls it as it begins, so that answers
+// that never end by themselves (event streams) do not hold it up.
+func (s *Server) Mount(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+	if c, ok := h.(interface{ Close() }); ok {
+		s.srv.RegisterOnShutdown(c.Close)
+	}
 }
 
 // Listen binds the address.

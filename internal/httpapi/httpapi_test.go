@@ -53,3 +53,38 @@ func TestHealthAndReadiness(t *testing.T) {
 		t.Fatalf("profiles served without --pprof: %d", resp.StatusCode)
 	}
 }
+
+func TestMetricsOnlyWhenMounted(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte("malachi_up 1\n"))
+	})
+	for _, mounted := range []bool{false, true} {
+		var opts []Option
+		if mounted {
+			opts = append(opts, WithMetrics(metrics))
+		}
+		s := New("127.0.0.1:0", &readiness{}, false, opts...)
+		if err := s.Listen(); err != nil {
+			t.Fatal(err)
+		}
+		go s.Serve()
+		base := "http://" + s.Addr().String()
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := http.StatusNotFound
+		if mounted {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("mounted %v: /metrics answered %d, want %d", mounted, resp.StatusCode, want)
+		}
+		if code, body := get(t, base+"/health"); code != 200 || body["status"] != "ok" {
+			t.Errorf("mounted %v: /health: %d %v", mounted, code, body)
+		}
+		s.Shutdown(t.Context())
+	}
+}

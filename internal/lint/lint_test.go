@@ -103,8 +103,9 @@ func TestLeafPackages(t *testing.T) {
 
 func TestImportEdges(t *testing.T) {
 	// server is the broker's front door: it dispatches decoded requests to
-	// the broker and shares its request and error types.
-	mayImportBroker := []string{"/cmd/", "/pkg/client/clienttest", "/internal/e2e", "/internal/server"}
+	// the broker and shares its request and error types. metrics reads its
+	// snapshots at scrape time.
+	mayImportBroker := []string{"/cmd/", "/pkg/client/clienttest", "/internal/e2e", "/internal/server", "/internal/metrics"}
 	for _, p := range listPackages(t) {
 		for _, imp := range p.Imports {
 			if imp == module+"/internal/broker" && !hasAny(p.ImportPath, mayImportBroker) {
@@ -296,6 +297,77 @@ func TestRetentionImports(t *testing.T) {
 		for _, imp := range p.Imports {
 			if strings.HasPrefix(imp, module+"/") && !slices.Contains(retentionMayImport, strings.TrimPrefix(imp, module+"/")) {
 				t.Errorf("internal/retention imports %s; it may import only %s", imp, strings.Join(retentionMayImport, ", "))
+			}
+		}
+	}
+}
+
+// internal/logcat (the log message catalog and its slog handler) wraps
+// any handler and knows nothing of the node: it imports no package of
+// the module, so that any package may use it.
+func TestLogcatImportsNothingOfTheModule(t *testing.T) {
+	for _, p := range internalPackages(listPackages(t), "logcat") {
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") {
+				t.Errorf("internal/logcat imports %s; it may import no package of the module", imp)
+			}
+		}
+	}
+}
+
+// The Prometheus client is the exposition layer's: internal/metrics
+// adapts the node's counters and snapshots to it, internal/httpapi serves
+// it and cmd wires them. The packages that count (storage, broker,
+// server, raft, replication...) keep plain atomic counters and
+// internal/metrics/hist histograms, so they never pay for, or depend on,
+// the exposition format. internal/top reads the format (see
+// TestTopReadsOnlyScrapes).
+var prometheusMayImport = []string{"/internal/metrics", "/internal/httpapi", "/cmd/", "/internal/top"}
+
+func TestPrometheusOnlyAtTheEdge(t *testing.T) {
+	for _, p := range listPackages(t) {
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, "github.com/prometheus/") && !hasAny(p.ImportPath, prometheusMayImport) {
+				t.Errorf("%s imports %s; only internal/metrics, internal/httpapi, internal/top and cmd may", p.ImportPath, imp)
+			}
+		}
+		// hist is what the counting packages import: it must not bring
+		// the client (or anything of the module) with it.
+		if p.ImportPath == module+"/internal/metrics/hist" {
+			for _, dep := range p.Deps {
+				if strings.HasPrefix(dep, module+"/") || strings.HasPrefix(dep, "github.com/") {
+					t.Errorf("internal/metrics/hist depends on %s; it may depend on the standard library only", dep)
+				}
+			}
+		}
+	}
+}
+
+// internal/dashboard is a client of its node: everything it shows or
+// changes goes through pkg/client under the user's session, so the node's
+// permissions apply. It imports no other package of the module.
+func TestDashboardIsAClient(t *testing.T) {
+	for _, p := range internalPackages(listPackages(t), "dashboard") {
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") && imp != module+"/pkg/client" {
+				t.Errorf("internal/dashboard imports %s; it may import only pkg/client of the module", imp)
+			}
+		}
+	}
+}
+
+// internal/top (the view of `malachi top`) works from the text of
+// /metrics pages its caller scraped: it parses the exposition format
+// and never the client that serves it, imports no package of the
+// module (it knows the node only by its series' names) and does no I/O.
+var topForbidden = []string{"os", "os/exec", "net", "net/http"}
+
+func TestTopReadsOnlyScrapes(t *testing.T) {
+	for _, p := range internalPackages(listPackages(t), "top") {
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") || slices.Contains(topForbidden, imp) ||
+				strings.HasPrefix(imp, "github.com/prometheus/client_golang") {
+				t.Errorf("internal/top imports %s; it reads scrapes given to it and may import no package of the module, no I/O and no Prometheus client", imp)
 			}
 		}
 	}

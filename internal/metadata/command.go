@@ -38,6 +38,11 @@ const (
 	// KindBindTopicPolicy binds a topic to a policy by name, or unbinds
 	// it (the topic's vnode).
 	KindBindTopicPolicy = "bind_topic_policy"
+	// KindRecordSealContent fills in a sealed segment's records, bytes,
+	// expiry, content hash and generation when its seal recorded only the
+	// end (a failover seal: no copy was cut to the end yet when it was
+	// decided). The first copy sealed at that end supplies them.
+	KindRecordSealContent = "record_seal_content"
 )
 
 // Limits checked by Apply.
@@ -103,8 +108,8 @@ type Command struct {
 	ContentHash uint64   `json:"content_hash,omitempty"` // seal_segment: footer hash
 	Generation  uint32   `json:"generation,omitempty"`   // seal_segment: compaction generation
 	Replicas    []string `json:"replicas,omitempty"`     // open_segment, set_segment_replicas: primary first
-	// Expect (set_segment_replicas) is the replica list the proposer
-	// saw; the command is refused unless the segment still has it, so a
+	// Expect (set_segment_replicas, and delete_segment with ReasonLost)
+	// is the replica list the proposer saw; the command is refused unless the segment still has it, so a
 	// heal planned on an old view never undoes a change made since.
 	Expect []string `json:"expect,omitempty"`
 	// Node (mark_copy_damaged) is the replica whose copy is damaged.

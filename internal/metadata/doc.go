@@ -32,11 +32,16 @@
 //	seal_segment   Segment, End, Records, Bytes, MaxExpiry, ContentHash, Generation -> Sealed
 //	    no_such_segment; already_sealed (with the existing seal in Sealed, so
 //	    racing sealers converge); End >= Base and Records <= End-Base.
-//	delete_segment Segment, Reason -> Deleted   no_such_segment; segment_active;
-//	    invalid_command (Reason not "", "retention" or "ttl"); segment_not_first
-//	    (a retention or ttl delete of any but the range's first segment).
-//	    The range records the span in Deleted (Skip unless "ttl") and, when
-//	    the segment was its first, raises Trimmed; WasDeleted remembers the id.
+//	delete_segment Segment, Reason, Expect -> Deleted   no_such_segment; segment_active;
+//	    invalid_command (Reason not "", "retention", "ttl" or "lost"); segment_not_first
+//	    (a retention or ttl delete of any but the range's first segment);
+//	    replicas_changed (a "lost" delete whose segment has no list, or
+//	    whose list is not Expect, in order: a copy recorded meanwhile wins).
+//	    The range records the span in Deleted (Skip unless "ttl"; a "lost"
+//	    segment without a recorded count records End-Base, Bound) and, when
+//	    the segment was its first, raises Trimmed; WasDeleted remembers the id,
+//	    and WasLost too for a "lost" delete (the last MaxLostIDs, kept apart
+//	    so a node finding a file of it sets it aside rather than delete it).
 //	set_segment_replicas Segment, Expect, Replicas -> SegmentID
 //	    invalid_command (Replicas empty, repeated, a name empty or over 255
 //	    bytes, more than MaxReplicas); no_such_segment; segment_active (only

@@ -21,7 +21,7 @@ import (
 //   - the owner index counts exactly each owner's topics and their ranges;
 //   - policies are valid and canonical, at most MaxPolicies; deleted
 //     spans are ordered within [0, NextOffset] and at most
-//     MaxDeletedSpans; the deleted-id record is bounded and names only
+//     MaxDeletedSpans; the deleted-id and lost-id records are bounded and name only
 //     ids no longer held; skip counters belong to existing groups.
 func (s *State) CheckInvariants() error {
 	if len(s.byName) != len(s.topics) {

@@ -11,6 +11,13 @@ const (
 	ReasonOperator  = ""          // an operator's delete: anywhere in the range
 	ReasonRetention = "retention" // age, bytes or records: the range's first segment only
 	ReasonTTL       = "ttl"       // every record expired: the first segment only
+	// ReasonLost: every copy of a sealed segment is gone for good (the
+	// heal planner's "lost", confirmed by the broker): anywhere in the
+	// range, and only while its replica list is still Command.Expect, so
+	// a copy recorded meanwhile refuses it. Its records are skipped like
+	// retention's; a failover's seal recorded no count, and End-Base then
+	// stands for it as an upper bound.
+	ReasonLost = "lost"
 )
 
 // Retention bookkeeping limits.
@@ -21,6 +28,11 @@ const (
 	// MaxDeletedIDs is how many deleted segment ids a state remembers
 	// (WasDeleted), oldest forgotten first.
 	MaxDeletedIDs = 16384
+	// MaxLostIDs is how many segment ids deleted with ReasonLost a state
+	// remembers apart (WasLost), oldest forgotten first. They are few
+	// (each is every copy of a segment gone with its holders removed), and
+	// kept apart so retention's churn never pushes them out.
+	MaxLostIDs = 4096
 )
 
 // DeletedSpan is a run [Base, End) of a range's offsets whose segments
@@ -36,6 +48,10 @@ type DeletedSpan struct {
 	Records uint64 `json:"records"`
 	Skip    bool   `json:"skip,omitempty"`
 	Bound   bool   `json:"bound,omitempty"`
+	// Lost marks a span of segments recorded lost (ReasonLost): every
+	// copy was gone, not deleted by a rule. Only spans alike in it merge;
+	// past MaxDeletedSpans, a merged span is Lost if any part was.
+	Lost bool `json:"lost,omitempty"`
 	// At is when the latest of the span's segments was deleted (the
 	// command's Now): a group commit passing a span deleted after the
 	// group's previous commit may pass records the group read before
@@ -62,7 +78,7 @@ func (r Range) DeletedBetween(from, to uint64) (n uint64, bound bool) {
 
 // validReason: one of the Reason* values.
 func validReason(r string) bool {
-	return r == ReasonOperator || r == ReasonRetention || r == ReasonTTL
+	return r == ReasonOperator || r == ReasonRetention || r == ReasonTTL || r == ReasonLost
 }
 
 // recordDeletion notes a sealed segment's deletion in its range: the span,
@@ -71,6 +87,12 @@ func validReason(r string) bool {
 func (rr *rangeRec) recordDeletion(seg *Segment, reason string, wasFirst bool, now int64) {
 	if seg.End > seg.Base {
 		sp := DeletedSpan{Base: seg.Base, End: seg.End, Records: seg.Records, Skip: reason != ReasonTTL, At: now}
+		if reason == ReasonLost {
+			sp.Lost = true
+			if seg.Records == 0 {
+				sp.Records, sp.Bound = seg.End-seg.Base, true
+			}
+		}
 		i, _ := slices.BinarySearchFunc(rr.r.Deleted, sp.Base, func(d DeletedSpan, b uint64) int {
 			return cmp.Compare(d.Base, b)
 		})
@@ -80,6 +102,7 @@ func (rr *rangeRec) recordDeletion(seg *Segment, reason string, wasFirst bool, n
 			d := &rr.r.Deleted[i-1]
 			d.Records = addSat(d.Records, sp.Records)
 			d.Skip, d.Bound, d.At = d.Skip || sp.Skip, true, max(d.At, sp.At)
+			d.Lost = d.Lost || sp.Lost
 		} else {
 			rr.r.Deleted = slices.Insert(rr.r.Deleted, i, sp)
 			i = rr.mergeAround(i)
@@ -99,15 +122,15 @@ func (rr *rangeRec) recordDeletion(seg *Segment, reason string, wasFirst bool, n
 }
 
 // mergeAround merges span i with span i+1 when they are alike: equal Skip
-// and no live segment between them, so the merged count stays exact. It
+// and Lost, and no live segment between them, so the merged count stays exact. It
 // returns the index of the span that now holds span i.
 func (rr *rangeRec) mergeAround(i int) int {
 	d := rr.r.Deleted
-	if i < 0 || i+1 >= len(d) || d[i].Skip != d[i+1].Skip || rr.liveBetween(d[i].End, d[i+1].Base) {
+	if i < 0 || i+1 >= len(d) || d[i].Skip != d[i+1].Skip || d[i].Lost != d[i+1].Lost || rr.liveBetween(d[i].End, d[i+1].Base) {
 		return i
 	}
 	d[i] = DeletedSpan{Base: d[i].Base, End: d[i+1].End, Records: d[i].Records + d[i+1].Records,
-		Skip: d[i].Skip, Bound: d[i].Bound || d[i+1].Bound, At: max(d[i].At, d[i+1].At)}
+		Skip: d[i].Skip, Bound: d[i].Bound || d[i+1].Bound, At: max(d[i].At, d[i+1].At), Lost: d[i].Lost}
 	rr.r.Deleted = slices.Delete(d, i+1, i+2)
 	return i
 }
@@ -118,7 +141,7 @@ func (rr *rangeRec) capSpans() {
 	d := rr.r.Deleted
 	a, b := d[0], d[1]
 	d[0] = DeletedSpan{Base: a.Base, End: b.End, Records: a.Records + b.Records, Skip: a.Skip || b.Skip, At: max(a.At, b.At),
-		Bound: a.Bound || b.Bound || a.Skip != b.Skip || rr.liveBetween(a.End, b.Base)}
+		Bound: a.Bound || b.Bound || a.Skip != b.Skip || rr.liveBetween(a.End, b.Base), Lost: a.Lost || b.Lost}
 	rr.r.Deleted = slices.Delete(d, 1, 2)
 }
 
@@ -135,7 +158,10 @@ type deletedIDs struct {
 	set   map[uint64]bool
 }
 
-func (d *deletedIDs) add(ids ...uint64) {
+func (d *deletedIDs) add(ids ...uint64) { d.addBounded(MaxDeletedIDs, ids...) }
+
+// addBounded adds ids, keeping the last limit of them.
+func (d *deletedIDs) addBounded(limit int, ids ...uint64) {
 	if d.set == nil {
 		d.set = make(map[uint64]bool)
 	}
@@ -146,7 +172,7 @@ func (d *deletedIDs) add(ids ...uint64) {
 		d.order = append(d.order, id)
 		d.set[id] = true
 	}
-	if over := len(d.order) - MaxDeletedIDs; over > 0 {
+	if over := len(d.order) - limit; over > 0 {
 		for _, id := range d.order[:over] {
 			delete(d.set, id)
 		}
@@ -159,6 +185,12 @@ func (d *deletedIDs) add(ids ...uint64) {
 // WasDeleted reports whether segment id is among the last MaxDeletedIDs
 // segments this state deleted (delete_segment or delete_topic).
 func (s *State) WasDeleted(id uint64) bool { return s.deleted.set[id] }
+
+// WasLost reports whether segment id is among the last MaxLostIDs
+// segments deleted with ReasonLost. A node that comes back holding such a
+// segment's file keeps it aside rather than deleting it: the delete said
+// no copy was left, and this one is.
+func (s *State) WasLost(id uint64) bool { return s.lost.set[id] }
 
 // skipCount is a group's count of records deleted before it read them.
 type skipCount struct {
@@ -325,6 +357,15 @@ func (s *State) checkDeletedIDs() error {
 	for _, id := range d.order {
 		if !d.set[id] || id == 0 || id > s.lastSegment || ShardOf(id) != s.shard || s.segments[id] != nil {
 			return fmt.Errorf("deleted id %d: unindexed, foreign, beyond the counter or still held", id)
+		}
+	}
+	l := &s.lost
+	if len(l.order) > MaxLostIDs || len(l.order) != len(l.set) {
+		return fmt.Errorf("lost ids: %d listed, %d indexed, at most %d", len(l.order), len(l.set), MaxLostIDs)
+	}
+	for _, id := range l.order {
+		if !l.set[id] || id == 0 || id > s.lastSegment || ShardOf(id) != s.shard || s.segments[id] != nil {
+			return fmt.Errorf("lost id %d: unindexed, foreign, beyond the counter or still held", id)
 		}
 	}
 	return nil

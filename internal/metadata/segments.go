@@ -99,13 +99,19 @@ func (s *State) deleteSegment(c *Command) Result {
 	}
 	rr := s.ranges[seg.Range]
 	first := rr.segs[0] == seg
-	if c.Reason != ReasonOperator && !first {
+	if (c.Reason == ReasonRetention || c.Reason == ReasonTTL) && !first {
 		return failed(ErrSegmentNotFirst)
+	}
+	if c.Reason == ReasonLost && (len(seg.Replicas) == 0 || !slices.Equal(seg.Replicas, c.Expect)) {
+		return failed(ErrReplicasChanged)
 	}
 	rr.segs = slices.DeleteFunc(rr.segs, func(x *Segment) bool { return x == seg })
 	delete(s.segments, seg.ID)
 	rr.recordDeletion(seg, c.Reason, first, c.Now)
 	s.deleted.add(seg.ID)
+	if c.Reason == ReasonLost {
+		s.lost.addBounded(MaxLostIDs, seg.ID)
+	}
 	return Result{SegmentID: seg.ID, TopicID: rr.r.Topic, Deleted: []uint64{seg.ID}}
 }
 

@@ -40,6 +40,9 @@ type image struct {
 	// states that never had them, whose bytes are thus unchanged.
 	Policies        []Policy `json:"policies,omitempty"`
 	DeletedSegments []uint64 `json:"deleted_segments,omitempty"`
+	// LostSegments (oldest first) are the ids deleted with ReasonLost
+	// (WasLost); absent from older snapshots.
+	LostSegments []uint64 `json:"lost_segments,omitempty"`
 }
 
 type groupRecord struct {
@@ -102,6 +105,7 @@ func (s *State) export() *image {
 		Topics: []Topic{}, Ranges: []Range{}, Segments: []Segment{}, Groups: []groupRecord{},
 		Users: s.Users(), ACLs: []ACL{},
 		DeletedSegments: slices.Clone(s.deleted.order),
+		LostSegments:    slices.Clone(s.lost.order),
 	}
 	if len(s.policies) > 0 {
 		img.Policies = s.Policies()
@@ -252,8 +256,9 @@ func (s *State) loadAccess(img *image) error {
 // loadPolicies takes the policies and the deleted-id record; their
 // validity is CheckInvariants' to judge.
 func (s *State) loadPolicies(img *image) error {
-	if len(img.Policies) > MaxPolicies || len(img.DeletedSegments) > MaxDeletedIDs {
-		return fmt.Errorf("%d policies, %d deleted ids: over the bounds", len(img.Policies), len(img.DeletedSegments))
+	if len(img.Policies) > MaxPolicies || len(img.DeletedSegments) > MaxDeletedIDs || len(img.LostSegments) > MaxLostIDs {
+		return fmt.Errorf("%d policies, %d deleted ids, %d lost ids: over the bounds",
+			len(img.Policies), len(img.DeletedSegments), len(img.LostSegments))
 	}
 	for i := range img.Policies {
 		p := img.Policies[i].clone()
@@ -267,6 +272,12 @@ func (s *State) loadPolicies(img *image) error {
 			return fmt.Errorf("deleted id %d: duplicate", id)
 		}
 		s.deleted.add(id)
+	}
+	for _, id := range img.LostSegments {
+		if s.lost.set[id] {
+			return fmt.Errorf("lost id %d: duplicate", id)
+		}
+		s.lost.addBounded(MaxLostIDs, id)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ type State struct {
 	owners   map[string]usage // by Topic.Owner: what the owner's topics hold (no "" key)
 	policies map[string]*Policy
 	deleted  deletedIDs // the last MaxDeletedIDs deleted segment ids
+	lost     deletedIDs // the last MaxLostIDs segment ids deleted as lost
 
 	clusterID     string
 	clusterSecret []byte
@@ -52,6 +53,7 @@ func New() *State {
 		owners:   make(map[string]usage),
 		policies: make(map[string]*Policy),
 		deleted:  deletedIDs{set: make(map[uint64]bool)},
+		lost:     deletedIDs{set: make(map[uint64]bool)},
 	}
 }
 
@@ -96,6 +98,8 @@ func (s *State) Apply(cmd Command) Result {
 		return s.deleteGroup(c)
 	case KindBindTopicPolicy:
 		return s.bindTopicPolicy(c)
+	case KindRecordSealContent:
+		return s.recordSealContent(c)
 	}
 	return s.applyAccess(c)
 }

@@ -75,6 +75,15 @@ type Config struct {
 	RedialMin time.Duration
 	RedialMax time.Duration
 
+	// TraceContext turns trace contexts on frames on: SendContext and
+	// Call carry ctx's trace context to the nodes that declared at the
+	// handshake that they take it, and handlers receive the context a
+	// frame carried. Off (a node that does not trace), frames carry
+	// none, whatever ctx holds, and received ones are ignored: such a
+	// node neither declares the capability nor passes a remote trace
+	// on. The in-memory twin's links always take it.
+	TraceContext bool
+
 	// Logger receives connection-level messages; default slog.Default().
 	Logger *slog.Logger
 }

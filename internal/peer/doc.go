@@ -59,9 +59,27 @@
 //	                   4 request, 5 response, 6 error response
 //	chan       uint8   Channel (1 raft, 2 forward, 3 replication, 4 data; below
 //	                   16); 0 on hello and answers
-//	flags      uint16  0; other values are refused
+//	flags      uint16  0, or 1 (trace): the payload starts with a trace
+//	                   context; other values are refused
 //	request id uint64  a call's id, unique among the caller's calls to
 //	                   that node; answers carry it back; 0 otherwise
+//
+// A frame with the trace flag carries the W3C trace context of the span
+// that sent it ahead of its payload, 25 bytes counted in len:
+//
+//	trace id [16] | span id [8] | trace flags uint8 (1: sampled)
+//
+// A request made by Call, and a one-way frame sent by SendContext, carry
+// it when their context has a span, Config.TraceContext is set and the
+// destination declared capTrace in its hello answer; a frame without one
+// is the frame of version 1 as before, byte for byte. A node that
+// predates the flag refuses a traced frame and closes the connection,
+// and declares nothing, so it is sent none: frames queued with a context
+// before its handshake said so are written without it. A zero trace or
+// span id is refused. The receiver, when Config.TraceContext is set,
+// hands the context to the call handler, or the ContextHandler, as the
+// remote parent of what it does; otherwise it drops it, so that a node
+// that does not trace passes no remote parent on.
 //
 // The dialler's first frame is a hello, whose payload is
 //
@@ -71,7 +89,13 @@
 // and the acceptor answers with a hello answer,
 //
 //	version uint16 | node uint64 | ok uint8 (1 accepted, 0 refused) |
-//	reason (text, when refused)
+//	capabilities uint8 (when accepted) | reason (text, when refused)
+//
+// Capability bit 1 (capTrace) says the acceptor takes trace contexts (it
+// has Config.TraceContext set). The hello cannot grow: an acceptor of
+// version 1 wants its exact length. The answer can: a dialler of version
+// 1 reads the first 11 bytes of an accepting one, and an answer without
+// the byte, from such an acceptor, declares no capability.
 //
 // The acceptor refuses another protocol version, another cluster id, a
 // hello addressed to another node id, and node id 0; the dialler refuses

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // endpoint is what TCPTransport and MemTransport share whatever carries
@@ -13,7 +16,7 @@ import (
 // transport guards registration with its own lock.
 type endpoint struct {
 	cfg          Config
-	handlers     [NumChannels]Handler
+	handlers     [NumChannels]ContextHandler
 	callHandlers [NumChannels]CallHandler
 	pool         *handlerPool
 	counters     counters
@@ -27,6 +30,14 @@ func (e *endpoint) init(cfg Config) {
 // setHandler registers the one-way handler of ch; frozen once the
 // transport has started or closed. REQUIRES: the transport's lock held.
 func (e *endpoint) setHandler(ch Channel, h Handler, frozen bool) error {
+	if h == nil {
+		return e.setContextHandler(ch, nil, frozen)
+	}
+	return e.setContextHandler(ch, func(_ context.Context, from uint64, payload []byte) { h(from, payload) }, frozen)
+}
+
+// setContextHandler registers the one-way handler of ch, as setHandler.
+func (e *endpoint) setContextHandler(ch Channel, h ContextHandler, frozen bool) error {
 	if err := registrable(ch, frozen, ch.valid() && e.handlers[ch] != nil); err != nil {
 		return err
 	}
@@ -72,7 +83,17 @@ func (e *endpoint) deliver(from uint64, f frame) {
 		e.counters.unhandled.Add(1)
 		return
 	}
-	e.handlers[f.ch](from, f.payload)
+	e.handlers[f.ch](e.frameContext(context.Background(), f), from, f.payload)
+}
+
+// frameContext is ctx carrying the trace context f came with, if any and
+// this node takes trace contexts: a node that does not trace must not
+// pass a remote parent on to the frames it sends in turn.
+func (e *endpoint) frameContext(ctx context.Context, f frame) context.Context {
+	if !f.sc.IsValid() || !e.cfg.TraceContext {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, f.sc)
 }
 
 // replyFunc queues the answer to call id back to its caller.
@@ -102,7 +123,7 @@ func (e *endpoint) admitCall(from uint64, f frame, reply replyFunc) CallHandler 
 // runCall runs h, admitted by admitCall, on request f and answers.
 func (e *endpoint) runCall(ctx context.Context, h CallHandler, from uint64, f frame, reply replyFunc) {
 	defer e.pool.release(from)
-	resp, err := h(ctx, from, f.payload)
+	resp, err := h(e.frameContext(ctx, f), from, f.payload)
 	k, payload := answer(resp, err, e.cfg.MaxFrameBytes)
 	reply(f.id, k, payload)
 }
@@ -116,6 +137,17 @@ func answer(resp []byte, err error, maxFrame int) (kind, []byte) {
 		return kindError, errorPayload(CodeTooLarge, fmt.Sprintf("response of %d bytes exceeds the frame bound", len(resp)))
 	}
 	return kindResponse, resp
+}
+
+// traceContext is the trace context a frame of n payload bytes to o
+// carries: ctx's, unless this node does not carry trace contexts, o's
+// node is known not to take them, or the frame would outgrow its bound
+// with it (the frame goes without it rather than not at all).
+func (o *outbox) traceContext(ctx context.Context, cfg Config, n int) trace.SpanContext {
+	if !cfg.TraceContext || o.noTrace.Load() || frameBytes(traceBytes+n) > cfg.MaxFrameBytes {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(ctx)
 }
 
 func checkOut(cfg Config, ch Channel, n int) error {
@@ -136,6 +168,10 @@ type outbox struct {
 	q     *sendQueue
 	calls *callTable // nil on a memLink carrying answers
 	stats *nodeCounters
+	// noTrace is set when the node's last handshake declared no
+	// capTrace: frames to it are made without a trace context. Frames
+	// queued before that was known lose theirs as they are written.
+	noTrace atomic.Bool
 
 	stopMu  sync.Mutex
 	stopErr error // why the way was stopped
@@ -168,9 +204,9 @@ func (o *outbox) box() *outbox { return o }
 // way is a dest or a memLink: what carries frames to one node.
 type way interface{ box() *outbox }
 
-// send is Transport.Send, given how the transport finds (or opens) the
-// way to a node.
-func send[W way](cfg Config, to uint64, ch Channel, payload []byte, find func(uint64) (W, error)) error {
+// send is Transport.SendContext, given how the transport finds (or
+// opens) the way to a node.
+func send[W way](ctx context.Context, cfg Config, to uint64, ch Channel, payload []byte, find func(uint64) (W, error)) error {
 	if err := checkOut(cfg, ch, len(payload)); err != nil {
 		return err
 	}
@@ -178,7 +214,8 @@ func send[W way](cfg Config, to uint64, ch Channel, payload []byte, find func(ui
 	if err != nil {
 		return err
 	}
-	return w.box().push(queued{frame: encodeFrame(kindMessage, ch, 0, payload)})
+	o := w.box()
+	return o.push(queued{frame: encodeTracedFrame(kindMessage, ch, 0, o.traceContext(ctx, cfg, len(payload)), payload)})
 }
 
 // call is Transport.Call, as send is Transport.Send.
@@ -195,7 +232,7 @@ func call[W way](ctx context.Context, cfg Config, to uint64, ch Channel, req []b
 	if err != nil {
 		return nil, fmt.Errorf("node %d: %w", to, err)
 	}
-	if err := o.push(queued{frame: encodeFrame(kindRequest, ch, id, req), call: id}); err != nil {
+	if err := o.push(queued{frame: encodeTracedFrame(kindRequest, ch, id, o.traceContext(ctx, cfg, len(req)), req), call: id}); err != nil {
 		o.calls.remove(id)
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"net"
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // kind says what a frame is; part of the frame format.
@@ -39,16 +41,30 @@ const (
 	maxHelloBytes = 1 << 10
 	// maxErrorText bounds the text of an error response.
 	maxErrorText = 1 << 10
+
+	// flagTrace marks a frame whose payload starts with a trace context:
+	// trace id (16 bytes), span id (8), trace flags (1).
+	flagTrace uint16 = 1
+	// traceBytes is the size of that trace context.
+	traceBytes = 16 + 8 + 1
+
+	// capTrace is the capability bit of a hello answer saying the
+	// acceptor reads flagTrace frames. A node that predates trace
+	// contexts refuses the flag by closing the connection, and answers
+	// without a capability byte: it is then sent none.
+	capTrace byte = 1
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // frame is a decoded frame; payload aliases the buffer it was read into.
+// sc is the trace context it carried, if any (marked remote).
 type frame struct {
 	kind    kind
 	ch      Channel
 	id      uint64
 	payload []byte
+	sc      trace.SpanContext
 }
 
 // frameBytes is the size of a frame carrying n payload bytes, as
@@ -58,12 +74,29 @@ func frameBytes(n int) int { return headerSize - lengthSize + n }
 // encodeFrame returns a new buffer holding the whole frame, with its
 // own copy of payload.
 func encodeFrame(k kind, ch Channel, id uint64, payload []byte) []byte {
-	buf := make([]byte, headerSize+len(payload))
-	binary.BigEndian.PutUint32(buf[0:], uint32(frameBytes(len(payload))))
+	return encodeTracedFrame(k, ch, id, trace.SpanContext{}, payload)
+}
+
+// encodeTracedFrame is encodeFrame carrying sc ahead of the payload
+// (flagTrace) when sc is valid.
+func encodeTracedFrame(k kind, ch Channel, id uint64, sc trace.SpanContext, payload []byte) []byte {
+	extra := 0
+	if sc.IsValid() {
+		extra = traceBytes
+	}
+	buf := make([]byte, headerSize+extra+len(payload))
+	binary.BigEndian.PutUint32(buf[0:], uint32(frameBytes(extra+len(payload))))
 	buf[8] = byte(k)
 	buf[9] = byte(ch)
 	binary.BigEndian.PutUint64(buf[12:], id)
-	copy(buf[headerSize:], payload)
+	if extra > 0 {
+		binary.BigEndian.PutUint16(buf[10:], flagTrace)
+		tid, sid := sc.TraceID(), sc.SpanID()
+		copy(buf[headerSize:], tid[:])
+		copy(buf[headerSize+16:], sid[:])
+		buf[headerSize+24] = byte(sc.TraceFlags())
+	}
+	copy(buf[headerSize+extra:], payload)
 	binary.BigEndian.PutUint32(buf[4:], crc32.Checksum(buf[crcStart:], castagnoli))
 	return buf
 }
@@ -145,13 +178,39 @@ func decodeBody(body []byte) (frame, error) {
 		return frame{}, ErrCorruptFrame
 	}
 	f := frame{kind: kind(body[4]), ch: Channel(body[5]), id: binary.BigEndian.Uint64(body[8:]), payload: body[h:]}
-	if body[6] != 0 || body[7] != 0 {
-		return frame{}, fmt.Errorf("%w: flags %#x are not known", errMalformed, body[6:8])
+	switch flags := binary.BigEndian.Uint16(body[6:]); flags {
+	case 0:
+	case flagTrace:
+		sc, err := decodeTrace(f.payload)
+		if err != nil {
+			return frame{}, err
+		}
+		f.sc, f.payload = sc, f.payload[traceBytes:]
+	default:
+		return frame{}, fmt.Errorf("%w: flags %#x are not known", errMalformed, flags)
 	}
 	if f.kind < kindHello || f.kind > kindError {
 		return frame{}, fmt.Errorf("%w: kind %d is not known", errMalformed, f.kind)
 	}
 	return f, nil
+}
+
+// decodeTrace reads the trace context at the front of a flagged frame's
+// payload.
+func decodeTrace(b []byte) (trace.SpanContext, error) {
+	if len(b) < traceBytes {
+		return trace.SpanContext{}, fmt.Errorf("%w: a trace context of %d bytes", errMalformed, len(b))
+	}
+	var cfg trace.SpanContextConfig
+	copy(cfg.TraceID[:], b)
+	copy(cfg.SpanID[:], b[16:])
+	cfg.TraceFlags = trace.TraceFlags(b[24])
+	cfg.Remote = true
+	sc := trace.NewSpanContext(cfg)
+	if !sc.IsValid() {
+		return trace.SpanContext{}, fmt.Errorf("%w: a trace context with a zero id", errMalformed)
+	}
+	return sc, nil
 }
 
 // hello is the dialler's handshake: who it is, who it means to reach.
@@ -190,11 +249,16 @@ func decodeHello(b []byte) (hello, error) {
 }
 
 // helloAck is the acceptor's answer: its version and id, and whether it
-// took the connection (reason says why not).
+// took the connection (reason says why not). An accepting answer ends
+// with a byte of capabilities (capTrace); the hello itself cannot grow
+// (older acceptors want its exact length), but older diallers read an
+// accepting answer's first 11 bytes only, so the answer can. An answer
+// without the byte, from an older acceptor, declares none.
 type helloAck struct {
 	version uint16
 	node    uint64
 	ok      bool
+	caps    byte
 	reason  string
 }
 
@@ -202,7 +266,7 @@ func (a helloAck) encode() []byte {
 	b := binary.BigEndian.AppendUint16(nil, a.version)
 	b = binary.BigEndian.AppendUint64(b, a.node)
 	if a.ok {
-		return append(b, 1)
+		return append(b, 1, a.caps)
 	}
 	return append(append(b, 0), truncate(a.reason, maxErrorText)...)
 }
@@ -211,12 +275,33 @@ func decodeHelloAck(b []byte) (helloAck, error) {
 	if len(b) < 11 || b[10] > 1 {
 		return helloAck{}, errors.New("malformed handshake answer")
 	}
-	return helloAck{
+	a := helloAck{
 		version: binary.BigEndian.Uint16(b),
 		node:    binary.BigEndian.Uint64(b[2:]),
 		ok:      b[10] == 1,
-		reason:  string(b[11:]),
-	}, nil
+	}
+	switch {
+	case !a.ok:
+		a.reason = string(b[11:])
+	case len(b) > 11:
+		a.caps = b[11]
+	}
+	return a, nil
+}
+
+// stripTrace returns buf, a whole encoded frame, without its trace
+// context: for a connection to a node that did not declare capTrace.
+// It reuses buf's bytes.
+func stripTrace(buf []byte) []byte {
+	if len(buf) < headerSize+traceBytes || binary.BigEndian.Uint16(buf[10:])&flagTrace == 0 {
+		return buf
+	}
+	copy(buf[traceBytes:], buf[:headerSize])
+	buf = buf[traceBytes:]
+	binary.BigEndian.PutUint32(buf[0:], uint32(len(buf)-lengthSize))
+	binary.BigEndian.PutUint16(buf[10:], binary.BigEndian.Uint16(buf[10:])&^flagTrace)
+	binary.BigEndian.PutUint32(buf[4:], crc32.Checksum(buf[crcStart:], castagnoli))
+	return buf
 }
 
 // errorPayload encodes a call's failure.

@@ -72,6 +72,8 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(encodeFrame(kindMessage, ChannelRaft, 0, []byte("x")))
 	f.Add(encodeFrame(kindHello, 0, 0, hello{version: 1, from: 1, to: 2, cluster: "c"}.encode()))
 	f.Add(encodeFrame(kindError, 0, 5, errorPayload(CodeBusy, "busy")))
+	f.Add(encodeTracedFrame(kindRequest, ChannelForward, 7, testSpanContext(true), []byte("traced")))
+	f.Add(encodeFrame(kindHelloAck, 0, 0, helloAck{version: 1, node: 2, ok: true, caps: capTrace}.encode()))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, n, err := readFrame(bufio.NewReader(bytes.NewReader(b)), minFrameBytes)
 		if err != nil {
@@ -80,8 +82,12 @@ func FuzzReadFrame(f *testing.F) {
 		if n > len(b) || n-lengthSize > minFrameBytes {
 			t.Fatalf("consumed %d of %d bytes", n, len(b))
 		}
-		if !bytes.Equal(encodeFrame(fr.kind, fr.ch, fr.id, fr.payload), b[:n]) {
+		if !bytes.Equal(encodeTracedFrame(fr.kind, fr.ch, fr.id, fr.sc, fr.payload), b[:n]) {
 			t.Fatal("a frame that checks out does not encode back to itself")
+		}
+		stripped, _, err := readFrame(bufio.NewReader(bytes.NewReader(stripTrace(bytes.Clone(b[:n])))), minFrameBytes)
+		if err != nil || stripped.sc.IsValid() || !bytes.Equal(stripped.payload, fr.payload) || stripped.id != fr.id {
+			t.Fatalf("the frame without its trace context reads as %+v, %v", stripped, err)
 		}
 		decodeHello(fr.payload)
 		decodeHelloAck(fr.payload)

@@ -191,6 +191,9 @@ func (t *TCPTransport) acceptHandshake(raw net.Conn) (net.Conn, *bufio.Reader, u
 		}
 	}
 	ack := helloAck{version: protocolVersion, node: t.cfg.NodeID, ok: reason == "", reason: reason}
+	if t.cfg.TraceContext {
+		ack.caps |= capTrace
+	}
 	if _, err := conn.Write(encodeFrame(kindHelloAck, 0, 0, ack.encode())); err != nil {
 		return nil, nil, 0, err
 	}

@@ -39,6 +39,14 @@ func (t *MemTransport) Handle(ch Channel, h Handler) error {
 	return t.setHandler(ch, h, t.mu.started || t.mu.closed)
 }
 
+// HandleContext registers the one-way handler of ch that receives the
+// frames' trace context; see Transport.
+func (t *MemTransport) HandleContext(ch Channel, h ContextHandler) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.setContextHandler(ch, h, t.mu.started || t.mu.closed)
+}
+
 // HandleCall registers the call handler of ch; see Transport.
 func (t *MemTransport) HandleCall(ch Channel, h CallHandler) error {
 	t.mu.Lock()
@@ -85,7 +93,12 @@ func (t *MemTransport) RemoveNode(node uint64) {
 
 // Send queues payload for to; see Transport. payload is copied.
 func (t *MemTransport) Send(to uint64, ch Channel, payload []byte) error {
-	return send(t.cfg, to, ch, payload, t.link)
+	return send(context.Background(), t.cfg, to, ch, payload, t.link)
+}
+
+// SendContext is Send carrying ctx's trace context; see Transport.
+func (t *MemTransport) SendContext(ctx context.Context, to uint64, ch Channel, payload []byte) error {
+	return send(ctx, t.cfg, to, ch, payload, t.link)
 }
 
 // Call sends req to to and waits for the answer; see Transport.

@@ -85,10 +85,10 @@ func (d *dest) stop(err error) {
 func (d *dest) run(ctx context.Context) {
 	defer d.t.wg.Done()
 	for failures := 0; ; failures++ {
-		conn, br, err := d.connect(ctx)
+		conn, br, caps, err := d.connect(ctx)
 		if err == nil {
 			failures = 0
-			err = d.serve(ctx, conn, br)
+			err = d.serve(ctx, conn, br, caps&capTrace != 0)
 		} else if ctx.Err() == nil {
 			d.stats.dialFailures.Add(1)
 			d.t.cfg.Logger.Debug("peer: connect failed", "node", d.to, "err", err)
@@ -104,10 +104,11 @@ func (d *dest) run(ctx context.Context) {
 	}
 }
 
-// connect dials the destination and runs the TLS and peer handshakes.
-// The connection is registered first so that stop and setAddr can close
-// it at any point.
-func (d *dest) connect(ctx context.Context) (net.Conn, *bufio.Reader, error) {
+// connect dials the destination and runs the TLS and peer handshakes,
+// returning the capabilities the destination declared. The connection
+// is registered first so that stop and setAddr can close it at any
+// point.
+func (d *dest) connect(ctx context.Context) (net.Conn, *bufio.Reader, byte, error) {
 	d.mu.Lock()
 	addr := d.mu.addr
 	d.mu.Unlock()
@@ -115,66 +116,68 @@ func (d *dest) connect(ctx context.Context) (net.Conn, *bufio.Reader, error) {
 	dialer := net.Dialer{Timeout: d.t.cfg.DialTimeout}
 	raw, err := dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	d.mu.Lock()
 	if ctx.Err() != nil {
 		d.mu.Unlock()
 		raw.Close()
-		return nil, nil, ctx.Err()
+		return nil, nil, 0, ctx.Err()
 	}
 	d.mu.conn = raw
 	d.mu.Unlock()
-	conn, br, err := d.handshake(ctx, raw, addr)
+	conn, br, caps, err := d.handshake(ctx, raw, addr)
 	if err != nil {
 		raw.Close()
 		if ctx.Err() == nil {
 			d.t.counters.handshakeFailures.Add(1)
 		}
-		return raw, nil, err
+		return raw, nil, 0, err
 	}
-	return conn, br, nil
+	d.noTrace.Store(caps&capTrace == 0)
+	d.stats.traces.Store(caps&capTrace != 0)
+	return conn, br, caps, nil
 }
 
-func (d *dest) handshake(ctx context.Context, raw net.Conn, addr string) (net.Conn, *bufio.Reader, error) {
+func (d *dest) handshake(ctx context.Context, raw net.Conn, addr string) (net.Conn, *bufio.Reader, byte, error) {
 	cfg := d.t.cfg
 	if err := raw.SetDeadline(time.Now().Add(cfg.HandshakeTimeout)); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	conn := raw
 	if cfg.TLS != nil {
 		tc := tls.Client(raw, clientTLS(cfg.TLS, addr))
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, nil, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
+			return nil, nil, 0, fmt.Errorf("%w: tls: %w", ErrHandshake, err)
 		}
 		if err := checkPeerNode(cfg, tc, d.to); err != nil {
-			return nil, nil, fmt.Errorf("%w: %s: %w", ErrHandshake, addr, err)
+			return nil, nil, 0, fmt.Errorf("%w: %s: %w", ErrHandshake, addr, err)
 		}
 		conn = tc
 	}
 	h := hello{version: protocolVersion, from: cfg.NodeID, to: d.to, cluster: cfg.ClusterID}
 	if _, err := conn.Write(encodeFrame(kindHello, 0, 0, h.encode())); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	br := bufio.NewReaderSize(conn, readBufferSize)
 	f, _, err := readFrame(br, maxHelloBytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: reading the answer: %w", ErrHandshake, err)
+		return nil, nil, 0, fmt.Errorf("%w: reading the answer: %w", ErrHandshake, err)
 	}
 	if f.kind != kindHelloAck {
-		return nil, nil, fmt.Errorf("%w: answered with a frame of kind %d", ErrHandshake, f.kind)
+		return nil, nil, 0, fmt.Errorf("%w: answered with a frame of kind %d", ErrHandshake, f.kind)
 	}
 	ack, err := decodeHelloAck(f.payload)
 	switch {
 	case err != nil:
-		return nil, nil, fmt.Errorf("%w: %w", ErrHandshake, err)
+		return nil, nil, 0, fmt.Errorf("%w: %w", ErrHandshake, err)
 	case !ack.ok:
-		return nil, nil, fmt.Errorf("%w by node %d at %s: %s", ErrHandshake, ack.node, addr, ack.reason)
+		return nil, nil, 0, fmt.Errorf("%w by node %d at %s: %s", ErrHandshake, ack.node, addr, ack.reason)
 	case ack.version != protocolVersion || ack.node != d.to:
-		return nil, nil, fmt.Errorf("%w: %s is node %d speaking version %d, want node %d version %d",
+		return nil, nil, 0, fmt.Errorf("%w: %s is node %d speaking version %d, want node %d version %d",
 			ErrHandshake, addr, ack.node, ack.version, d.to, protocolVersion)
 	}
-	return conn, br, raw.SetDeadline(time.Time{})
+	return conn, br, ack.caps, raw.SetDeadline(time.Time{})
 }
 
 // forget unregisters conn once it is closed.
@@ -182,15 +185,17 @@ func (d *dest) forget(conn net.Conn) {
 	d.mu.Lock()
 	d.mu.conn = nil
 	d.mu.Unlock()
+	d.stats.traces.Store(false)
 	if conn != nil {
 		conn.Close()
 	}
 }
 
 // serve writes batches to an established connection and reads the
-// answers to calls from it, until either fails or ctx ends. The reader
-// goroutine is owned by serve, which waits for it.
-func (d *dest) serve(ctx context.Context, conn net.Conn, br *bufio.Reader) error {
+// answers to calls from it, until either fails or ctx ends; traces says
+// whether the destination takes trace contexts. The reader goroutine is
+// owned by serve, which waits for it.
+func (d *dest) serve(ctx context.Context, conn net.Conn, br *bufio.Reader, traces bool) error {
 	d.stats.connected.Store(true)
 	defer d.stats.connected.Store(false)
 	readerDone := make(chan struct{})
@@ -198,15 +203,18 @@ func (d *dest) serve(ctx context.Context, conn net.Conn, br *bufio.Reader) error
 		defer close(readerDone)
 		d.readAnswers(conn, br)
 	}()
-	err := d.writeLoop(ctx, conn, readerDone)
+	err := d.writeLoop(ctx, conn, readerDone, traces)
 	conn.Close()
 	<-readerDone
 	return err
 }
 
 // writeLoop writes everything queued in one batch, each time frames
-// wait: one writev on TCP, a few large records on TLS.
-func (d *dest) writeLoop(ctx context.Context, conn net.Conn, readerDone <-chan struct{}) error {
+// wait: one writev on TCP, a few large records on TLS. To a destination
+// that does not take trace contexts (traces false), frames queued with
+// one, before its handshake said so, go without it: its decoder would
+// refuse them and close the connection.
+func (d *dest) writeLoop(ctx context.Context, conn net.Conn, readerDone <-chan struct{}, traces bool) error {
 	w := newBatchWriter(conn, d.t.cfg.WriteTimeout, d.stats)
 	var batch []queued
 	for {
@@ -223,9 +231,13 @@ func (d *dest) writeLoop(ctx context.Context, conn net.Conn, readerDone <-chan s
 			return ErrClosed
 		}
 		for _, it := range batch {
-			if it.call == 0 || d.calls.markWritten(it.call) {
-				w.add(it.frame)
+			if it.call != 0 && !d.calls.markWritten(it.call) {
+				continue
 			}
+			if !traces {
+				it.frame = stripTrace(it.frame)
+			}
+			w.add(it.frame)
 		}
 		clear(batch)
 		if err := w.flush(); err != nil {

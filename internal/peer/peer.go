@@ -53,6 +53,12 @@ func (c Channel) String() string {
 // belongs to the handler, which may keep it.
 type Handler func(from uint64, payload []byte)
 
+// ContextHandler is a Handler that also receives the trace context the
+// frame carried (SendContext), as the remote span of ctx; ctx is
+// context.Background() when the frame carried none. It must not block
+// either.
+type ContextHandler func(ctx context.Context, from uint64, payload []byte)
+
 // CallHandler answers requests of a channel. It runs on a goroutine of a
 // bounded pool and may block; ctx is cancelled when the connection the
 // request came on closes or the transport closes. An error it returns
@@ -74,8 +80,13 @@ type Transport interface {
 	// Handle registers the one-way handler of ch. It fails after Start or
 	// when ch already has one.
 	Handle(ch Channel, h Handler) error
+	// HandleContext is Handle for a handler that receives the trace
+	// context a frame carried.
+	HandleContext(ch Channel, h ContextHandler) error
 	// HandleCall registers the call handler of ch. It fails after Start
-	// or when ch already has one.
+	// or when ch already has one. A request sent by a Call whose ctx
+	// carried a trace context reaches the handler with it as ctx's
+	// remote span.
 	HandleCall(ch Channel, h CallHandler) error
 	// Start begins accepting frames from other nodes.
 	Start() error
@@ -91,6 +102,10 @@ type Transport interface {
 	// when the frame exceeds the configured bound, ErrUnknownNode when
 	// to has no address, ErrClosed after Close.
 	Send(to uint64, ch Channel, payload []byte) error
+	// SendContext is Send, and the frame carries ctx's trace context
+	// (trace id, span id, flags), when it has one, to the receiver's
+	// ContextHandler. Frames without one are as Send makes them.
+	SendContext(ctx context.Context, to uint64, ch Channel, payload []byte) error
 	// Call sends req to to's call handler of ch and waits for its answer
 	// or for ctx. req is copied before Call returns. It fails with
 	// ErrTooManyCalls when to already has the configured number of calls
@@ -100,7 +115,8 @@ type Transport interface {
 	// when the handler failed or was refused, ctx.Err() when ctx ends
 	// first, and ErrClosed when the transport closes. Cancelling ctx
 	// frees the caller only: the handler is not told (there is no cancel
-	// frame), and its late answer is dropped.
+	// frame), and its late answer is dropped. The request carries
+	// ctx's trace context, when it has one.
 	Call(ctx context.Context, to uint64, ch Channel, req []byte) ([]byte, error)
 	// Stats returns the counters since the transport was made.
 	Stats() Stats
@@ -201,8 +217,11 @@ type Stats struct {
 
 // NodeStats are the counters of traffic with one node.
 type NodeStats struct {
-	Connected      bool // an outbound connection is established
-	QueueFrames    int  // frames waiting to be written
+	Connected bool // an outbound connection is established
+	// TraceContext: the node declared at the handshake that it takes
+	// trace contexts.
+	TraceContext   bool
+	QueueFrames    int // frames waiting to be written
 	QueueBytes     int
 	CallsInFlight  int
 	Writes         uint64 // batched writes to the node

@@ -130,6 +130,7 @@ type nodeCounters struct {
 	framesReceived, bytesReceived atomic.Uint64
 	refused, dials, dialFailures  atomic.Uint64
 	connected                     atomic.Bool
+	traces                        atomic.Bool // the connected node takes trace contexts
 }
 
 // counters are a transport's counters, per node and in total.
@@ -185,6 +186,7 @@ func (c *counters) snapshot(depth func(node uint64) (frames, bytes, calls int)) 
 	for id, n := range nodes {
 		ns := NodeStats{
 			Connected:      n.connected.Load(),
+			TraceContext:   n.traces.Load(),
 			Writes:         n.writes.Load(),
 			FramesSent:     n.framesSent.Load(),
 			BytesSent:      n.bytesSent.Load(),

@@ -56,6 +56,14 @@ func (t *TCPTransport) Handle(ch Channel, h Handler) error {
 	return t.setHandler(ch, h, t.mu.started || t.mu.closed)
 }
 
+// HandleContext registers the one-way handler of ch that receives the
+// frames' trace context; see Transport.
+func (t *TCPTransport) HandleContext(ch Channel, h ContextHandler) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.setContextHandler(ch, h, t.mu.started || t.mu.closed)
+}
+
 // HandleCall registers the call handler of ch; see Transport.
 func (t *TCPTransport) HandleCall(ch Channel, h CallHandler) error {
 	t.mu.Lock()
@@ -169,7 +177,12 @@ func (t *TCPTransport) destFor(node uint64) (*dest, error) {
 
 // Send queues payload for to; see Transport. payload is copied.
 func (t *TCPTransport) Send(to uint64, ch Channel, payload []byte) error {
-	return send(t.cfg, to, ch, payload, t.destFor)
+	return send(context.Background(), t.cfg, to, ch, payload, t.destFor)
+}
+
+// SendContext is Send carrying ctx's trace context; see Transport.
+func (t *TCPTransport) SendContext(ctx context.Context, to uint64, ch Channel, payload []byte) error {
+	return send(ctx, t.cfg, to, ch, payload, t.destFor)
 }
 
 // Call sends req to to and waits for the answer; see Transport.

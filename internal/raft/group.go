@@ -224,6 +224,7 @@ func (h *Host) ProposeAsync(group uint64, data []byte) (*Future, error) {
 	}
 	f := newFuture(term, h.deadline())
 	g.proposals[h.seq] = f
+	h.stats.Proposals++
 	h.signal()
 	return f, nil
 }

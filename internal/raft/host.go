@@ -203,6 +203,10 @@ type Stats struct {
 	DroppedMessages uint64
 	// GroupFailures counts groups stopped after a fault (ErrGroupFailed).
 	GroupFailures uint64
+	// Proposals counts entries proposed at this node (as leader);
+	// SnapshotsSent, snapshots queued to followers; LeaderChanges, the
+	// times a hosted group was seen with a new leader (its first included).
+	Proposals, SnapshotsSent, LeaderChanges uint64
 }
 
 // NewHost opens a host over opts.LogStore, recovering every stored group

@@ -44,10 +44,14 @@ func (h *Host) publishLeadership(changed []groupReady) {
 //
 // REQUIRES: h.mu held.
 func (h *Host) republishLeadership() {
+	old := h.leaders.Load()
 	m := make(map[uint64]Leadership, len(h.groups))
 	for id, g := range h.groups {
 		st := g.rn.BasicStatus()
 		m[id] = Leadership{Leader: st.Lead, Term: st.GetTerm()}
+		if st.Lead != 0 && (old == nil || (*old)[id].Leader != st.Lead) {
+			h.stats.LeaderChanges++
+		}
 	}
 	h.leaders.Store(&m)
 }

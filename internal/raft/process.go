@@ -366,6 +366,7 @@ func (h *Host) sendFrame(to uint64, b *frameBuilder) []report {
 	h.stats.HeartbeatsCoalesced += uint64(len(b.heartbeats) + len(b.responses))
 	for i, id := range b.groups {
 		if b.types[i] == pb.MsgSnap {
+			h.stats.SnapshotsSent++
 			// The frame is queued, not delivered: raft moves the follower to
 			// probing and, if the snapshot was lost, finds out from the
 			// follower's rejection and sends another.

@@ -26,7 +26,14 @@
 //   - Failover. FenceCopies fences the surviving replicas of a segment
 //     whose primary failed and decides the seal with
 //     replication.FailoverEnd (W6). A live primary asked to fence latches
-//     itself and refuses to answer: its answer must not count.
+//     itself and refuses to answer: its answer must not count. Once
+//     enough replicas answered it waits a few ticks for the rest, and
+//     seals at the end a quorum of the answers holds (quorumEnd), not
+//     the highest: a tail only the failed primary fsynced was never
+//     acknowledged, and sealing it in would leave the sealed segment on
+//     that one copy, the others behind it and never served. A copy the
+//     fence itself created (the node held none: never reached, or back on
+//     an empty disk) answers flagged Unknown and does not count there.
 //
 // Goroutines: one, Run, owned by the caller, which handles incoming
 // messages, resends on ticks and catch-up reads, and exits with its

@@ -5,25 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/replication"
 	"github.com/malachi-log/malachi/internal/storage"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // followerAppend takes an Append from a primary, creating the copy on
-// first contact when the control plane lists this node in the set.
-func (h *Host) followerAppend(from uint64, m replication.Append) {
+// first contact when the control plane lists this node in the set. span,
+// when not nil, is the append's follower span: it ends once the copy
+// fsynced the append, or with the reason it was not taken.
+func (h *Host) followerAppend(from uint64, m replication.Append, span trace.Span) {
 	s := h.lookupSeg(m.Segment)
 	if s == nil {
 		var err error
 		if s, err = h.newCopy(m.Segment, from, false); err != nil {
 			h.cfg.Logger.Debug("replica: an append for a copy not kept here", "segment", m.Segment, "from", from, "err", err)
+			endSpan(span, err)
 			return
 		}
 	}
 	s.mu.Lock()
 	if s.f == nil || s.from != from {
 		s.mu.Unlock()
+		endSpan(span, fmt.Errorf("%w: segment %d, from node %d", ErrNotPrimary, m.Segment, from))
 		return
 	}
 	acc, err := s.f.Append(m)
@@ -32,6 +38,7 @@ func (h *Host) followerAppend(from uint64, m replication.Append) {
 		if !errors.Is(err, replication.ErrFenced) {
 			h.cfg.Logger.Warn("replica: an append refused", "segment", m.Segment, "from", from, "err", err)
 		}
+		endSpan(span, err)
 		return
 	}
 	s.known = true // the primary's watermark, in every Append
@@ -41,7 +48,7 @@ func (h *Host) followerAppend(from uint64, m replication.Append) {
 	if wm != 0 {
 		h.cfg.OnCommit(s.id, wm)
 	}
-	h.writeCopy(s, from, acc)
+	h.writeCopy(s, from, acc, span)
 }
 
 // learnLocked raises the watermark reads use to what the copy learned
@@ -58,17 +65,25 @@ func (s *seg) learnLocked() uint64 {
 }
 
 // writeCopy appends what a follower accepted to the local store; the
-// last batch's fsync acks the whole span.
-func (h *Host) writeCopy(s *seg, from uint64, acc replication.Accepted) {
+// last batch's fsync acks the whole span, and ends the append's trace
+// span (nil: none).
+func (h *Host) writeCopy(s *seg, from uint64, acc replication.Accepted, span trace.Span) {
+	if len(acc.Write) == 0 {
+		endSpan(span, nil) // nothing new: a resend of what the copy holds
+	}
 	for i, b := range acc.Write {
 		var done func(error)
 		if i == len(acc.Write)-1 {
 			end := acc.Span.End
-			done = func(err error) { h.copySynced(s, from, end, err) }
+			done = func(err error) {
+				h.copySynced(s, from, end, err)
+				endSpan(span, err)
+			}
 		}
 		err := h.cfg.Store.AppendAtAsync(h.life, storage.SegmentID(s.id), b, done)
 		if err != nil {
 			h.copyRefused(s, from, err)
+			endSpan(span, err)
 			return
 		}
 	}
@@ -137,8 +152,9 @@ func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
 	}
 	sid := storage.SegmentID(id)
 	queued, durable, err := h.cfg.Store.Ends(sid)
+	created := false
 	if errors.Is(err, storage.ErrNotFound) {
-		queued, durable, err = h.createCopy(sid, info, fence)
+		queued, durable, created, err = h.createCopy(sid, info, fence)
 	}
 	if err != nil {
 		return nil, err
@@ -160,7 +176,12 @@ func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
 		// failover shut out could reach a quorum through it (W4, W6).
 		f.Fence()
 	}
-	s := &seg{id: id, base: info.Base, f: f, from: primary, wm: info.Base}
+	// A copy the fence creates, or one a fence latched and that is still
+	// empty (how a created copy looks after a restart), holds nothing the
+	// node may have acknowledged before it lost its disk: its answer is
+	// no witness (quorumEnd).
+	unknownEnd := fence && created || inf.Fenced && durable == info.Base && inf.Records == 0
+	s := &seg{id: id, base: info.Base, f: f, from: primary, wm: info.Base, unknownEnd: unknownEnd}
 	if err := h.add(s); err != nil {
 		if s2 := h.lookupSeg(id); s2 != nil {
 			return s2, nil // another message created it first
@@ -175,18 +196,19 @@ func (h *Host) newCopy(id, primary uint64, fence bool) (*seg, error) {
 // sealed segment's end is decided, and an empty copy of it would only be
 // left behind unsealed. Another message may create the copy meanwhile:
 // its ends are read again.
-func (h *Host) createCopy(sid storage.SegmentID, info SegmentInfo, fence bool) (queued, durable uint64, err error) {
+func (h *Host) createCopy(sid storage.SegmentID, info SegmentInfo, fence bool) (queued, durable uint64, created bool, err error) {
 	if fence && !info.Active {
-		return 0, 0, fmt.Errorf("%w: %d has no copy here and is sealed", ErrUnknownSegment, sid)
+		return 0, 0, false, fmt.Errorf("%w: %d has no copy here and is sealed", ErrUnknownSegment, sid)
 	}
 	err = h.cfg.Store.CreateFor(sid, info.Base, info.Owner)
 	switch {
 	case err == nil:
-		return info.Base, info.Base, nil
+		return info.Base, info.Base, true, nil
 	case errors.Is(err, storage.ErrExists):
-		return h.cfg.Store.Ends(sid)
+		queued, durable, err = h.cfg.Store.Ends(sid)
+		return queued, durable, false, err
 	}
-	return 0, 0, err
+	return 0, 0, false, err
 }
 
 // fenceCopy answers a failover's fence of this node's copy of id: the
@@ -197,21 +219,22 @@ func (h *Host) createCopy(sid storage.SegmentID, info SegmentInfo, fence bool) (
 // The answer is sent only once the store keeps the fence (Store.Fence
 // writes and fsyncs its marker), so a copy killed after answering still
 // refuses the old primary when it comes back (W4, W6).
-func (h *Host) fenceCopy(ctx context.Context, id uint64) (uint64, error) {
+func (h *Host) fenceCopy(ctx context.Context, id uint64) (replication.FenceAnswer, error) {
 	s := h.lookupSeg(id)
 	if s == nil {
 		var err error
 		if s, err = h.newCopy(id, 0, true); err != nil {
-			return 0, err
+			return replication.FenceAnswer{}, err
 		}
 	}
 	s.mu.Lock()
 	if s.p != nil {
 		s.p.Fence()
 		s.mu.Unlock()
-		return 0, fmt.Errorf("%w: segment %d is led here; a live primary does not answer a failover", ErrNotPrimary, id)
+		return replication.FenceAnswer{}, fmt.Errorf("%w: segment %d is led here; a live primary does not answer a failover", ErrNotPrimary, id)
 	}
 	end := s.f.Fence()
+	unknown := s.unknownEnd && end == s.base
 	s.mu.Unlock()
 	// NB: the state machine's answer, not the store's: appends the store
 	// had queued may still land above it, unacknowledged, and a slow
@@ -220,9 +243,9 @@ func (h *Host) fenceCopy(ctx context.Context, id uint64) (uint64, error) {
 	// least this one; both bound its votes, and FailoverEnd counts a
 	// node's highest answer.
 	if err := h.cfg.Store.Latch(ctx, storage.SegmentID(id)); err != nil {
-		return 0, fmt.Errorf("replica: keep the fence of %d: %w", id, err)
+		return replication.FenceAnswer{}, fmt.Errorf("replica: keep the fence of %d: %w", id, err)
 	}
-	return end, nil
+	return replication.FenceAnswer{Segment: id, End: end, Unknown: unknown}, nil
 }
 
 // SealCopy applies the control plane's seal of segment id at end to this
@@ -265,58 +288,81 @@ func (h *Host) SealCopy(ctx context.Context, id, end uint64) error {
 
 // FenceCopies fences the copies of segment id on replicas (its replica
 // set, primary first) for a failover and decides the seal from their
-// answers (replication.FailoverEnd, W6). The primary is asked too: one
-// that restarted answers as a follower, a live one refuses. It returns
-// once enough replicas answered, or fails with ErrNoQuorum when ctx ends
-// first.
+// answers (replication.FailoverEnd, W6, narrowed by quorumEnd). The
+// primary is asked too: one that restarted answers as a follower, a live
+// one refuses. Once enough replicas answered it waits fenceGraceTicks
+// resend ticks more for the others, then decides; it fails with
+// ErrNoQuorum when ctx ends before enough answered.
 func (h *Host) FenceCopies(ctx context.Context, id uint64, replicas []uint64) (replication.Failover, error) {
 	type answer struct {
-		node, end uint64
-		err       error
+		node uint64
+		a    replication.FenceAnswer
+		err  error
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := make(chan answer, len(replicas))
 	for _, node := range replicas {
 		go func() {
-			end, err := h.fenceOne(ctx, id, node)
-			ch <- answer{node, end, err}
+			a, err := h.fenceOne(ctx, id, node)
+			ch <- answer{node, a, err}
 		}()
 	}
 	var answers []replication.Answer
 	var errs []error
 	quorum := replication.Quorum(len(replicas))
+	var decided *replication.Failover
+	var grace <-chan time.Time
 	for range replicas {
-		a := <-ch
+		var a answer
+		select {
+		case a = <-ch:
+		case <-grace:
+			return quorumEnd(replicas, answers, *decided), nil
+		}
 		if a.err != nil {
 			errs = append(errs, fmt.Errorf("node %d: %w", a.node, a.err))
 			continue
 		}
-		answers = append(answers, replication.Answer{Node: a.node, End: a.end})
-		if f, ok, err := replication.FailoverEnd(replicas, quorum, answers); err != nil || ok {
+		answers = append(answers, replication.Answer{Node: a.node, End: a.a.End, Unknown: a.a.Unknown})
+		f, ok, err := replication.FailoverEnd(replicas, quorum, answers)
+		switch {
+		case err != nil:
 			return f, err
+		case ok && len(f.Unknown) == 0:
+			return quorumEnd(replicas, answers, f), nil
+		case ok && decided == nil:
+			t := h.cfg.Clock.NewTimer(fenceGraceTicks * h.cfg.Tick)
+			defer t.Stop()
+			grace = t.C()
 		}
+		if ok {
+			decided = &f
+		}
+	}
+	if decided != nil {
+		return quorumEnd(replicas, answers, *decided), nil // the rest refused
 	}
 	return replication.Failover{}, fmt.Errorf("%w: segment %d: %d of %d replicas answered its fence, %d needed: %w",
 		ErrNoQuorum, id, len(answers), len(replicas), replication.AnswersNeeded(len(replicas), quorum), errors.Join(errs...))
 }
 
 // fenceOne fences node's copy of id: this node's own copy directly.
-func (h *Host) fenceOne(ctx context.Context, id, node uint64) (uint64, error) {
+func (h *Host) fenceOne(ctx context.Context, id, node uint64) (replication.FenceAnswer, error) {
 	if node == h.cfg.Self {
 		return h.fenceCopy(ctx, id)
 	}
 	resp, err := h.cfg.Transport.Call(ctx, node, peerChannel, replication.Encode(replication.Fence{Segment: id}))
 	if err != nil {
-		return 0, err
+		return replication.FenceAnswer{}, err
 	}
 	m, err := replication.Decode(resp)
 	if err != nil {
-		return 0, err
+		return replication.FenceAnswer{}, err
 	}
 	a, ok := m.(replication.FenceAnswer)
 	if !ok || a.Segment != id {
-		return 0, fmt.Errorf("replica: node %d answered a fence of %d with %v", node, id, m.Kind())
+		return replication.FenceAnswer{}, fmt.Errorf("replica: node %d answered a fence of %d with %v", node, id, m.Kind())
 	}
-	return a.End, nil
+	return a, nil
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/malachi-log/malachi/internal/peer"
 	"github.com/malachi-log/malachi/internal/replication"
 	"github.com/malachi-log/malachi/internal/storage"
+	"github.com/malachi-log/malachi/internal/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 var (
@@ -83,6 +85,9 @@ type Config struct {
 	// it, its done is called with ErrNoQuorum (retriable: the batch may
 	// still commit later). Default 5 s.
 	CommitTimeout time.Duration
+	// Tracer records a follower's span for each traced append it takes
+	// (HandleMessageContext); nil is off.
+	Tracer *tracing.Tracer
 }
 
 func (c *Config) defaults() error {
@@ -140,6 +145,7 @@ type inMsg struct {
 	from uint64
 	msg  replication.Message
 	size int64
+	span trace.Span // a traced append's follower span, nil otherwise
 }
 
 type pendingRead struct {
@@ -163,6 +169,13 @@ func New(cfg Config) (*Host, error) {
 // the inbox is full, in messages or bytes (the primary sends again, and
 // a follower answers the resend with its ack).
 func (h *Host) HandleMessage(from uint64, payload []byte) {
+	h.HandleMessageContext(context.Background(), from, payload)
+}
+
+// HandleMessageContext is HandleMessage for a frame that carried the
+// primary's trace context (ctx's remote span): an append taken here gets
+// a span of its own under it, which ends once the copy fsynced it.
+func (h *Host) HandleMessageContext(ctx context.Context, from uint64, payload []byte) {
 	size := int64(len(payload))
 	if q := h.inboxBytes.Add(size); q > int64(h.cfg.InboxBytes) && q != size {
 		h.inboxBytes.Add(-size)
@@ -175,11 +188,30 @@ func (h *Host) HandleMessage(from uint64, payload []byte) {
 		h.cfg.Logger.Warn("replica: a bad replication message", "from", from, "err", err)
 		return
 	}
+	in := inMsg{from: from, msg: m, size: size}
+	if a, ok := m.(replication.Append); ok && trace.SpanContextFromContext(ctx).IsValid() {
+		if _, span := h.cfg.Tracer.Start(ctx, tracing.SpanFollow, trace.SpanKindConsumer); span.IsRecording() {
+			span.SetAttributes(tracing.AttrSegment.Int64(int64(a.Segment)), tracing.AttrBase.Int64(int64(a.Base)),
+				tracing.AttrBytes.Int(len(a.Batches)), tracing.AttrPeer.Int64(int64(from)))
+			in.span = span
+		}
+	}
 	select {
-	case h.inbox <- inMsg{from: from, msg: m, size: size}:
+	case h.inbox <- in:
 	default:
 		h.inboxBytes.Add(-size)
 		h.dropped.Add(1)
+		endSpan(in.span, errInboxFull)
+	}
+}
+
+// errInboxFull ends the span of an append dropped at the inbox.
+var errInboxFull = errors.New("replica: inbox full, dropped (the primary sends again)")
+
+// endSpan ends span, if there is one, with err.
+func endSpan(span trace.Span, err error) {
+	if span != nil {
+		tracing.End(span, err)
 	}
 }
 
@@ -197,11 +229,11 @@ func (h *Host) HandleCall(ctx context.Context, from uint64, req []byte) ([]byte,
 	if !ok {
 		return nil, fmt.Errorf("replica: call of kind %v from node %d", m.Kind(), from)
 	}
-	end, err := h.fenceCopy(ctx, f.Segment)
+	a, err := h.fenceCopy(ctx, f.Segment)
 	if err != nil {
 		return nil, err
 	}
-	return replication.Encode(replication.FenceAnswer{Segment: f.Segment, End: end}), nil
+	return replication.Encode(a), nil
 }
 
 // Register installs the host's handlers on tr (before tr.Start).
@@ -323,16 +355,21 @@ const peerChannel = peer.ChannelReplication
 // send delivers a message; a refused one is lost, and the protocol's
 // resends cover it.
 func (h *Host) send(to uint64, m replication.Message) {
+	h.sendContext(context.Background(), to, m)
+}
+
+// sendContext is send carrying ctx's trace context with the frame.
+func (h *Host) sendContext(ctx context.Context, to uint64, m replication.Message) {
 	if m == nil {
 		return
 	}
-	_ = h.cfg.Transport.Send(to, peerChannel, replication.Encode(m))
+	_ = h.cfg.Transport.SendContext(ctx, to, peerChannel, replication.Encode(m))
 }
 
 func (h *Host) handle(m inMsg) {
 	switch msg := m.msg.(type) {
 	case replication.Append:
-		h.followerAppend(m.from, msg)
+		h.followerAppend(m.from, msg, m.span)
 	case replication.Ack:
 		if s := h.lookupSeg(msg.Segment); s != nil && s.p != nil {
 			s.primaryInput(h, func(p *replication.Primary, now int64) replication.Output {

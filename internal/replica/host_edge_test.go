@@ -89,9 +89,12 @@ func TestFencedCopyAfterRestartKnowsNoWatermark(t *testing.T) {
 		_, ch := appendAsync(t, n1, 23, string(rune('a'+i)))
 		waitDone(t, ch)
 	}
-	waitFor(t, "node 3 to learn the watermark", func() bool {
-		wm, ok := n3.host.Watermark(23)
-		return ok && wm == 3
+	// Both followers must have heard it: the primary tells them in the
+	// same round, but not at the same instant.
+	waitFor(t, "nodes 2 and 3 to learn the watermark", func() bool {
+		wm2, ok2 := n2.host.Watermark(23)
+		wm3, ok3 := n3.host.Watermark(23)
+		return ok2 && wm2 == 3 && ok3 && wm3 == 3
 	})
 	c.stop(n1)
 	c.stop(n3)

@@ -28,10 +28,15 @@ type seg struct {
 	// known: wm is a watermark learned from the segment's primary (a
 	// primary knows its own). A copy started without one, a restart or a
 	// failover's fence, must not serve reads bounded by its base (R3).
-	known   bool
-	dones   []waiter
-	drained chan struct{} // closed once fenced and drained
-	err     error         // the local store failed the segment
+	known bool
+	// unknownEnd: a follower copy whose end witnesses nothing of what
+	// this node acknowledged (the fence created it, or it is a fenced
+	// copy still empty after a restart): its fence answers carry
+	// replication.FenceAnswer.Unknown.
+	unknownEnd bool
+	dones      []waiter
+	drained    chan struct{} // closed once fenced and drained
+	err        error         // the local store failed the segment
 }
 
 // waiter is a produce waiting for the watermark to pass end.
@@ -103,7 +108,7 @@ func (h *Host) Append(ctx context.Context, id uint64, batch []byte, done func(er
 	s.dones = append(s.dones, waiter{end: end, at: h.now(), done: done})
 	ready := s.settleLocked()
 	s.mu.Unlock()
-	h.act(s, out, ready)
+	h.act(ctx, s, out, ready)
 	// The followers have the batch at these offsets now, so the local
 	// copy must take it whatever becomes of the caller: on the host's
 	// lifetime, waiting (B1) while the store's queue is full.
@@ -171,7 +176,7 @@ func (s *seg) primaryInput(h *Host, in func(*replication.Primary, int64) replica
 	out := in(s.p, h.now())
 	ready := s.settleLocked()
 	s.mu.Unlock()
-	h.act(s, out, ready)
+	h.act(context.Background(), s, out, ready)
 }
 
 // settled is what an output released: produces to acknowledge and the
@@ -210,10 +215,11 @@ func (s *seg) settleLocked() settled {
 }
 
 // act sends an output's messages, queues its reads and releases what it
-// settled. No lock is held.
-func (h *Host) act(s *seg, out replication.Output, st settled) {
+// settled. No lock is held. The messages carry ctx's trace context: an
+// append's, when a produce's batch is shipped as it arrives.
+func (h *Host) act(ctx context.Context, s *seg, out replication.Output, st settled) {
 	for _, snd := range out.Sends {
-		h.send(snd.To, snd.Msg)
+		h.sendContext(ctx, snd.To, snd.Msg)
 	}
 	h.queueReads(s, out.Reads)
 	for _, done := range st.dones {

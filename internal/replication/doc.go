@@ -178,7 +178,7 @@
 //	ack           segment, end (fsynced)
 //	behind        segment, has
 //	fence         segment
-//	fence-answer  segment, end, role
+//	fence-answer  segment, end, role[, 1 when Unknown]
 //
 // Decode refuses an unknown version or kind, truncated input, trailing
 // bytes, a byte string longer than the bytes left or than MaxAppendBytes,

@@ -11,6 +11,10 @@ import (
 type Answer struct {
 	Node, End uint64
 	Role      Role
+	// Unknown: the FenceAnswer's flag. FailoverEnd counts the answer; a
+	// narrowing to a quorum's end must not (it is no witness of what the
+	// node acknowledged).
+	Unknown bool
 }
 
 // Failover is the seal a failover may record.

@@ -85,6 +85,13 @@ type Fence struct{ Segment uint64 }
 type FenceAnswer struct {
 	Segment, End uint64
 	Role         Role
+	// Unknown says End tells nothing of what the copy acknowledged: the
+	// node held no copy until the fence created one (a replaced disk, or
+	// one never reached), so its empty copy may stand in for one that
+	// acknowledged records. A failover must not let it pull the seal
+	// down. Encoded as one trailing byte only when set: an answer without
+	// it is byte for byte the older one.
+	Unknown bool
 }
 
 // Role is the state machine that produced a fence answer. The zero value
@@ -132,7 +139,11 @@ func (m Fence) AppendTo(dst []byte) []byte {
 	return binary.AppendUvarint(header(dst, KindFence), m.Segment)
 }
 func (m FenceAnswer) AppendTo(dst []byte) []byte {
-	return append(pair(dst, KindFenceAnswer, m.Segment, m.End), byte(m.Role))
+	dst = append(pair(dst, KindFenceAnswer, m.Segment, m.End), byte(m.Role))
+	if m.Unknown {
+		dst = append(dst, 1)
+	}
+	return dst
 }
 
 // Encode returns m's encoding in a new buffer.
@@ -191,6 +202,12 @@ func Decode(msg []byte) (Message, error) {
 		a := FenceAnswer{Segment: d.u(), End: d.u(), Role: Role(d.byte())}
 		if d.err == nil && a.Role > RolePrimary {
 			d.fail("unknown role %d", a.Role)
+		}
+		if d.err == nil && len(d.buf) > 0 {
+			if flag := d.byte(); flag != 1 {
+				d.fail("unknown fence answer flag %d", flag)
+			}
+			a.Unknown = true
 		}
 		m = a
 	default:

@@ -113,6 +113,8 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 		"oversized bytes":  append(huge, make([]byte, 16)...),
 		"end below base":   Encode(Append{Segment: 1, Base: 5, End: 4}),
 		"unknown role":     {Version, byte(KindFenceAnswer), 1, 2, 2},
+		"unknown flag":     {Version, byte(KindFenceAnswer), 1, 2, 0, 2},
+		"flag and more":    {Version, byte(KindFenceAnswer), 1, 2, 0, 1, 1},
 		"batches past End": Encode(Append{Segment: 1, Base: 10, End: 11, Batches: stampedRun(10, 1, 1)}),
 		"cut batch":        Encode(Append{Segment: 1, Base: 10, End: 11, Batches: stampedRun(10, 1)[:40]}),
 	}
@@ -162,4 +164,27 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFenceAnswerFlagIsCompatible: an answer without the Unknown flag is
+// the older encoding byte for byte, and one with it is that plus one
+// byte (cut off, it reads as an unflagged answer, as an older node sent).
+func TestFenceAnswerFlagIsCompatible(t *testing.T) {
+	plain := Encode(FenceAnswer{Segment: 1, End: 2})
+	if want := []byte{Version, byte(KindFenceAnswer), 1, 2, 0}; !bytes.Equal(plain, want) {
+		t.Fatalf("plain answer %v, want %v", plain, want)
+	}
+	flagged := Encode(FenceAnswer{Segment: 1, End: 2, Unknown: true})
+	if want := append(plain, 1); !bytes.Equal(flagged, want) {
+		t.Fatalf("flagged answer %v, want %v", flagged, want)
+	}
+	for _, msg := range [][]byte{plain, flagged} {
+		m, err := Decode(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := m.(FenceAnswer); a.Unknown != (len(msg) > len(plain)) || a.Segment != 1 || a.End != 2 {
+			t.Fatalf("%v decoded as %+v", msg, a)
+		}
+	}
 }

@@ -37,6 +37,7 @@ func (c *conn) authenticate(key uint16, corr uint32, payload []byte) bool {
 		return false
 	}
 	id, resumed, err := c.login(req)
+	c.s.traffic.login(err)
 	if err != nil {
 		c.reply(authRefusal(key, corr, reason(err), broker.RetryAfter(err)))
 		return false
@@ -77,6 +78,7 @@ func authRefusal(key uint16, corr uint32, reason string, after time.Duration) []
 // a connection must not be a free place to guess passwords from.
 func (c *conn) reauth(corr uint32, req wire.Request) {
 	id, resumed, err := c.login(req)
+	c.s.traffic.login(err)
 	if err != nil {
 		c.queue(authRefusal(req.APIKey(), corr, reason(err), broker.RetryAfter(err)))
 		c.drain()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/malachi-log/malachi/internal/broker"
@@ -17,13 +18,20 @@ const (
 )
 
 // clusterStatus encodes the broker's cluster status for cluster_status
-// (87), attributes sorted by key.
-func clusterStatus(s broker.ClusterStatus) *wire.ClusterStatusResponse {
+// (87), attributes sorted by key, with the repair section when the
+// request asked for it.
+func clusterStatus(s broker.ClusterStatus, repair bool) *wire.ClusterStatusResponse {
 	resp := &wire.ClusterStatusResponse{Node: s.Node, Vnodes: uint32(s.Vnodes)}
+	if repair {
+		resp.Repair = clusterRepair(s)
+	}
 	for _, n := range s.Nodes {
 		wn := wire.ClusterNode{
 			ID: n.ID, Registered: n.Registered, Liveness: n.Liveness, PeerAddr: n.PeerAddr,
 			GossipAddr: n.GossipAddr, ClientAddr: n.ClientAddr, HTTPAddr: n.HTTPAddr,
+		}
+		if repair {
+			wn.Disk = n.Disk
 		}
 		for _, k := range slices.Sorted(maps.Keys(n.Attrs)) {
 			wn.Attrs = append(wn.Attrs, wire.ClusterAttr{Key: k, Value: n.Attrs[k]})
@@ -44,6 +52,116 @@ func clusterStatus(s broker.ClusterStatus) *wire.ClusterStatusResponse {
 	}
 	return resp
 }
+
+// maxRepairListed bounds each list of the repair section, whatever the
+// broker hands over, so that the answer stays well inside a frame; the
+// totals still count everything.
+const maxRepairListed = 100
+
+// clusterRepair encodes the repair views of s.
+func clusterRepair(s broker.ClusterStatus) *wire.ClusterRepair {
+	r := &wire.ClusterRepair{}
+	total := 0
+	for _, t := range s.UnderReplicated {
+		total += t.Segments
+	}
+	r.UnderReplicatedTotal = clampU32(max(total, len(s.UnderReplicatedSegments)))
+	for _, t := range first(s.UnderReplicated) {
+		r.UnderReplicated = append(r.UnderReplicated, wire.UnderReplicatedTopic{Topic: t.Topic, Segments: clampU32(t.Segments)})
+	}
+	for _, u := range first(s.UnderReplicatedSegments) {
+		r.UnderReplicatedSegments = append(r.UnderReplicatedSegments, wire.UnderReplicatedSegment{
+			Topic: u.Topic, Range: u.Range, Segment: u.Segment, Active: u.Active, Replicas: u.Replicas,
+			Live: uint32(u.Live), Factor: uint32(u.Factor),
+		})
+	}
+	if s.Heal == nil {
+		return r
+	}
+	h := s.Heal
+	for _, c := range first(h.Healing) {
+		r.Healing = append(r.Healing, wire.HealingCopy{Segment: c.Segment, Source: c.Source, Target: c.Target, Bytes: s.HealingBytes[c.Segment]})
+	}
+	for _, d := range first(h.Damaged) {
+		r.Damaged = append(r.Damaged, wire.DamagedCopy{Segment: d.Segment, Node: d.Node})
+	}
+	for _, p := range first(h.Problems) {
+		r.Problems = append(r.Problems, wire.HealProblem{Segment: p.Segment, Problem: p.Problem, Detail: p.Detail})
+	}
+	// A total is never below what is listed, whatever the broker says.
+	r.HealingTotal = clampU32(max(h.HealingTotal, len(h.Healing)))
+	r.DamagedTotal = clampU32(max(h.DamagedTotal, len(h.Damaged)))
+	r.ProblemsTotal = clampU32(max(h.ProblemsTotal, len(h.Problems)))
+	r.ScrubCopies, r.ScrubBehind = clampU32(h.ScrubCopies), h.ScrubBehind
+	return r
+}
+
+func clampU32(n int) uint32 { return uint32(min(max(n, 0), math.MaxUint32)) }
+
+// copyStates maps the broker's copy states to the wire's.
+var copyStates = map[string]wire.CopyState{
+	broker.CopyUnchecked: wire.CopyUnchecked,
+	broker.CopyDamaged:   wire.CopyDamaged,
+	broker.CopyHealing:   wire.CopyHealing,
+	broker.CopyMissing:   wire.CopyMissing,
+	broker.CopyVerified:  wire.CopyVerified,
+}
+
+// segmentCopies encodes a segment's copies for describe_topic (65).
+func segmentCopies(copies []broker.SegmentCopy) []wire.SegmentCopy {
+	var out []wire.SegmentCopy
+	for _, c := range copies {
+		out = append(out, wire.SegmentCopy{Node: c.Node, State: copyStates[c.State]})
+	}
+	return out
+}
+
+// maxCopiesBytes bounds describe_topic's copies section: with the rest
+// of the answer it must fit a frame, so the copies of the last segments
+// are left out (and counted as omitted) beyond it or beyond the room the
+// frame leaves.
+const maxCopiesBytes = 4 << 20
+
+// capCopies leaves out the copies of resp's last segments so that the
+// copies section takes at most min(maxCopiesBytes, room) bytes, room
+// being what maxFrame leaves after the rest of the answer.
+func capCopies(resp *wire.DescribeTopicResponse, maxFrame uint32) {
+	segments := 0
+	for i := range resp.Ranges {
+		segments += len(resp.Ranges[i].Segments)
+	}
+	budget := maxCopiesBytes - 4
+	if room := int(maxFrame) - frameSlack - 4 - baseSize(resp); room < budget {
+		budget = room
+	}
+	kept, cut := 0, false
+	for i := range resp.Ranges {
+		for j := range resp.Ranges[i].Segments {
+			s := &resp.Ranges[i].Segments[j]
+			if n := wire.CopiesSize(s.Copies); !cut && n <= budget {
+				budget -= n
+				kept++
+				continue
+			}
+			// The section holds a prefix of the segments: once one is
+			// left out, so are all after it.
+			cut, s.Copies = true, nil
+		}
+	}
+	resp.CopiesOmitted = segments - kept
+}
+
+// frameSlack is room left in a frame for its header.
+const frameSlack = 64
+
+// baseSize is the size of resp without its copies section.
+func baseSize(resp *wire.DescribeTopicResponse) int {
+	base := *resp
+	base.Copies = false
+	return len(base.AppendPayload(nil))
+}
+
+func first[T any](l []T) []T { return l[:min(len(l), maxRepairListed)] }
 
 // rebalancePlan encodes a rebalance plan for cluster_rebalance (89).
 func rebalancePlan(p broker.RebalancePlan) *wire.ClusterRebalanceResponse {

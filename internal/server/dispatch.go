@@ -1,13 +1,16 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/broker"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/tracing"
 	"github.com/malachi-log/malachi/internal/wire"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Server clamps from wire v1: a request above a cap is clamped, not refused.
@@ -57,6 +60,7 @@ func (c *conn) dispatch(corr uint32, req wire.Request) {
 	default:
 		c.spawn(func() {
 			resp, err := c.handle(req)
+			c.s.traffic.other(err)
 			c.answer(corr, resp, err)
 		})
 	}
@@ -78,7 +82,9 @@ func (c *conn) answer(corr uint32, resp wire.Response, err error) {
 // else the client has gone and the answer is not read anyway.
 func (c *conn) fetchWithinBudget(corr uint32, r *wire.FetchRequest) {
 	c.withinBudget(corr, func() outFrame {
+		start := time.Now()
 		resp, err := c.handle(r)
+		c.s.traffic.fetched(start, resp, err)
 		if err != nil {
 			return bytesFrame(wire.AppendErrorFrame(nil, corr, reason(err)))
 		}
@@ -130,30 +136,50 @@ func frameBuffer(resp wire.Response) []byte {
 // MaxInFlight produces waiting for durability or for the client to read
 // their answers.
 func (c *conn) produce(corr uint32, r *wire.ProduceRequest) {
+	start, t := time.Now(), c.s.traffic
 	if r.Topic == nil {
+		t.done(&t.produce, OpProduce, start, 0, 0, metadata.ErrNoSuchTopic)
 		c.refuse(corr, "no_such_topic")
 		return
 	}
 	if err := c.s.b.Authorize(c.identity(), broker.OpProduce, *r.Topic); err != nil {
+		t.done(&t.produce, OpProduce, start, 0, 0, err)
 		c.answer(corr, nil, err)
 		return
 	}
 	if len(r.Records) > producePerFrame {
+		t.refuse(OpProduce, "too_many_records")
 		c.refuse(corr, "too_many_records")
 		return
 	}
+	size := wireBytes(r.Records)
 	recs := toSegmentRecords(r.Records)
+	ctx, span := c.startProduceSpan(*r.Topic, len(recs), size)
 	c.wg.Add(1)
-	err := c.s.b.ProduceAsync(c.reqCtx, *r.Topic, recs, func(n int, err error) {
+	err := c.s.b.ProduceAsync(ctx, *r.Topic, recs, func(n int, err error) {
 		// On the segment store's commit goroutine: queueing on the
 		// request's slot does not block it.
 		defer c.wg.Done()
+		t.done(&t.produce, OpProduce, start, n, size, err)
 		c.answer(corr, &wire.CountResponse{Count: uint32(n)}, err)
+		tracing.End(span, err)
 	})
 	if err != nil {
 		c.wg.Done()
+		t.done(&t.produce, OpProduce, start, 0, 0, err)
 		c.answer(corr, nil, err)
+		tracing.End(span, err)
 	}
+}
+
+// startProduceSpan starts a produce request's span (the answer ends it)
+// on the connection's context.
+func (c *conn) startProduceSpan(topic string, records, size int) (context.Context, trace.Span) {
+	ctx, span := c.s.b.Tracer().Begin(c.reqCtx, tracing.SpanProduce, trace.SpanKindServer)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrTopic.String(topic), tracing.AttrRecords.Int(records), tracing.AttrBytes.Int(size))
+	}
+	return ctx, span
 }
 
 // toSegmentRecords converts decoded records for the broker. The headers
@@ -250,6 +276,7 @@ func (c *conn) startStream(corr uint32, topicName *string, skips bool, open func
 			if !c.push(pushFrame(corr, p, skips)) {
 				return errConnEnding
 			}
+			c.s.traffic.pushed(p, skips)
 			return nil
 		})
 		if err != nil && !errors.Is(err, errConnEnding) && c.reqCtx.Err() == nil {

@@ -1,13 +1,17 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/audit"
 	"github.com/malachi-log/malachi/internal/broker"
+	"github.com/malachi-log/malachi/internal/tracing"
 	"github.com/malachi-log/malachi/internal/wire"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // handle runs one request that is neither produce nor subscribe, as the
@@ -82,7 +86,7 @@ func (c *conn) handleAdmin(id broker.Identity, req wire.Request) (wire.Response,
 		}
 		return &resp, nil
 	case *wire.ClusterStatusRequest:
-		return clusterStatus(c.s.b.ClusterStatus()), nil
+		return clusterStatus(c.s.b.ClusterStatus(), r.WantsRepair()), nil
 	case *wire.ClusterRebalanceRequest:
 		if !r.Apply {
 			p, err := c.s.b.Rebalance(c.reqCtx, false)
@@ -190,16 +194,43 @@ func (c *conn) createTopic(id broker.Identity, topic *string, bits uint8, ranges
 	return nil, err
 }
 
+// startConsumeSpan starts a fetch's span on the connection's context: it
+// covers the reads, long poll included. The topic is recorded by
+// endConsumeSpan, once the fetch has shown it names one.
+func (c *conn) startConsumeSpan() (context.Context, trace.Span) {
+	return c.s.b.Tracer().Begin(c.reqCtx, tracing.SpanConsume, trace.SpanKindServer)
+}
+
+// endConsumeSpan ends a fetch's span. A client that left while its fetch
+// waited is no failure of the fetch: the span ends with an event, not an
+// error.
+func (c *conn) endConsumeSpan(span trace.Span, topic string, err error) {
+	switch {
+	case !span.IsRecording():
+	case err == nil:
+		span.SetAttributes(tracing.AttrTopic.String(topic))
+	case c.reqCtx.Err() != nil && errors.Is(err, context.Canceled):
+		span.AddEvent(tracing.EventClientGone)
+		err = nil
+	}
+	tracing.End(span, err)
+}
+
 func (c *conn) fetch(id broker.Identity, r *wire.FetchRequest) (wire.Response, error) {
 	topic := deref(r.Topic)
 	if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
 		return nil, err
 	}
 	wait := min(time.Duration(r.WaitMs)*time.Millisecond, waitCap)
-	page, err := c.s.b.Fetch(c.reqCtx, broker.FetchRequest{
+	ctx, span := c.startConsumeSpan()
+	page, err := c.s.b.Fetch(ctx, broker.FetchRequest{
 		Topic: topic, Cursor: r.Cursor, Group: r.Group, Member: r.Member,
 		Max: clamp(r.Max, fetchMaxDefault, fetchMaxCap), Wait: wait, Identity: id,
 	})
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrRecords.Int(len(page.Records)))
+	}
+	c.endConsumeSpan(span, topic, err)
 	if err != nil && c.reqCtx.Err() == nil {
 		return nil, err
 	}
@@ -257,11 +288,15 @@ func (c *conn) describeTopic(id broker.Identity, r *wire.DescribeTopicRequest) (
 	if err := c.s.b.Authorize(id, broker.OpConsume, deref(r.Topic)); err != nil {
 		return nil, err
 	}
-	d, err := c.s.b.DescribeTopic(deref(r.Topic))
+	describe := c.s.b.DescribeTopic
+	if r.WantsCopies() {
+		describe = c.s.b.DescribeTopicCopies
+	}
+	d, err := describe(deref(r.Topic))
 	if err != nil {
 		return nil, err
 	}
-	resp := &wire.DescribeTopicResponse{ID: d.ID, Name: d.Name, Bits: d.Bits, CreatedAt: ms(d.CreatedAt), Groups: d.Groups}
+	resp := &wire.DescribeTopicResponse{ID: d.ID, Name: d.Name, Bits: d.Bits, CreatedAt: ms(d.CreatedAt), Groups: d.Groups, Copies: r.WantsCopies()}
 	for _, rg := range d.Ranges {
 		ri := wire.RangeInfo{
 			ID: rg.ID, Start: rg.Start, End: rg.End, Active: rg.Active, Parents: rg.Parents,
@@ -271,9 +306,13 @@ func (c *conn) describeTopic(id broker.Identity, r *wire.DescribeTopicRequest) (
 			ri.Segments = append(ri.Segments, wire.SegmentInfo{
 				ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records, Bytes: s.Bytes,
 				Replicas: s.Replicas, OpenedAt: ms(s.OpenedAt), SealedAt: ms(s.SealedAt), MaxExpiry: ms(s.MaxExpiry),
+				Copies: segmentCopies(s.Copies),
 			})
 		}
 		resp.Ranges = append(resp.Ranges, ri)
+	}
+	if resp.Copies {
+		capCopies(resp, c.s.cfg.MaxFrame)
 	}
 	return resp, nil
 }

@@ -222,6 +222,7 @@ type Server struct {
 
 	acceptErrors, handshakeErrors, plaintextRefused atomic.Uint64
 	acceptLog                                       rateLog
+	traffic                                         *trafficStats // stats.go
 
 	mu struct {
 		sync.Mutex
@@ -235,7 +236,7 @@ type Server struct {
 
 // New returns a server for b; call Listen, then Serve.
 func New(cfg Config, b *broker.Broker) *Server {
-	s := &Server{cfg: cfg.withDefaults(), b: b, quit: make(chan struct{})}
+	s := &Server{cfg: cfg.withDefaults(), b: b, quit: make(chan struct{}), traffic: newTrafficStats()}
 	s.mu.conns = make(map[*conn]struct{})
 	s.mu.perIP = make(map[string]int)
 	s.fetchReserve = fetchReserve(s.cfg.MaxFrame)
@@ -397,6 +398,7 @@ func (s *Server) admit(nc net.Conn) {
 	}
 	if reason != "" {
 		s.mu.Unlock()
+		s.traffic.connRefused(reason)
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
 		nc.Write(wire.AppendErrorFrame(nil, 0, reason))
 		nc.Close()
@@ -408,6 +410,7 @@ func (s *Server) admit(nc net.Conn) {
 	s.mu.preAuth++
 	s.wg.Add(1)
 	s.mu.Unlock()
+	s.traffic.accepted.Add(1)
 	go func() {
 		defer s.wg.Done()
 		c.serve()

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/malachi-log/malachi/internal/broker"
+	"github.com/malachi-log/malachi/internal/tracing"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
@@ -67,17 +68,25 @@ func (c *conn) topicRoutes(id broker.Identity, r *wire.TopicRoutesRequest) (wire
 // this connection are enqueued in order; the answer goes out when every
 // record is durable.
 func (c *conn) produceBatches(corr uint32, r *wire.ProduceBatchesRequest) {
+	start, t := time.Now(), c.s.traffic
 	if r.Topic == nil {
+		t.refuse(OpProduce, wire.ReasonNoSuchTopic)
 		c.refuse(corr, wire.ReasonNoSuchTopic)
 		return
 	}
 	if err := c.s.b.Authorize(c.identity(), broker.OpProduce, *r.Topic); err != nil {
+		t.done(&t.produce, OpProduce, start, 0, 0, err)
 		c.answer(corr, nil, err)
 		return
 	}
 	if len(r.Batches) > broker.MaxRequestBatches {
+		t.refuse(OpProduce, wire.ReasonInvalidBatch)
 		c.refuse(corr, wire.ReasonInvalidBatch)
 		return
+	}
+	size := 0
+	for _, rb := range r.Batches {
+		size += len(rb.Batch)
 	}
 	batches := make([]broker.RangeBatch, len(r.Batches))
 	for i, rb := range r.Batches {
@@ -87,23 +96,33 @@ func (c *conn) produceBatches(corr uint32, r *wire.ProduceBatchesRequest) {
 	// broker's until they are durable; a lent buffer goes back then.
 	frame := c.frame
 	c.frame = nil
+	ctx, span := c.startProduceSpan(*r.Topic, 0, size)
 	c.wg.Add(1)
-	err := c.s.b.ProduceBatchesAsync(c.reqCtx, *r.Topic, batches, func(n, rerouted int, err error) {
+	err := c.s.b.ProduceBatchesAsync(ctx, *r.Topic, batches, func(n, rerouted int, err error) {
 		defer c.wg.Done()
+		t.done(&t.produce, OpProduce, start, n, size, err)
 		c.answer(corr, &wire.ProduceBatchesResponse{Count: uint32(n), Rerouted: uint32(rerouted)}, err)
 		c.giveBack(frame)
+		if span.IsRecording() {
+			span.SetAttributes(tracing.AttrRecords.Int(n))
+		}
+		tracing.End(span, err)
 	})
 	if err != nil {
 		c.wg.Done()
+		t.done(&t.produce, OpProduce, start, 0, 0, err)
 		c.answer(corr, nil, err)
 		c.giveBack(frame) // refused before anything was enqueued
+		tracing.End(span, err)
 	}
 }
 
 // fetchBatchesWithinBudget is fetchWithinBudget for fetch_batches.
 func (c *conn) fetchBatchesWithinBudget(corr uint32, r *wire.FetchBatchesRequest) {
 	c.withinBudget(corr, func() outFrame {
+		start := time.Now()
 		page, err := c.fetchBatches(c.identity(), r)
+		c.s.traffic.fetchedBatches(start, page, r.WantsSkips(), err)
 		if err != nil {
 			return bytesFrame(wire.AppendErrorFrame(nil, corr, reason(err)))
 		}
@@ -117,13 +136,18 @@ func (c *conn) fetchBatches(id broker.Identity, r *wire.FetchBatchesRequest) (br
 		return broker.BatchPage{}, err
 	}
 	wait := min(time.Duration(r.WaitMs)*time.Millisecond, waitCap)
-	page, err := c.s.b.FetchBatches(c.reqCtx, broker.FetchBatchesRequest{
+	ctx, span := c.startConsumeSpan()
+	page, err := c.s.b.FetchBatches(ctx, broker.FetchBatchesRequest{
 		FetchRequest: broker.FetchRequest{
 			Topic: topic, Cursor: r.Cursor, Group: r.Group, Member: r.Member,
 			Max: int(min(r.MaxRecords, 1<<30)), Wait: wait, Identity: id,
 		},
 		MaxBytes: int(min(r.MaxBytes, 1<<30)),
 	})
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrBatches.Int(len(page.Batches)))
+	}
+	c.endConsumeSpan(span, topic, err)
 	if err != nil && c.reqCtx.Err() == nil {
 		return broker.BatchPage{}, err
 	}

@@ -109,7 +109,10 @@ type Config struct {
 	HoldMs          int64 // how long a failover holds its range
 	ControlDelay    int64 // the time between a failover's answers and its seal
 	MemberDelay     int64 // the time membership takes to declare a crashed node dead
-	TickEvery       int64
+	// FenceGrace is how long a failover with enough fence answers waits
+	// for the others before it decides (the node's four resend ticks).
+	FenceGrace int64
+	TickEvery  int64
 
 	// Disk faults and permanent loss. Each is the probability that one
 	// fault event is of that kind (the rest are crashes, restarts,
@@ -154,6 +157,22 @@ type Config struct {
 	// commit above the failover's seal. By default the fence is recorded
 	// on disk before it is answered and survives a restart.
 	VolatileFence bool
+
+	// SealAtHighestAnswer seals a failed-over segment at the highest
+	// fence answer as soon as enough replicas answered, as internal/replica
+	// once did: the sealed end may then be on the failed primary's copy
+	// alone, the others behind it, and losing that node for good loses
+	// acknowledged records no copy serves or heals from. By default the
+	// failover waits FenceGrace for every answer and seals at the end a
+	// quorum of the answers holds (quorumEnd).
+	SealAtHighestAnswer bool
+
+	// CountCreatedCopies counts the answer of a copy the fence itself
+	// created (the node held none) like any other, as internal/replica
+	// once did: a node back with an empty disk then pulls the failover's
+	// seal below records it acknowledged before. By default such an
+	// answer is flagged Unknown and lowers the quorum's k.
+	CountCreatedCopies bool
 }
 
 // DefaultConfig is the configuration the fixed seeds run.
@@ -167,7 +186,7 @@ func DefaultConfig() Config {
 		DropRate: 0.03, DupRate: 0.03, SlowRate: 0.02,
 		FaultEvery: 350, MaxDown: 2, ControlPlaneOutages: true,
 		ClientTimeout: 1500, ForwardTimeout: 400, FailoverTimeout: 600, StuckRoll: 800,
-		HoldMs: 1500, ControlDelay: 20, MemberDelay: 100, TickEvery: 50,
+		HoldMs: 1500, ControlDelay: 20, MemberDelay: 100, TickEvery: 50, FenceGrace: 200,
 		FlipRate: 0.06, FullRate: 0.04, FsyncRate: 0.04, LossRate: 0.03,
 		FullMin: 200, FullMax: 1200,
 		DeadAfter: 500, HealEvery: 100, ScrubEvery: 1500, HealRate: 64 << 10, Quiesce: 4000,
@@ -204,6 +223,7 @@ func (c Config) withDefaults() Config {
 		{&c.FaultEvery, d.FaultEvery}, {&c.ClientTimeout, d.ClientTimeout}, {&c.ForwardTimeout, d.ForwardTimeout},
 		{&c.FailoverTimeout, d.FailoverTimeout}, {&c.StuckRoll, d.StuckRoll}, {&c.HoldMs, d.HoldMs},
 		{&c.ControlDelay, d.ControlDelay}, {&c.MemberDelay, d.MemberDelay}, {&c.TickEvery, d.TickEvery},
+		{&c.FenceGrace, d.FenceGrace},
 		{&c.FullMin, d.FullMin}, {&c.FullMax, d.FullMax}, {&c.DeadAfter, d.DeadAfter}, {&c.HealEvery, d.HealEvery},
 		{&c.ScrubEvery, d.ScrubEvery}, {&c.HealRate, d.HealRate}, {&c.Quiesce, d.Quiesce},
 	} {

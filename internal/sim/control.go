@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/malachi-log/malachi/internal/heal"
 	"github.com/malachi-log/malachi/internal/metadata"
@@ -44,6 +45,9 @@ func (c *controlPlane) apply(node uint64, cmd metadata.Command) (metadata.Result
 	res := c.st.Apply(cmd)
 	c.version++
 	c.w.note('c', node, uint64(len(cmd.Kind)), cmd.Range, cmd.Segment, cmd.End, res.SegmentID)
+	if traceOut != nil {
+		fmt.Fprintf(traceOut, "       %s by n%d: replicas %v expect %v node %s err %v\n", cmd.Kind, node, cmd.Replicas, cmd.Expect, cmd.Node, res.Err)
+	}
 	if err := c.st.CheckInvariants(); err != nil {
 		c.w.chk.fail("C1", "metadata invariants after %s: %v", cmd.Kind, err)
 	}

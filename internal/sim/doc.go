@@ -50,8 +50,9 @@
 //     seal at exactly the fence's end). A node whose forward times out,
 //     that finds the primary dead in membership, that restarted and lost
 //     the primary it led, or whose roll does not drain fails the segment
-//     over: hold the range, fence every copy, seal at FailoverEnd of the
-//     answers (W6), release the hold. Every node applies a seal to its
+//     over: hold the range, fence every copy, wait FenceGrace for every
+//     answer once FailoverEnd decides, seal at the end a quorum of the
+//     answers holds (quorumEnd, the node's rule, W6), release the hold. Every node applies a seal to its
 //     copy (Follower.Truncate, cut, seal record) when it sees it.
 //   - Repair, as the broker's heal and scrub loops: every HealEvery ms each
 //     node plans with heal.PlanHeals from the control plane and
@@ -107,6 +108,15 @@
 // before the seal acks the old primary above it, losing acknowledged
 // records, W6).
 //
+// A third rule of internal/replica was found wrong here and fixed in
+// both: a failover sealed at the highest fence answer as soon as enough
+// replicas answered. The failed primary's own copy, restarted, may hold
+// an fsynced tail nobody acked; sealed there, the segment's sealed bytes
+// lie on that copy alone, the followers' copies are behind (never served,
+// never healed from), and losing that node for good loses acknowledged
+// records. Config.SealAtHighestAnswer brings the old rule back and
+// TestSimFailoverSealsOnQuorum shows the loss.
+//
 // Each new protection has a Bug that switches it off and a test that
 // requires its checker to fire: BugTrustFailedFsync and
 // BugIgnoreWriteError (W1), BugServeDamaged (S1), BugRecordUnverified
@@ -128,7 +138,8 @@
 //
 //	go test ./internal/sim -run TestSimSeeds -sim.seed=N -v
 //
-// and a long run is
+// (-sim.trace prints every traced step, and every control-plane command,
+// to stderr), and a long run is
 //
 //	go test ./internal/sim -run TestSimSeeds -sim.seeds=5000 -timeout 30m
 package sim

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/replication"
@@ -14,7 +15,8 @@ type failover struct {
 	seg     metadata.Segment
 	ids     []uint64
 	answers []replication.Answer
-	decided bool
+	// waiting: enough answered, the rest are waited for FenceGrace.
+	waiting, decided bool
 }
 
 // startFailover begins failing over seg unless it is under way here.
@@ -61,36 +63,95 @@ func (n *node) releaseHold(rangeID uint64) {
 	_ = err // a hold not released runs out on its own
 }
 
-// onFenceAnswer counts one answer; once FailoverEnd decides, the seal
-// is recorded ControlDelay later (the round trip to the control plane).
+// onFenceAnswer counts one answer. Once FailoverEnd decides, the
+// failover waits FenceGrace for the replicas that have not answered (as
+// replica.Host.FenceCopies does), then narrows the end with quorumEnd;
+// the seal is recorded ControlDelay later (the round trip to the
+// control plane).
 func (n *node) onFenceAnswer(from uint64, a replication.FenceAnswer) {
 	w := n.w
 	fo := n.failovers[a.Segment]
 	if fo == nil || fo.decided {
 		return
 	}
-	fo.answers = append(fo.answers, replication.Answer{Node: from, End: a.End, Role: a.Role})
+	fo.answers = append(fo.answers, replication.Answer{Node: from, End: a.End, Role: a.Role, Unknown: a.Unknown})
 	f, ok, err := replication.FailoverEnd(fo.ids, replication.Quorum(len(fo.ids)), fo.answers)
 	if err != nil {
 		w.chk.fail("protocol", "node %d failover of %d: %v", n.id, a.Segment, err)
 		return
 	}
-	if !ok {
-		return
+	switch {
+	case !ok:
+	case len(f.Unknown) == 0 || w.cfg.SealAtHighestAnswer:
+		n.decideFailover(fo)
+	case !fo.waiting:
+		fo.waiting = true
+		inc := n.inc
+		w.after(w.cfg.FenceGrace, func() {
+			if n.inc == inc && n.failovers[a.Segment] == fo && !fo.decided {
+				n.decideFailover(fo)
+			}
+		})
 	}
+}
+
+// decideFailover fixes the failover's end from the answers it has and
+// records the seal ControlDelay later.
+func (n *node) decideFailover(fo *failover) {
+	w := n.w
+	f, _, _ := replication.FailoverEnd(fo.ids, replication.Quorum(len(fo.ids)), fo.answers)
 	fo.decided = true
 	end := f.End
+	if !w.cfg.SealAtHighestAnswer {
+		end = quorumEnd(fo.ids, fo.answers, f)
+	}
 	if w.cfg.Bug == BugSealAtLowestAnswer {
 		end = lowestAnswer(fo.answers)
 	}
-	inc := n.inc
+	id, inc := fo.seg.ID, n.inc
 	w.after(w.cfg.ControlDelay, func() {
-		if n.inc != inc || n.failovers[a.Segment] != fo {
+		if n.inc != inc || n.failovers[id] != fo {
 			return
 		}
-		delete(n.failovers, a.Segment)
+		delete(n.failovers, id)
 		n.sealFailover(fo, end)
 	})
+}
+
+// quorumEnd is the node's rule (replica.quorumEnd): of the answers, the
+// k-th highest, k being the quorum less the replicas that did not
+// answer. Every acknowledged record is on k answering copies, so the end
+// covers it (W6); what lies above is on fewer than a quorum, never
+// acknowledged, and sealing it in would leave the sealed segment on
+// those few copies alone, the others behind, never served nor healed
+// from. With every answer the sealed end is on a quorum of copies. An
+// answer flagged Unknown (a copy the fence created) witnesses nothing and
+// lowers k as a silent replica does.
+func quorumEnd(ids []uint64, answers []replication.Answer, f replication.Failover) uint64 {
+	best := map[uint64]uint64{}
+	blind := map[uint64]bool{}
+	for _, a := range answers {
+		switch {
+		case a.Role != replication.RoleFollower || !slices.Contains(ids, a.Node):
+		case a.Unknown:
+			blind[a.Node] = true
+		default:
+			best[a.Node] = max(best[a.Node], a.End)
+		}
+	}
+	for node := range best {
+		delete(blind, node)
+	}
+	k := replication.Quorum(len(ids)) - len(f.Unknown) - len(blind)
+	if k <= 1 || len(best) < k {
+		return f.End
+	}
+	ends := make([]uint64, 0, len(best))
+	for _, e := range best {
+		ends = append(ends, e)
+	}
+	slices.Sort(ends)
+	return ends[len(ends)-k]
 }
 
 func lowestAnswer(as []replication.Answer) uint64 {

@@ -65,6 +65,10 @@ type folSeg struct {
 	id, base, from uint64
 	f              *replication.Follower
 	wm             uint64 // the watermark reads here use (R1)
+	// unknownEnd: the fence created this copy, or it is a fenced copy
+	// still empty after a restart; its answer at the base carries
+	// FenceAnswer.Unknown (replica's rule).
+	unknownEnd bool
 }
 
 func newNode(w *world, id uint64) *node {
@@ -365,6 +369,7 @@ func (n *node) newCopy(id, primary uint64, fence bool) (*folSeg, error) {
 		return nil, errors.New("not active with that primary")
 	}
 	c := n.disk.copies[id]
+	created := false
 	if c == nil {
 		// A replica the primary never reached holds nothing: it may answer
 		// the segment's base, once an empty copy exists to stay fenced.
@@ -379,6 +384,7 @@ func (n *node) newCopy(id, primary uint64, fence bool) (*folSeg, error) {
 			}
 			return nil, err
 		}
+		created = true
 	}
 	if c.end != c.syncedEnd {
 		return nil, errors.New("writes still queued")
@@ -386,7 +392,8 @@ func (n *node) newCopy(id, primary uint64, fence bool) (*folSeg, error) {
 	if (c.sealed || c.fenced || c.failed) && !fence {
 		return nil, errors.New("copy sealed, fenced or failed")
 	}
-	fs := &folSeg{id: id, base: seg.Base, from: primary, f: replication.NewFollower(id, seg.Base, c.end), wm: seg.Base}
+	fs := &folSeg{id: id, base: seg.Base, from: primary, f: replication.NewFollower(id, seg.Base, c.end), wm: seg.Base,
+		unknownEnd: fence && created || c.fenced && c.end == seg.Base}
 	n.fol[id] = fs
 	return fs, nil
 }
@@ -410,6 +417,7 @@ func (n *node) answerFence(from, id uint64) {
 		}
 	}
 	a := fs.f.FenceAnswer()
+	a.Unknown = fs.unknownEnd && a.End == fs.base && !n.w.cfg.CountCreatedCopies
 	n.w.chk.fenced(n, id)
 	// A fence held only in memory is forgotten in a restart, and the
 	// copy could then ack the old primary above its answer (W6): the

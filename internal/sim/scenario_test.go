@@ -1,6 +1,10 @@
 package sim
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/malachi-log/malachi/internal/vfs"
+)
 
 // quietConfig is a small cluster without seeded faults: a scenario test
 // places its own.
@@ -112,6 +116,159 @@ func TestSimRestartedFollowerKeepsItsFence(t *testing.T) {
 			t.Errorf("a fence forgotten in a restart should let the old primary commit above the seal")
 		case !volatile && res.Err() != nil:
 			t.Errorf("with the fence on disk: %v", res.Err())
+		}
+	}
+}
+
+// TestSimFailoverSealsOnQuorum replays what seed 335 once found: the
+// primary, cut off from its followers, fsyncs a tail nobody acked; it
+// restarts, fails its segment over, and its own longer copy answers the
+// fence. Sealed at the highest answer (internal/replica's old rule), the
+// sealed end is on that copy alone, the followers' copies are behind,
+// never served nor healed from, and when the node is then lost for good
+// the acknowledged prefix is lost to readers. Sealed at the end a quorum
+// of the answers holds (quorumEnd), the tail nobody acked is cut and
+// nothing acknowledged is lost.
+func TestSimFailoverSealsOnQuorum(t *testing.T) {
+	for _, highest := range []bool{true, false} {
+		cfg := fiveQuiet()
+		cfg.DropRate, cfg.DupRate, cfg.SlowRate = 0, 0, 0
+		cfg.RollBytes = 1 << 20
+		cfg.SealAtHighestAnswer = highest
+		w, ok := newWorld(1, cfg)
+		if !ok {
+			t.Fatal(w.chk.violations)
+		}
+		w.start()
+		w.loop(300)
+		seg, p := onlyPrimary(t, w)
+		s, _ := w.cp.view(seg)
+		followers := replicaIDs(s)[1:]
+		for _, id := range followers {
+			w.net.cut[pair(p.id, id)] = true
+		}
+		for _, c := range w.clients {
+			c.to = p.id
+		}
+		ahead := func() bool {
+			end := p.disk.copies[seg].syncedEnd
+			for _, id := range followers {
+				if c := w.node(id).disk.copies[seg]; c != nil && c.syncedEnd >= end {
+					return false
+				}
+			}
+			return true
+		}
+		for w.now < 3000 && !ahead() {
+			w.loop(w.now + 1)
+		}
+		if !ahead() {
+			t.Fatalf("the primary's copy of %d never got ahead of its followers'", seg)
+		}
+		for _, id := range followers {
+			delete(w.net.cut, pair(p.id, id))
+		}
+		p.crash(false)
+		p.restart()
+		p.startFailover(s)
+		for w.now < 3000 && w.stillActive(seg) {
+			w.loop(w.now + 1)
+		}
+		sealed, _ := w.cp.view(seg)
+		if sealed.Active {
+			t.Fatalf("segment %d was not failed over", seg)
+		}
+		p.crash(false)
+		p.lost = true
+		w.stats.Lost++
+		res := settle(w)
+		t.Logf("highest=%v: sealed at %d, acked %d: %v", highest, sealed.End, res.Stats.Acked, res.Err())
+		switch {
+		case highest && !res.Violated("no-loss"):
+			t.Errorf("sealed at the lost primary's end, the acknowledged prefix on the behind copies should be lost")
+		case !highest && res.Err() != nil:
+			t.Errorf("sealed at the quorum's end: %v", res.Err())
+		}
+	}
+}
+
+func (w *world) stillActive(seg uint64) bool {
+	s, ok := w.cp.view(seg)
+	return ok && s.Active
+}
+
+// TestSimFailoverIgnoresCreatedCopies: a segment's last records are
+// acknowledged by its primary and one follower while the other follower
+// is cut off. The primary restarts with its copy, the follower comes
+// back on an empty disk (replaced, same id), and the primary fails the
+// segment over. That follower answers the fence from a copy the fence
+// created. Counted (CountCreatedCopies), its base drags the quorum's end
+// down to the cut-off copy's and the seal cuts acknowledged records;
+// flagged Unknown, it lowers k and the seal keeps them.
+func TestSimFailoverIgnoresCreatedCopies(t *testing.T) {
+	for _, counted := range []bool{true, false} {
+		cfg := fiveQuiet()
+		cfg.DropRate, cfg.DupRate, cfg.SlowRate = 0, 0, 0
+		cfg.RollBytes = 1 << 20
+		cfg.CountCreatedCopies = counted
+		w, ok := newWorld(1, cfg)
+		if !ok {
+			t.Fatal(w.chk.violations)
+		}
+		w.start()
+		w.loop(300)
+		seg, p := onlyPrimary(t, w)
+		s, _ := w.cp.view(seg)
+		if len(s.Replicas) != 3 {
+			t.Fatalf("segment %d has replicas %v, want three", seg, s.Replicas)
+		}
+		ids := replicaIDs(s)
+		acker, cut := w.node(ids[1]), w.node(ids[2])
+		w.net.cut[pair(p.id, cut.id)] = true
+		for _, c := range w.clients {
+			c.to = p.id
+		}
+		acked := func() bool {
+			c := acker.disk.copies[seg]
+			behind := cut.disk.copies[seg]
+			return c != nil && (behind == nil || w.chk.commit[seg] > behind.syncedEnd)
+		}
+		for w.now < 3000 && !acked() {
+			w.loop(w.now + 1)
+		}
+		if !acked() {
+			t.Fatalf("no record of %d acknowledged by %d and %d alone", seg, p.id, acker.id)
+		}
+		// The primary fails (what it sent arrives meanwhile); the
+		// follower's disk is replaced: it comes back empty.
+		p.crash(false)
+		w.loop(w.now + 50)
+		if !w.stillActive(seg) {
+			t.Fatalf("segment %d was sealed before the follower's disk was replaced", seg)
+		}
+		acker.crash(false)
+		acker.disk, acker.crashed = newDisk(vfs.NewMem()), vfs.NewMem()
+		acker.restart()
+		delete(w.net.cut, pair(p.id, cut.id))
+		p.restart()
+		p.startFailover(s)
+		for _, c := range w.clients {
+			c.to = 0
+		}
+		for w.now < 3000 && w.stillActive(seg) {
+			w.loop(w.now + 1)
+		}
+		sealed, _ := w.cp.view(seg)
+		if sealed.Active {
+			t.Fatalf("segment %d was not failed over", seg)
+		}
+		res := settle(w)
+		t.Logf("counted=%v: sealed at %d, acked %d: %v", counted, sealed.End, res.Stats.Acked, res.Err())
+		switch {
+		case counted && !res.Violated("W6"):
+			t.Errorf("created copies counted: the seal at %d should cut acknowledged records", sealed.End)
+		case !counted && res.Err() != nil:
+			t.Errorf("created copies flagged: %v", res.Err())
 		}
 	}
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"os"
 	"testing"
 )
 
@@ -13,6 +14,7 @@ const fixedSeeds = 40
 var (
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed of TestSimSeeds")
 	simSeeds = flag.Int("sim.seeds", fixedSeeds, "how many seeds TestSimSeeds runs, from 1")
+	simTrace = flag.Bool("sim.trace", false, "print every traced step of -sim.seed to stderr")
 )
 
 func replay(seed uint64) string {
@@ -26,6 +28,10 @@ func TestSimSeeds(t *testing.T) {
 	var seeds []uint64
 	if *simSeed != 0 {
 		seeds = []uint64{*simSeed}
+		if *simTrace {
+			traceOut = os.Stderr
+			defer func() { traceOut = nil }()
+		}
 	} else {
 		for s := uint64(1); s <= uint64(*simSeeds); s++ {
 			seeds = append(seeds, s)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/fnv"
+	"io"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -240,7 +241,14 @@ func (w *world) note(kind byte, vals ...uint64) {
 		w.buf = binary.AppendUvarint(w.buf, v)
 	}
 	w.trace.Write(w.buf)
+	if traceOut != nil {
+		fmt.Fprintf(traceOut, "%6d %c %v\n", w.now, kind, vals)
+	}
 }
+
+// traceOut, when set (go test -sim.trace), gets every traced step as a
+// line: the way to read what a failing seed did.
+var traceOut io.Writer
 
 func (w *world) unixNow() int64 { return epoch + w.now }
 

@@ -25,7 +25,9 @@ type checkpoint struct {
 func (s *Store) checkpointLoop(prealloc bool) {
 	defer close(s.ckptDone)
 	if prealloc {
-		if err := s.preallocSpare(); err != nil {
+		// A spare saves time, not data: on a full disk the next file
+		// grows instead.
+		if err := s.preallocSpare(); err != nil && !isNoSpace(err) {
 			s.fail(err)
 		}
 	}
@@ -61,7 +63,11 @@ func (s *Store) checkpointLoop(prealloc bool) {
 func (s *Store) recycle(path string, seq uint64) error {
 	if len(s.spares) == 0 {
 		spare := sparePath(s.jr.dir, seq)
-		if err := s.fs.Rename(path, spare); err != nil {
+		err := s.fs.Rename(path, spare)
+		if isNoSpace(err) {
+			return s.removeJournal(path) // a spare saves time, not data
+		}
+		if err != nil {
 			return err
 		}
 		if err := s.fs.SyncDir(s.jr.dir); err != nil {
@@ -74,6 +80,10 @@ func (s *Store) recycle(path string, seq uint64) error {
 			path = spare
 		}
 	}
+	return s.removeJournal(path)
+}
+
+func (s *Store) removeJournal(path string) error {
 	if err := s.fs.Remove(path); err != nil {
 		return err
 	}
@@ -125,6 +135,9 @@ func (s *Store) writeZeroSpare() (string, error) {
 		err = s.fs.SyncDir(dir)
 	}
 	if err != nil {
+		if rerr := s.fs.Remove(tmp); rerr == nil {
+			err = errors.Join(err, s.fs.SyncDir(dir)) // what it held is free again
+		}
 		return "", fmt.Errorf("preallocating a journal file: %w", err)
 	}
 	return spare, nil
@@ -173,18 +186,36 @@ func (s *Store) syncSegments(segs []*seg) error {
 // retire hands the current journal file to the checkpoint goroutine and
 // starts the next one, from the spare when there is one. It blocks while
 // the previous file's checkpoint runs, so at most two files wait for their
-// segments' fsyncs.
+// segments' fsyncs. The next file is opened before the current one is
+// closed: when the disk is too full for it, the current file goes on
+// taking rounds (a full store takes few) and retire is tried again.
 func (s *Store) retire() error {
 	ck := checkpoint{path: s.jr.path(), seq: s.jr.seq, segs: dirtySegs(s.jr.dirty)}
-	// Closed first, so the journal holds one file open, never two.
-	if err := s.jr.f.Close(); err != nil {
+	old := s.jr.f
+	spare := s.takeSpare()
+	if err := s.jr.openFile(s.jr.seq+1, s.jr.round, spare); err != nil {
+		if spare != "" {
+			s.giveSpareBack(spare)
+		}
 		return err
 	}
-	if err := s.jr.openFile(s.jr.seq+1, s.jr.round, s.takeSpare()); err != nil {
+	if err := old.Close(); err != nil {
 		return err
 	}
 	s.ckpt <- ck
 	return nil
+}
+
+// giveSpareBack returns a spare that openFile could not rename: its
+// header may be new, but its name still says spare.
+func (s *Store) giveSpareBack(spare string) {
+	if _, err := s.fs.Stat(spare); err != nil {
+		return // renamed after all (a failed directory sync): no longer a spare
+	}
+	select {
+	case s.spares <- spare:
+	default: // a checkpoint offered one meanwhile: this one waits for Open
+	}
 }
 
 // takeSpare returns the spare's path, or "" when there is none yet.

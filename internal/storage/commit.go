@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/storage/segment"
 )
@@ -45,8 +46,10 @@ type request struct {
 //
 // Otherwise done is called exactly once, from the commit goroutine: with
 // nil after the fdatasync covering the batch, or with the write or sync
-// error (wrapping ErrFailed, or ErrNoSpace when the disk was full and the
-// store refused the batch without writing it). done must not block. It blocks, respecting
+// error: wrapping ErrNoSpace only when the disk was full and the store
+// refused the batch without keeping any of it, else ErrFailed (with
+// ErrOutcomeUnknown when the batch is kept in the node journal and comes
+// back at the next Open). done must not block. It blocks, respecting
 // ctx, while MaxPendingBytes are queued. The store keeps batch until done
 // is called: the caller must not modify it before then.
 func (s *Store) AppendAsync(ctx context.Context, id SegmentID, batch []byte, done func(error)) error {
@@ -240,6 +243,9 @@ type group struct {
 // written, but files already written are still synced so the batches whose
 // fsync succeeds are acknowledged — they are durable.
 func (s *Store) commit(round []request) {
+	if s.startup != nil {
+		s.continueOpen()
+	}
 	groups, of := groupRound(round)
 	if err := s.failure(); err != nil {
 		for _, g := range groups {
@@ -250,6 +256,7 @@ func (s *Store) commit(round []request) {
 	} else {
 		s.writeAll(groups)
 		s.syncAll(groups)
+		s.refuseUnwritten(round, groups)
 	}
 	var failure error
 	for _, g := range groups {
@@ -316,11 +323,15 @@ func (s *Store) syncAll(groups []*group) {
 		wg.Add(1)
 		go func(g *group) {
 			defer wg.Done()
+			start := time.Now()
 			g.err = g.log.Sync()
+			s.stats.syncLatency.Since(start)
 		}(g)
 	}
 	if first != nil {
+		start := time.Now()
 		first.err = first.log.Sync()
+		s.stats.syncLatency.Since(start)
 	}
 	wg.Wait()
 }
@@ -367,6 +378,10 @@ func (s *Store) finish(round []request, groups []*group, of []int) {
 	}
 	if len(groups) > 0 {
 		s.stats.rounds.Add(1)
+	}
+	if batches > 0 {
+		s.stats.roundBatches.Observe(int64(batches))
+		s.stats.roundBytes.Observe(int64(bytes))
 	}
 	s.stats.batches.Add(batches)
 	s.stats.bytes.Add(bytes)

@@ -1,6 +1,9 @@
 package storage
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"time"
+)
 
 // journalRound is commit with the node journal on: the round's records go
 // to the journal in one write, the segment files are written while the
@@ -18,19 +21,31 @@ func (s *Store) journalRound(round []request, groups []*group, of []int) {
 			failGroups(groups, s.outOfSpace(round, err))
 			return
 		}
-		failGroups(groups, err)
-		s.fail(err)
-		return
+		if isNoSpace(err) {
+			// A create, cut or tombstone waits on this record: write it
+			// again, at the same place, once space returns.
+			err = s.rewriteJournal(round, b, err)
+		}
+		if err != nil {
+			failGroups(groups, err)
+			s.fail(err)
+			return
+		}
 	}
 	synced := make(chan error, 1)
+	start := time.Now()
 	go func() { synced <- s.jr.f.Sync() }()
 	s.writeAll(groups)
 	err := <-synced
+	s.stats.syncLatency.Since(start)
 	s.stats.journalSyncs.Add(1)
 	if err != nil {
 		failGroups(groups, err)
 		s.fail(err)
 		return
+	}
+	if err := s.writeBehind(round, groups); err != nil {
+		s.fail(err) // the journal file stays: a replay writes what is missing
 	}
 	for _, g := range groups {
 		s.jr.dirty[g.sg] = struct{}{}
@@ -39,7 +54,9 @@ func (s *Store) journalRound(round []request, groups []*group, of []int) {
 		}
 	}
 	if s.jr.size >= s.cfg.JournalFileBytes {
-		if err := s.retire(); err != nil {
+		if err := s.retire(); isNoSpace(err) {
+			s.markFull(err) // the current file goes on; the next round tries again
+		} else if err != nil {
 			s.fail(err)
 		}
 	}

@@ -60,11 +60,16 @@
 // fsync succeeded are acknowledged normally — they are durable.
 //
 // Running out of space is the one exception (space.go): free space below
-// Config.MinFreeBytes, or ENOSPC on a round's journal write before any
-// segment file or fsync was touched, refuses appends and creates with
-// ErrNoSpace (DiskState DiskFull) until CheckSpace finds room again; the
-// refused batches are never acknowledged and nothing acknowledged is
-// touched.
+// Config.MinFreeBytes, or ENOSPC or EDQUOT on a write (the journal, a
+// segment file, a create, a seal, a journal switch), refuses appends and
+// creates with ErrNoSpace (DiskState DiskFull) until CheckSpace finds
+// room again; a round already durable in the journal waits to be written
+// rather than refused; refused batches are never acknowledged and nothing
+// acknowledged is touched. A batch neither acknowledged nor refused (it
+// waited in the journal when the store closed) is answered
+// ErrOutcomeUnknown, never ErrNoSpace. A node whose journal holds batches
+// its files lack opens full on a disk still full, and replays them once
+// CheckSpace finds room (replay_wait.go).
 //
 // # Fencing
 //

@@ -226,6 +226,9 @@ func (j *journal) openFile(seq, round uint64, spare string) error {
 	}
 	if err != nil {
 		_ = f.Close()
+		if spare == "" {
+			_ = j.fs.Remove(path) // so that a later attempt can create it
+		}
 		return err
 	}
 	j.f, j.seq, j.salt, j.size, j.round = f, seq, salt, journalHeaderLen, round

@@ -60,7 +60,9 @@ func parseName(name string) (SegmentID, string, bool) {
 //     and .seal/.idx files whose .log is gone (an interrupted Delete).
 //
 // Open fails only when the disk cannot be read; damaged segments are
-// listed with their damage so the node can start and repair them.
+// listed with their damage so the node can start and repair them. A disk
+// too full to replay the node journal into the segment files opens the
+// store full, the replay resumed once space returns (replay_wait.go).
 func Open(cfg Config) (*Store, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -75,6 +77,7 @@ func Open(cfg Config) (*Store, error) {
 		wake:   make(chan struct{}, 1),
 		exited: make(chan struct{}),
 	}
+	s.stats.init()
 	if err := s.prepareDir(); err != nil {
 		return nil, err
 	}
@@ -101,7 +104,11 @@ func (s *Store) recoverWithJournal() error {
 	if err != nil {
 		return err
 	}
-	if err := s.replay(plan); err != nil {
+	// A full disk may stop the replay or the journal's start: the store
+	// then opens full and goes on once space returns (replay_wait.go).
+	u := &startup{plan: plan, r: newReplayer(s, plan)}
+	err = s.replayRest(u)
+	if err != nil && !errors.Is(err, errOpenWaits) {
 		return err
 	}
 	// After the replay: every batch the journal holds of a fenced copy
@@ -109,10 +116,14 @@ func (s *Store) recoverWithJournal() error {
 	if err := s.restoreFences(fenced); err != nil {
 		return err
 	}
-	if s.cfg.NoJournal {
+	if err == nil {
+		err = s.startJournalOrWait(u)
+	}
+	if errors.Is(err, errOpenWaits) {
+		s.waitForSpace(u, err)
 		return nil
 	}
-	return s.startJournal(plan)
+	return err
 }
 
 // prepareDir creates the directory and makes its entry durable.

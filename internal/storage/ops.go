@@ -172,10 +172,10 @@ func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Fo
 		return Footer{}, err
 	}
 	if err := log.WriteIndex(s.fs, s.path(id, idxExt)); err != nil {
-		return Footer{}, err
+		return Footer{}, s.sealWriteError(err)
 	}
 	if err := segment.WriteFooter(s.fs, s.path(id, sealExt), uint64(id), ft); err != nil {
-		return Footer{}, err
+		return Footer{}, s.sealWriteError(err)
 	}
 	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
 		return Footer{}, err
@@ -276,6 +276,12 @@ func (s *Store) detach(id SegmentID) error {
 	case s.closing:
 		s.mu.Unlock()
 		return ErrClosed
+	case s.openPending:
+		// The journal may hold batches of it not yet in its file: the
+		// replay must find the file, or a tombstone, first.
+		err := s.failed
+		s.mu.Unlock()
+		return err
 	}
 	sg.gone, sg.fenced = true, true
 	delete(s.segs, id)

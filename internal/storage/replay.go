@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -245,35 +246,75 @@ type replayer struct {
 	// nextCut is, per segment, the index in p.shrinks of its first cut
 	// not before the record being replayed (see voided).
 	nextCut map[SegmentID]int
+	// A replay a full disk stopped goes on later from where it stopped
+	// (replay_wait.go): file is the first journal file not done, fileK
+	// the index of its first record, done the number of records done.
+	file        int
+	fileK, done uint64
 }
 
-// replay is the second pass; it ends with the journal retired (or
-// quarantined) and everything it held durable in the segment files.
-func (s *Store) replay(p *journalPlan) error {
+func newReplayer(s *Store, p *journalPlan) *replayer {
+	return &replayer{s: s, p: p, touched: map[*seg]struct{}{}, orphans: map[SegmentID]int{},
+		unplaced: map[*seg]int{}, nextCut: map[SegmentID]int{}}
+}
+
+// run is the second pass; it ends with the journal retired (or
+// quarantined) and everything it held durable in the segment files. An
+// error wrapping errOpenWaits (a full disk) leaves the journal as it is
+// and what was replayed so far durable; run may then be called again
+// and goes on from the record that found the disk full.
+func (r *replayer) run() error {
+	s, p := r.s, r.p
 	if len(p.files) == 0 {
 		return nil
 	}
-	r := &replayer{s: s, p: p, touched: map[*seg]struct{}{}, orphans: map[SegmentID]int{},
-		unplaced: map[*seg]int{}, nextCut: map[SegmentID]int{}}
-	for i := range p.files {
-		f := p.files[i]
-		err := s.eachRound(&f, i == len(p.files)-1, &journalPlan{}, func(body []byte) error {
-			return eachRecord(body, r.apply)
+	for ; r.file < len(p.files); r.file++ {
+		f := p.files[r.file]
+		r.k = r.fileK
+		err := s.eachRound(&f, r.file == len(p.files)-1, &journalPlan{}, func(body []byte) error {
+			return eachRecord(body, r.next)
 		})
+		if errors.Is(err, errOpenWaits) {
+			// What was replayed before it becomes durable and readable.
+			if serr := r.syncTouched(); serr != nil {
+				return serr
+			}
+			return err
+		}
 		if err == nil {
 			err = r.syncTouched() // also lets go of this file's bytes
 		}
 		if err != nil {
 			return err
 		}
+		r.fileK = r.k
 	}
+	var err error
 	if len(r.orphans) > 0 || len(r.unplaced) > 0 {
-		if err := s.markDamage(r); err != nil {
-			return err
+		if err = s.markDamage(r); err == nil {
+			err = s.quarantineJournal(p.files)
 		}
-		return s.quarantineJournal(p.files)
+	} else {
+		err = s.retireReplayed(p)
 	}
-	return s.retireReplayed(p)
+	if isNoSpace(err) {
+		return waitSpace(err)
+	}
+	return err
+}
+
+// next replays the next record unless an earlier run did.
+func (r *replayer) next(rec jrecord) error {
+	k := r.k
+	r.k++
+	if k < r.done {
+		return nil
+	}
+	if err := r.apply(rec, k); err != nil {
+		return err
+	}
+	r.done = k + 1
+	return nil
 }
 
 // syncTouched fsyncs the segments replayed into so far.
@@ -283,7 +324,7 @@ func (r *replayer) syncTouched() error {
 			return err
 		}
 		w, _ := sg.h.log.Stats()
-		sg.queuedEnd = w.End
+		sg.queuedEnd = max(sg.queuedEnd, w.End) // kept when raised to the journal's (replay_wait.go)
 	}
 	clear(r.touched)
 	return nil
@@ -301,17 +342,17 @@ func (s *Store) retireReplayed(p *journalPlan) error {
 		} else {
 			err = s.fs.Remove(f.path)
 		}
-		if err != nil {
+		if err != nil && !vfs.IsNotExist(err) { // gone: an earlier run stopped after it
 			return err
 		}
 	}
 	return s.fs.SyncDir(s.journalPath())
 }
 
-// apply replays one record.
-func (r *replayer) apply(rec jrecord) error {
-	k := r.k
-	r.k++
+// apply replays record rec, the k-th. A full disk is not damage: the
+// segment cut what the write tore off, so the record may be applied
+// again, and the error wraps errOpenWaits.
+func (r *replayer) apply(rec jrecord, k uint64) error {
 	if t, ok := r.p.lastTomb[rec.id]; (ok && k <= t) || rec.kind == recTomb || rec.kind == recCut {
 		return nil
 	}
@@ -323,7 +364,11 @@ func (r *replayer) apply(rec jrecord) error {
 		if sg != nil {
 			return nil // sealed since, or marked damaged: its file stands
 		}
-		return r.s.recreate(rec)
+		err := r.s.recreate(rec)
+		if isNoSpace(err) {
+			return waitSpace(err)
+		}
+		return err
 	}
 	switch {
 	case sg == nil:
@@ -350,6 +395,9 @@ func (r *replayer) apply(rec jrecord) error {
 		return fmt.Errorf("journal batch for segment %d: %w", sg.id, err)
 	}
 	if err := log.Append(rec.batch); err != nil {
+		if isNoSpace(err) && log.Err() == nil {
+			return waitSpace(err)
+		}
 		return err
 	}
 	r.touched[sg] = struct{}{}
@@ -375,19 +423,53 @@ func (s *Store) recreate(rec jrecord) error {
 	if len(rec.batch) != 4 {
 		return fmt.Errorf("%w: journal create record of %d bytes", ErrCorrupt, len(rec.batch))
 	}
-	for _, ext := range []string{logExt, idxExt} {
-		if err := s.fs.Remove(s.path(rec.id, ext)); err != nil && !vfs.IsNotExist(err) {
-			return err
-		}
-	}
 	owner := binary.LittleEndian.Uint32(rec.batch)
-	log, err := s.createFiles(rec.id, uint64(rec.pos), owner, true)
+	log, err := s.reuseCreated(rec.id, uint64(rec.pos), owner)
 	if err != nil {
 		return err
+	}
+	if log == nil {
+		for _, ext := range []string{logExt, idxExt} {
+			if err := s.fs.Remove(s.path(rec.id, ext)); err != nil && !vfs.IsNotExist(err) {
+				return err
+			}
+		}
+		if log, err = s.createFiles(rec.id, uint64(rec.pos), owner, true); err != nil {
+			return err
+		}
 	}
 	s.segs[rec.id] = &seg{id: rec.id, base: uint64(rec.pos), ready: true, queuedEnd: uint64(rec.pos),
 		h: &handle{log: log, refs: 1}}
 	return nil
+}
+
+// reuseCreated returns the file a journaled create left, cut back to its
+// header, when that header is whole and names the segment the record
+// creates: the same file a new create makes, but made without a write,
+// which a full disk may refuse. nil when there is no such file; recreate
+// then makes a new one. The index cache goes either way.
+func (s *Store) reuseCreated(id SegmentID, base uint64, owner uint32) (*segment.Segment, error) {
+	path := s.path(id, logExt)
+	if _, err := s.fs.Stat(path); err != nil {
+		return nil, nil // missing, or unreadable: recreate tells
+	}
+	log, rec, err := segment.RecoverCut(s.fs, path, s.opts, segment.FileHeaderSize)
+	if err != nil {
+		return nil, nil
+	}
+	if rec.Damage != nil || log.ID() != uint64(id) || log.Base() != base || log.Owner() != owner {
+		_ = log.Close()
+		return nil, nil
+	}
+	err = s.fs.Remove(s.path(id, idxExt))
+	if err == nil || vfs.IsNotExist(err) {
+		err = s.fs.SyncDir(s.cfg.Dir) // the file's entry may be the create's, never synced
+	}
+	if err != nil {
+		_ = log.Close()
+		return nil, err
+	}
+	return log, nil
 }
 
 // markDamage records, durably, the damage the replay found, before the
@@ -446,7 +528,7 @@ func (s *Store) quarantineJournal(files []jfile) error {
 		if err != nil {
 			return err
 		}
-		if err := s.fs.Rename(f.path, dst); err != nil {
+		if err := s.fs.Rename(f.path, dst); err != nil && !vfs.IsNotExist(err) { // moved by an earlier run
 			return err
 		}
 	}
@@ -502,10 +584,11 @@ func (s *Store) startJournal(p *journalPlan) error {
 			return err
 		}
 	}
-	s.jr = &journal{fs: s.fs, dir: dir}
-	if err := s.jr.openFile(p.nextSeq, p.nextRound, spare); err != nil {
+	jr := &journal{fs: s.fs, dir: dir}
+	if err := jr.openFile(p.nextSeq, p.nextRound, spare); err != nil {
 		return err
 	}
+	s.jr = jr // only once it holds a file: a failed start is tried again (replay_wait.go)
 	s.ckpt = make(chan checkpoint)
 	s.ckptDone = make(chan struct{})
 	s.spares = make(chan string, 1)

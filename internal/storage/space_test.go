@@ -126,11 +126,14 @@ func TestNoSpaceRefusesRoundAndResumes(t *testing.T) {
 }
 
 // A journal write that runs out of space in a round that creates a
-// segment is not retried in place: the create's record may be torn, so
-// the store fails and reports the disk full.
-func TestNoSpaceOnCreateFailsStore(t *testing.T) {
+// segment is written again once space returns: the create waits, the
+// store says full but has not failed, and the created segment survives a
+// power loss.
+func TestNoSpaceOnCreateRecordWaitsForSpace(t *testing.T) {
+	ctx := context.Background()
 	var full atomic.Bool
-	fs := vfs.NewFaulty(vfs.NewMem(), nil)
+	mem := vfs.NewMem()
+	fs := vfs.NewFaulty(mem, nil)
 	s, err := Open(Config{Dir: "/data", FS: fs})
 	if err != nil {
 		t.Fatal(err)
@@ -138,15 +141,28 @@ func TestNoSpaceOnCreateFailsStore(t *testing.T) {
 	defer s.Close()
 	fs.SetRule(noSpaceOnJournal(&full, 10))
 	full.Store(true)
-	if err := s.Create(1, 0); !errors.Is(err, ErrFailed) {
-		t.Fatalf("create on a full disk: %v", err)
+	created := make(chan error, 1)
+	go func() { created <- s.Create(1, 0) }()
+	waitDisk(t, s, DiskFull)
+	if err := s.Err(); err != nil {
+		t.Fatalf("store failed on a full disk: %v", err)
 	}
-	if st := s.DiskState(); st != DiskFull {
-		t.Fatalf("disk state %v, want full", st)
+	if st := s.CheckSpace(); st != DiskFull {
+		t.Fatalf("state after a check on a disk still full: %v", st)
 	}
 	full.Store(false)
-	if st := s.CheckSpace(); st != DiskFull {
-		t.Fatalf("a failed store came back: %v", st)
+	if st := s.CheckSpace(); st != DiskOK {
+		t.Fatalf("state after space returned: %v", st)
+	}
+	if err := <-created; err != nil {
+		t.Fatalf("create once space returned: %v", err)
+	}
+	if err := s.Append(ctx, 1, span(t, 0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	r := openMem(t, mem.CrashClone())
+	if got := readOffsets(t, r, 1); len(got) != 3 {
+		t.Fatalf("created segment after power loss: %v", got)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/malachi-log/malachi/internal/metrics/hist"
 	"github.com/malachi-log/malachi/internal/storage/segment"
 	"github.com/malachi-log/malachi/internal/vfs"
 )
@@ -205,6 +206,32 @@ type Stats struct {
 type counters struct {
 	rounds, syncs, batches, bytes, truncated atomic.Uint64
 	journalSyncs, checkpoints, replayed      atomic.Uint64
+	// syncLatency times each fdatasync a commit round waits for (a
+	// segment file's, or the journal's); roundBatches and roundBytes are
+	// what each round acknowledged.
+	syncLatency, roundBatches, roundBytes *hist.Histogram
+}
+
+func (c *counters) init() {
+	c.syncLatency = hist.New(hist.LatencyBounds)
+	c.roundBatches = hist.New(hist.CountBounds)
+	c.roundBytes = hist.New(hist.ByteBounds)
+}
+
+// Histograms are the store's distributions: SyncLatency in nanoseconds
+// per fdatasync a commit round waited for; RoundBatches and RoundBytes
+// per group-commit round that acknowledged something.
+type Histograms struct {
+	SyncLatency, RoundBatches, RoundBytes hist.Snapshot
+}
+
+// Histograms reads the store's distributions.
+func (s *Store) Histograms() Histograms {
+	return Histograms{
+		SyncLatency:  s.stats.syncLatency.Snapshot(),
+		RoundBatches: s.stats.roundBatches.Snapshot(),
+		RoundBytes:   s.stats.roundBytes.Snapshot(),
+	}
 }
 
 // handle is an open segment file shared by readers and, while the segment
@@ -255,9 +282,14 @@ type Store struct {
 	space   chan struct{} // closed when pending shrinks or the store stops
 	closing bool          // Close began: no new work
 	closed  bool          // Close finished: handles closed
-	failed  error         // sticky, wraps ErrFailed
+	failed  error         // sticky, wraps ErrFailed (ErrNoSpace while openPending)
 	full    error         // out of space until CheckSpace finds room; wraps ErrNoSpace
-	lru     *list.List    // *seg with a cached sealed handle, most recent first
+	// openPending: Open left the journal's replay or start waiting for
+	// space (replay_wait.go); startup, owned by the commit goroutine, is
+	// what remains.
+	openPending bool
+	startup     *startup
+	lru         *list.List // *seg with a cached sealed handle, most recent first
 
 	wake   chan struct{} // cap 1: work was queued
 	exited chan struct{} // closed when the commit goroutine returns
@@ -417,6 +449,13 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 	}
 	if err != nil {
 		delete(s.segs, id)
+		if isNoSpace(err) {
+			// Refused, nothing kept: create again once space returns.
+			err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+			if s.full == nil {
+				s.full = err
+			}
+		}
 		return err
 	}
 	sg.h = &handle{log: log, refs: 1}

@@ -41,18 +41,30 @@ func (ListTopicsRequest) APIKey() uint16                  { return KeyListTopics
 func (ListTopicsRequest) AppendPayload(dst []byte) []byte { return dst }
 func (*ListTopicsRequest) Decode(payload []byte) error    { return decodeEmpty(payload, "list_topics") }
 
-// DescribeTopicRequest (key 65): str(topic); DescribeTopicResponse answers.
-type DescribeTopicRequest struct{ Topic *string }
+// DescribeTopicRequest (key 65): str(topic) [flags:u8];
+// DescribeTopicResponse answers. Flags (version 2 of the key) is sent
+// only when not zero; FlagCopies asks the answer to end with each
+// segment's copies.
+type DescribeTopicRequest struct {
+	Topic *string
+	Flags uint8
+}
 
 func (DescribeTopicRequest) APIKey() uint16 { return KeyDescribeTopic }
 
-func (r DescribeTopicRequest) AppendPayload(dst []byte) []byte { return appendNStr(dst, r.Topic) }
+func (r DescribeTopicRequest) AppendPayload(dst []byte) []byte {
+	return appendFlags(appendNStr(dst, r.Topic), r.Flags)
+}
 
 func (r *DescribeTopicRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = DescribeTopicRequest{Topic: d.nstr()}
+	r.Flags = d.flags(KeyDescribeTopic)
 	return d.finish("describe_topic")
 }
+
+// WantsCopies reports whether the request set FlagCopies.
+func (r DescribeTopicRequest) WantsCopies() bool { return r.Flags&FlagCopies != 0 }
 
 // DeleteTopicRequest (key 66): str(topic); the answer is empty.
 type DeleteTopicRequest struct{ Topic *string }
@@ -169,7 +181,7 @@ func (r DescribeGroupRequest) AppendPayload(dst []byte) []byte {
 func (r *DescribeGroupRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = DescribeGroupRequest{Topic: d.nstr(), Group: d.nstr()}
-	r.Flags = d.flags()
+	r.Flags = d.flags(KeyDescribeGroup)
 	return d.finish("describe_group")
 }
 
@@ -236,15 +248,24 @@ func (r *ListTopicsResponse) Decode(payload []byte) error {
 }
 
 // DescribeTopicResponse answers describe_topic (65):
-// id:u64 str(name) bits:u8 created_at:u64 list(RangeInfo) list(str group).
-// Ranges holds every range, sealed ones included, in creation order.
+// id:u64 str(name) bits:u8 created_at:u64 list(RangeInfo) list(str group)
+// [copies]. Ranges holds every range, sealed ones included, in creation
+// order. Copies says the answer ends with the copies section (a request
+// with FlagCopies): list(list(SegmentCopy)), one per segment in the order
+// the ranges list them, into SegmentInfo.Copies; without it the answer is
+// the older layout and no segment's Copies is carried. CopiesOmitted
+// counts the last segments whose copies the section leaves out, to keep
+// the answer within a frame (the section then has fewer lists than the
+// answer has segments).
 type DescribeTopicResponse struct {
-	ID        uint64
-	Name      string
-	Bits      uint8
-	CreatedAt uint64
-	Ranges    []RangeInfo
-	Groups    []string
+	ID            uint64
+	Name          string
+	Bits          uint8
+	CreatedAt     uint64
+	Ranges        []RangeInfo
+	Groups        []string
+	Copies        bool
+	CopiesOmitted int
 }
 
 // RangeInfo is one range of a topic: id:u64 start:u64 end:u64 active:bool
@@ -263,7 +284,7 @@ const minRangeInfoLen = 3*8 + 1 + 4 + 2*8 + 4
 // SegmentInfo is one segment of a range: id:u64 active:bool base:u64
 // end:u64 records:u64 bytes:u64 list(str replica) opened_at:u64
 // sealed_at:u64 max_expiry:u64. [Base, End) are its offsets; the first
-// replica is the primary.
+// replica is the primary. Copies travel in the answer's copies section.
 type SegmentInfo struct {
 	ID                        uint64
 	Active                    bool
@@ -271,6 +292,7 @@ type SegmentInfo struct {
 	Replicas                  []string
 	OpenedAt, SealedAt        uint64
 	MaxExpiry                 uint64
+	Copies                    []SegmentCopy
 }
 
 const minSegmentInfoLen = 8 + 1 + 4*8 + 4 + 3*8
@@ -282,7 +304,11 @@ func (r DescribeTopicResponse) AppendPayload(dst []byte) []byte {
 	for i := range r.Ranges {
 		dst = r.Ranges[i].appendTo(dst)
 	}
-	return appendStrings(dst, r.Groups)
+	dst = appendStrings(dst, r.Groups)
+	if r.Copies {
+		dst = appendCopies(dst, r.Ranges, r.CopiesOmitted)
+	}
+	return dst
 }
 
 func (r *DescribeTopicResponse) Decode(payload []byte) error {
@@ -290,6 +316,10 @@ func (r *DescribeTopicResponse) Decode(payload []byte) error {
 	*r = DescribeTopicResponse{ID: d.u64(), Name: d.str(), Bits: d.u8(), CreatedAt: d.u64()}
 	r.Ranges = list(&d, minRangeInfoLen, func() (ri RangeInfo) { ri.decode(&d); return ri })
 	r.Groups = d.strs()
+	if len(d.b) > 0 {
+		r.Copies = true
+		r.CopiesOmitted = decodeCopies(&d, r.Ranges)
+	}
 	return d.finish("describe_topic response")
 }
 

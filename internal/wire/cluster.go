@@ -22,15 +22,24 @@ func newClusterRequest(key uint16) requestDecoder {
 	return nil
 }
 
-// ClusterStatusRequest (key 87) has an empty payload;
-// ClusterStatusResponse answers.
-type ClusterStatusRequest struct{}
+// ClusterStatusRequest (key 87): [flags:u8]; ClusterStatusResponse
+// answers. Flags (version 2 of the key) is sent only when not zero, so a
+// request without it is the original empty payload; FlagRepair asks the
+// answer to end with the repair section.
+type ClusterStatusRequest struct{ Flags uint8 }
 
-func (ClusterStatusRequest) APIKey() uint16                  { return KeyClusterStatus }
-func (ClusterStatusRequest) AppendPayload(dst []byte) []byte { return dst }
-func (*ClusterStatusRequest) Decode(payload []byte) error {
-	return decodeEmpty(payload, "cluster_status")
+func (ClusterStatusRequest) APIKey() uint16 { return KeyClusterStatus }
+
+func (r ClusterStatusRequest) AppendPayload(dst []byte) []byte { return appendFlags(dst, r.Flags) }
+
+func (r *ClusterStatusRequest) Decode(payload []byte) error {
+	d := decoder{b: payload}
+	*r = ClusterStatusRequest{Flags: d.flags(KeyClusterStatus)}
+	return d.finish("cluster_status")
 }
+
+// WantsRepair reports whether the request set FlagRepair.
+func (r ClusterStatusRequest) WantsRepair() bool { return r.Flags&FlagRepair != 0 }
 
 // ClusterRemoveRequest (key 88): node:u64, the id of the node to remove.
 // The answer is empty.
@@ -47,15 +56,18 @@ func (r *ClusterRemoveRequest) Decode(payload []byte) error {
 }
 
 // ClusterStatusResponse answers cluster_status (87): node:u64 vnodes:u32
-// list(ClusterNode) list(ClusterGroup) list(ClusterPeer). Node is the
-// answering node's id (0 on a single node), Vnodes the ring size (0 on a
-// single node).
+// list(ClusterNode) list(ClusterGroup) list(ClusterPeer) [repair]. Node
+// is the answering node's id (0 on a single node), Vnodes the ring size
+// (0 on a single node). Repair is the trailing section a request with
+// FlagRepair gets (ClusterRepair); nil, the answer is the older layout
+// byte for byte, and the nodes' Disk is not carried.
 type ClusterStatusResponse struct {
 	Node   uint64
 	Vnodes uint32
 	Nodes  []ClusterNode
 	Groups []ClusterGroup
 	Peers  []ClusterPeer
+	Repair *ClusterRepair
 }
 
 // ClusterPeer is the answering node's traffic with one other node on the
@@ -75,13 +87,15 @@ type ClusterPeer struct {
 // list(str key, str value). Registered says the control plane counts it
 // as a member; Liveness is what gossip says ("alive", "suspect",
 // "leaving", "left", "dead", or "unknown" when gossip has not heard of
-// it). Attributes are sorted by key.
+// it). Attributes are sorted by key. Disk (ok, full, failing; empty when
+// unknown) travels in the repair section, so only with it.
 type ClusterNode struct {
 	ID                                         uint64
 	Registered                                 bool
 	Liveness                                   string
 	PeerAddr, GossipAddr, ClientAddr, HTTPAddr string
 	Attrs                                      []ClusterAttr
+	Disk                                       string
 }
 
 // ClusterAttr is one placement attribute of a node.
@@ -132,6 +146,9 @@ func (r ClusterStatusResponse) AppendPayload(dst []byte) []byte {
 			dst = appendU64(dst, v)
 		}
 	}
+	if r.Repair != nil {
+		dst = r.Repair.appendTo(dst, r.Nodes)
+	}
 	return dst
 }
 
@@ -155,6 +172,10 @@ func (r *ClusterStatusResponse) Decode(payload []byte) error {
 		p.Writes, p.FramesSent, p.BytesSent, p.FramesReceived, p.BytesReceived = d.u64(), d.u64(), d.u64(), d.u64(), d.u64()
 		return p
 	})
+	if len(d.b) > 0 {
+		r.Repair = new(ClusterRepair)
+		r.Repair.decode(&d, r.Nodes)
+	}
 	return d.finish("cluster_status response")
 }
 

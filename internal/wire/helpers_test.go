@@ -186,6 +186,8 @@ func extendedRequests() []Request {
 		&FetchBatchesRequest{Topic: new("orders"), Group: new("g"), MaxBytes: 1 << 20, Flags: FlagSkips},
 		&SubscribeBatchesRequest{Topic: new("orders"), Group: new("g"), Window: 100, Flags: FlagSkips},
 		&BindTopicPolicyRequest{Topic: "orders", Policy: nil},
+		&DescribeTopicRequest{Topic: new("orders"), Flags: FlagCopies},
+		&ClusterStatusRequest{Flags: FlagRepair},
 	}
 }
 

@@ -328,22 +328,32 @@ func (r *GetTopicPolicyResponse) Decode(payload []byte) error {
 // report skips: records retention deleted before the reader read them.
 const FlagSkips uint8 = 1 << 0
 
-// knownFlags are the flag bits this version understands; any other bit
-// is malformed, so a client learns at once that the node does not know it.
-const knownFlags = FlagSkips
+// knownFlags are the flag bits this version understands, per key: the
+// bits of one key mean nothing to another, so a bit added for one key is
+// not silently taken by the others. Any other bit is malformed, so a
+// client learns at once that the node does not know it; a key not listed
+// takes no flags.
+var knownFlags = map[uint16]uint8{
+	KeyDescribeGroup:    FlagSkips,
+	KeyFetchBatches:     FlagSkips,
+	KeySubscribeBatches: FlagSkips,
+	KeyDescribeTopic:    FlagCopies,
+	KeyClusterStatus:    FlagRepair,
+}
 
-// flags reads the optional trailing flags byte: 0 when absent. A present
-// byte must set a known bit, so that every request has one encoding.
-func (d *decoder) flags() uint8 {
+// flags reads key's optional trailing flags byte: 0 when absent. A
+// present byte must set only bits known for key, and at least one, so
+// that every request has one encoding.
+func (d *decoder) flags(key uint16) uint8 {
 	if len(d.b) == 0 {
 		return 0
 	}
 	f := d.u8()
-	switch {
+	switch unknown := f &^ knownFlags[key]; {
 	case f == 0:
 		d.fail("flags present and zero")
-	case f&^knownFlags != 0:
-		d.fail("unknown flag bits 0x%02x", f&^knownFlags)
+	case unknown != 0:
+		d.fail("unknown flag bits 0x%02x for %s", unknown, KeyName(key))
 	}
 	return f
 }

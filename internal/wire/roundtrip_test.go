@@ -120,7 +120,7 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	KeyGetTopicPolicy: req(func(t *rapid.T) Request { return &GetTopicPolicyRequest{Topic: genString.Draw(t, "topic")} }),
 	KeyListTopics:     rapid.Just[Request](&ListTopicsRequest{}),
 	KeyDescribeTopic: req(func(t *rapid.T) Request {
-		return &DescribeTopicRequest{Topic: genNStr.Draw(t, "topic")}
+		return &DescribeTopicRequest{Topic: genNStr.Draw(t, "topic"), Flags: rapid.SampledFrom([]uint8{0, FlagCopies}).Draw(t, "flags")}
 	}),
 	KeyDeleteTopic: req(func(t *rapid.T) Request { return &DeleteTopicRequest{Topic: genNStr.Draw(t, "topic")} }),
 	KeyCreateTopicEx: req(func(t *rapid.T) Request {
@@ -184,7 +184,9 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 			Window: genU32.Draw(t, "window"), MaxBytes: genU32.Draw(t, "bytes"), Flags: genFlags.Draw(t, "flags"),
 		}
 	}),
-	KeyClusterStatus: rapid.Just[Request](&ClusterStatusRequest{}),
+	KeyClusterStatus: req(func(t *rapid.T) Request {
+		return &ClusterStatusRequest{Flags: rapid.SampledFrom([]uint8{0, FlagRepair}).Draw(t, "flags")}
+	}),
 	KeyClusterRemove: req(func(t *rapid.T) Request { return &ClusterRemoveRequest{Node: genU64.Draw(t, "node")} }),
 	KeyClusterRebalance: req(func(t *rapid.T) Request {
 		return &ClusterRebalanceRequest{Apply: genBool.Draw(t, "apply")}
@@ -263,7 +265,7 @@ var genRangeInfo = rapid.Custom(func(t *rapid.T) RangeInfo {
 var responseGens = []*rapid.Generator[responseDecoder]{
 	rapid.Just[responseDecoder](&EmptyResponse{}),
 	resp(func(t *rapid.T) responseDecoder {
-		return &ClusterStatusResponse{
+		r := &ClusterStatusResponse{
 			Node: genU64.Draw(t, "node"), Vnodes: genU32.Draw(t, "vnodes"),
 			Nodes: listOf(t, "nodes", rapid.Custom(func(t *rapid.T) ClusterNode {
 				return ClusterNode{
@@ -291,6 +293,13 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 				}
 			})),
 		}
+		if genBool.Draw(t, "repair") {
+			r.Repair = genClusterRepair.Draw(t, "repair")
+			for i := range r.Nodes {
+				r.Nodes[i].Disk = genString.Draw(t, "disk")
+			}
+		}
+		return r
 	}),
 	resp(func(t *rapid.T) responseDecoder {
 		return &ClusterRebalanceResponse{
@@ -341,11 +350,32 @@ var responseGens = []*rapid.Generator[responseDecoder]{
 		}))}
 	}),
 	resp(func(t *rapid.T) responseDecoder {
-		return &DescribeTopicResponse{
+		r := &DescribeTopicResponse{
 			ID: genU64.Draw(t, "id"), Name: genString.Draw(t, "name"), Bits: genU8.Draw(t, "bits"),
 			CreatedAt: genU64.Draw(t, "created"), Ranges: listOf(t, "ranges", genRangeInfo),
-			Groups: listOf(t, "groups", genString),
+			Groups: listOf(t, "groups", genString), Copies: genBool.Draw(t, "copies"),
 		}
+		if !r.Copies {
+			return r
+		}
+		segments := 0
+		for i := range r.Ranges {
+			segments += len(r.Ranges[i].Segments)
+		}
+		r.CopiesOmitted = rapid.IntRange(0, segments).Draw(t, "omitted")
+		listed := segments - r.CopiesOmitted
+		for i := range r.Ranges {
+			for j := range r.Ranges[i].Segments {
+				if listed == 0 {
+					return r
+				}
+				listed--
+				r.Ranges[i].Segments[j].Copies = listOf(t, "copies", rapid.Custom(func(t *rapid.T) SegmentCopy {
+					return SegmentCopy{Node: genU64.Draw(t, "node"), State: CopyState(rapid.IntRange(0, int(copyStates)-1).Draw(t, "state"))}
+				}))
+			}
+		}
+		return r
 	}),
 	resp(func(t *rapid.T) responseDecoder {
 		return &SplitRangeResponse{Children: listOf(t, "children", genU64)}

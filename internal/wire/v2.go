@@ -31,11 +31,14 @@ func Versions() []KeyVersion {
 // keyMaxVersion holds the keys whose layout grew past version 1. Version
 // 2 of create_topic_ex (67) takes an optional policy name; of
 // describe_group (70), fetch_batches (82) and subscribe_batches (83), an
-// optional flags byte asking for skips. Every version-1 encoding still
-// decodes as before, so Min stays 1; a client sends the new fields only
-// to a node that serves version 2.
+// optional flags byte asking for skips; of describe_topic (65) and
+// cluster_status (87), an optional flags byte asking for the repair views
+// (repair.go). Every version-1 encoding still decodes as before, so Min
+// stays 1; a client sends the new fields only to a node that serves
+// version 2.
 var keyMaxVersion = map[uint16]uint16{
 	KeyCreateTopicEx: 2, KeyDescribeGroup: 2, KeyFetchBatches: 2, KeySubscribeBatches: 2,
+	KeyDescribeTopic: 2, KeyClusterStatus: 2,
 }
 
 func newV2Request(key uint16) requestDecoder {
@@ -283,7 +286,7 @@ func (r *FetchBatchesRequest) Decode(payload []byte) error {
 		Topic: d.nstr(), Cursor: d.nstr(), Group: d.nstr(), Member: d.nstr(),
 		MaxBytes: d.u32(), MaxRecords: d.u32(), WaitMs: d.u32(),
 	}
-	r.Flags = d.flags()
+	r.Flags = d.flags(KeyFetchBatches)
 	return d.finish("fetch_batches")
 }
 
@@ -354,7 +357,7 @@ func (r SubscribeBatchesRequest) AppendPayload(dst []byte) []byte {
 func (r *SubscribeBatchesRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = SubscribeBatchesRequest{Topic: d.nstr(), Group: d.nstr(), Member: d.nstr(), Window: d.u32(), MaxBytes: d.u32()}
-	r.Flags = d.flags()
+	r.Flags = d.flags(KeySubscribeBatches)
 	return d.finish("subscribe_batches")
 }
 

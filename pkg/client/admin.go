@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/wire"
@@ -59,6 +60,10 @@ type TopicDescription struct {
 	CreatedAt    time.Time
 	Ranges       []RangeInfo
 	Groups       []string
+	// CopiesOmitted counts the last segments (in the order of Ranges)
+	// whose Copies the node left out to keep its answer within a frame;
+	// zero when every segment's copies were reported.
+	CopiesOmitted int
 }
 
 // ActiveRanges returns the ranges that take writes, in creation order.
@@ -110,7 +115,39 @@ type SegmentInfo struct {
 	OpenedAt  time.Time
 	SealedAt  time.Time // zero while active
 	MaxExpiry time.Time // zero when no record expires
+	// Copies are the segment's copies in a cluster with their state as
+	// the answering node sees it: its replicas in order, then a copy
+	// being filled. Nil from a node that does not report them (a single
+	// node, or one older than version 2 of describe_topic).
+	Copies []SegmentCopy
 }
+
+// SegmentCopy is one copy of a segment. State is one of the Copy*
+// constants.
+type SegmentCopy struct {
+	Node  string `json:"node"` // "node-<id>"
+	State string `json:"state"`
+}
+
+// The states of a segment's copy. A node knows only its own copies'
+// scrub verdicts, so only the answering node's copies can be verified.
+const (
+	// CopyUnchecked: on a live node and not found damaged; no scrub of
+	// it found it whole yet, or it is another node's copy (the segment
+	// may also be active, with no seal to check against yet).
+	CopyUnchecked = "unchecked"
+	// CopyVerified: the answering node's own copy, which its last scrub
+	// found whole against the seal.
+	CopyVerified = "verified"
+	// CopyDamaged: found damaged or missing on its node; never served,
+	// replaced from a healthy copy.
+	CopyDamaged = "damaged"
+	// CopyHealing: the answering node is filling this copy.
+	CopyHealing = "healing"
+	// CopyMissing: the copy's node is not live in the answering node's
+	// view.
+	CopyMissing = "missing"
+)
 
 // Primary is the node that writes the segment: the first of Replicas, ""
 // when none is recorded (a segment a single node opened).
@@ -216,13 +253,20 @@ func (c *Client) ListTopics(ctx context.Context) ([]TopicSummary, error) {
 // ErrNoSuchTopic.
 func (c *Client) DescribeTopic(ctx context.Context, name string) (TopicDescription, error) {
 	var resp wire.DescribeTopicResponse
-	if err := c.do(ctx, request{req: wire.DescribeTopicRequest{Topic: str(name)}, resp: &resp, resend: true}); err != nil {
+	_, err := c.doPick(ctx, func(cn *conn) (request, error) {
+		req := wire.DescribeTopicRequest{Topic: str(name)}
+		if cn.wire.topicCopies {
+			req.Flags = wire.FlagCopies
+		}
+		return request{req: req, resp: &resp, resend: true}, nil
+	})
+	if err != nil {
 		return TopicDescription{}, err
 	}
 	d := TopicDescription{
 		ID: resp.ID, Name: resp.Name, KeyspaceBits: resp.Bits,
 		CreatedAt: msTime(resp.CreatedAt), Groups: resp.Groups,
-		Ranges: make([]RangeInfo, len(resp.Ranges)),
+		Ranges: make([]RangeInfo, len(resp.Ranges)), CopiesOmitted: resp.CopiesOmitted,
 	}
 	for i := range resp.Ranges {
 		d.Ranges[i] = toRangeInfo(&resp.Ranges[i])
@@ -241,6 +285,9 @@ func toRangeInfo(w *wire.RangeInfo) RangeInfo {
 			ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records, Bytes: s.Bytes,
 			Replicas: s.Replicas, OpenedAt: msTime(s.OpenedAt), SealedAt: msTime(s.SealedAt),
 			MaxExpiry: msTime(s.MaxExpiry),
+		}
+		for _, cp := range s.Copies {
+			r.Segments[i].Copies = append(r.Segments[i].Copies, SegmentCopy{Node: "node-" + strconv.FormatUint(cp.Node, 10), State: cp.State.String()})
 		}
 	}
 	return r

@@ -21,6 +21,7 @@ const (
 	authPassword            // key 0, auth: user and password
 	authMTLS                // key 12, mtls_auth: the TLS client certificate
 	authToken               // key 13, token_auth: a JWT
+	authSession             // key 84 alone: a session token (WithSessionToken)
 )
 
 // WithTLS makes the client connect over TLS with cfg, for the first
@@ -116,8 +117,18 @@ func (cfg *config) prepare(addr string) error {
 		if cfg.tls == nil || len(cfg.tls.Certificates) == 0 && cfg.tls.GetClientCertificate == nil {
 			return errors.New("malachi: WithMTLSAuth needs WithTLS with a client certificate")
 		}
+	case authSession:
+		if cfg.resumeToken == "" {
+			return errors.New("malachi: WithSessionToken needs a token")
+		}
+		if cfg.wireVersion < 2 {
+			return errors.New("malachi: WithSessionToken needs wire v2 (session_auth)")
+		}
 	}
 	cfg.sess = &session{}
+	if cfg.auth == authSession {
+		cfg.sess.token, cfg.sess.known, cfg.sess.served = cfg.resumeToken, true, true
+	}
 	if cfg.pause == nil {
 		cfg.pause = sleep
 	}
@@ -146,6 +157,10 @@ func (cfg *config) authRequest(ctx context.Context, p authPlan) (wire.Request, e
 	switch cfg.auth {
 	case authMTLS:
 		return wire.MTLSAuthRequest{}, nil
+	case authSession:
+		// The token expired by this clock, was refused, or the node no
+		// longer serves session_auth: only a new login can go on.
+		return nil, fmt.Errorf("malachi: no session token left to resume (log in again): %w", ErrSessionExpired)
 	case authToken:
 		jwt, err := cfg.tokenSource(ctx)
 		if err != nil {

@@ -16,6 +16,62 @@ type ClusterStatus struct {
 	Nodes  []ClusterNode  `json:"nodes"`
 	Groups []ClusterGroup `json:"groups"`
 	Peers  []ClusterPeer  `json:"peers,omitempty"` // traffic with each other node
+	// Repair is repair as the answering node sees it; nil from a node
+	// older than version 2 of cluster_status.
+	Repair *ClusterRepair `json:"repair,omitempty"`
+}
+
+// ClusterRepair is the answering node's view of repair: the segments
+// short of copies, the copies it fills, the damaged copies and what its
+// heal planner could not fix. Each list holds at most 100 entries (by
+// topic and segment id); each total counts them all.
+type ClusterRepair struct {
+	// UnderReplicated counts, per topic, the segments (active or sealed)
+	// with fewer live replicas than their factor: the first 100 topics.
+	UnderReplicated []UnderReplicatedTopic `json:"under_replicated,omitempty"`
+	// UnderReplicatedSegments are the first of those segments.
+	UnderReplicatedSegments []UnderReplicatedSegment `json:"under_replicated_segments,omitempty"`
+	// UnderReplicatedTotal counts the under-replicated segments of every
+	// topic, listed or not.
+	UnderReplicatedTotal int `json:"under_replicated_total"`
+	// Healing are the copies the answering node is filling.
+	Healing      []HealingCopy `json:"healing,omitempty"`
+	HealingTotal int           `json:"healing_total"`
+	// Damaged are the copies found damaged or missing: never served,
+	// replaced from a healthy copy (kept while none exists).
+	Damaged      []DamagedCopy `json:"damaged,omitempty"`
+	DamagedTotal int           `json:"damaged_total"`
+	// Problems are the segments the last heal plan could not heal.
+	Problems      []HealProblem `json:"problems,omitempty"`
+	ProblemsTotal int           `json:"problems_total"`
+	// ScrubCopies are the sealed copies the answering node re-verifies
+	// each scrub interval; ScrubBehind says its scrub rate is too low to
+	// verify them all in one.
+	ScrubCopies int  `json:"scrub_copies"`
+	ScrubBehind bool `json:"scrub_behind,omitempty"`
+}
+
+// HealingCopy is a copy of Segment that Target fills from Source; Bytes
+// it holds so far.
+type HealingCopy struct {
+	Segment uint64 `json:"segment"`
+	Source  uint64 `json:"source"`
+	Target  uint64 `json:"target"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// DamagedCopy is Node's damaged (or missing) copy of Segment.
+type DamagedCopy struct {
+	Segment uint64 `json:"segment"`
+	Node    uint64 `json:"node"`
+}
+
+// HealProblem is a segment the heal planner could not heal, and why
+// (Problem: waiting, no healthy source, lost, no target...).
+type HealProblem struct {
+	Segment uint64 `json:"segment"`
+	Problem string `json:"problem"`
+	Detail  string `json:"detail,omitempty"`
 }
 
 // ClusterNode is one node: registered by the control plane, known to
@@ -29,6 +85,11 @@ type ClusterNode struct {
 	ClientAddr string            `json:"client_addr,omitempty"`
 	HTTPAddr   string            `json:"http_addr,omitempty"`
 	Attrs      map[string]string `json:"attrs,omitempty"`
+	// Disk is the node's segment disk: ok, full (it takes no new
+	// replicas) or failing; "" when unknown, or from a node older than
+	// version 2 of cluster_status (which names a disk that is not ok in
+	// Attrs, under malachi.disk).
+	Disk string `json:"disk,omitempty"`
 }
 
 // ClusterGroup is one raft group of the control plane (the root, or a
@@ -68,14 +129,21 @@ type ClusterPeer struct {
 // permission.
 func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 	var resp wire.ClusterStatusResponse
-	if err := c.do(ctx, request{req: wire.ClusterStatusRequest{}, resp: &resp, resend: true}); err != nil {
+	_, err := c.doPick(ctx, func(cn *conn) (request, error) {
+		var req wire.ClusterStatusRequest
+		if cn.wire.statusRepair {
+			req.Flags = wire.FlagRepair
+		}
+		return request{req: req, resp: &resp, resend: true}, nil
+	})
+	if err != nil {
 		return ClusterStatus{}, err
 	}
-	out := ClusterStatus{Node: resp.Node, Vnodes: int(resp.Vnodes)}
+	out := ClusterStatus{Node: resp.Node, Vnodes: int(resp.Vnodes), Repair: toRepair(resp.Repair)}
 	for _, n := range resp.Nodes {
 		cn := ClusterNode{
 			ID: n.ID, Registered: n.Registered, Liveness: n.Liveness, PeerAddr: n.PeerAddr,
-			GossipAddr: n.GossipAddr, ClientAddr: n.ClientAddr, HTTPAddr: n.HTTPAddr,
+			GossipAddr: n.GossipAddr, ClientAddr: n.ClientAddr, HTTPAddr: n.HTTPAddr, Disk: n.Disk,
 		}
 		if len(n.Attrs) > 0 {
 			cn.Attrs = make(map[string]string, len(n.Attrs))
@@ -98,6 +166,36 @@ func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 		})
 	}
 	return out, nil
+}
+
+func toRepair(w *wire.ClusterRepair) *ClusterRepair {
+	if w == nil {
+		return nil
+	}
+	r := &ClusterRepair{
+		UnderReplicatedTotal: int(w.UnderReplicatedTotal), HealingTotal: int(w.HealingTotal),
+		DamagedTotal: int(w.DamagedTotal), ProblemsTotal: int(w.ProblemsTotal),
+		ScrubCopies: int(w.ScrubCopies), ScrubBehind: w.ScrubBehind,
+	}
+	for _, t := range w.UnderReplicated {
+		r.UnderReplicated = append(r.UnderReplicated, UnderReplicatedTopic{Topic: t.Topic, Segments: int(t.Segments)})
+	}
+	for _, s := range w.UnderReplicatedSegments {
+		r.UnderReplicatedSegments = append(r.UnderReplicatedSegments, UnderReplicatedSegment{
+			Topic: s.Topic, Range: s.Range, Segment: s.Segment, Active: s.Active, Replicas: s.Replicas,
+			Live: int(s.Live), Factor: int(s.Factor),
+		})
+	}
+	for _, h := range w.Healing {
+		r.Healing = append(r.Healing, HealingCopy(h))
+	}
+	for _, d := range w.Damaged {
+		r.Damaged = append(r.Damaged, DamagedCopy(d))
+	}
+	for _, p := range w.Problems {
+		r.Problems = append(r.Problems, HealProblem(p))
+	}
+	return r
 }
 
 // RemoveNode takes node out of the cluster for good: the control plane
@@ -205,6 +303,10 @@ type UnderReplicatedSegment struct {
 	Active   bool     `json:"active"`
 	Replicas []string `json:"replicas"`
 	Live     int      `json:"live"`
+	// Factor is the copies the segment should have, as the answering
+	// node counts them (ClusterRepair); 0 when UnderReplicated computed
+	// the segment here.
+	Factor int `json:"factor,omitempty"`
 }
 
 // UnderReplicated finds, in topics, the segments (active or sealed) with

@@ -22,6 +22,25 @@ func TestClusterStatusOfASingleNode(t *testing.T) {
 		st.Nodes[0].ID != 1 || !st.Nodes[0].Registered || st.Nodes[0].Liveness != "alive" {
 		t.Fatalf("status: %+v", st)
 	}
+	// The node reports repair (nothing to repair, no copies to scrub)
+	// and its disk.
+	if st.Repair == nil || st.Repair.UnderReplicatedTotal != 0 || len(st.Repair.Damaged) != 0 || st.Nodes[0].Disk != "ok" {
+		t.Fatalf("repair %+v, disk %q", st.Repair, st.Nodes[0].Disk)
+	}
+	if err := admin.CreateTopic(ctx, "alone"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := admin.DescribeTopic(ctx, "alone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range d.Ranges {
+		for _, s := range r.Segments {
+			if s.Copies != nil {
+				t.Fatalf("a single node describes segment %d's copies as %+v", s.ID, s.Copies)
+			}
+		}
+	}
 	if err := admin.RemoveNode(ctx, 2); !errors.Is(err, client.ErrNotEnabled) {
 		t.Fatalf("RemoveNode on a single node: %v, want not_enabled", err)
 	}

@@ -147,6 +147,10 @@ type wireInfo struct {
 	// fetchSkips and groupSkips: the node serves version 2 of
 	// fetch_batches and of describe_group, which report skips when asked.
 	fetchSkips, groupSkips bool
+	// statusRepair and topicCopies: the node serves version 2 of
+	// cluster_status and of describe_topic, which carry the repair views
+	// when asked.
+	statusRepair, topicCopies bool
 }
 
 // v2Keys are the keys a connection needs to speak wire v2.
@@ -320,6 +324,8 @@ func (c *conn) negotiate(r reply, cfg *config) {
 		maxBatchRecords: int(resp.MaxBatchRecords),
 		fetchSkips:      resp.Serves(wire.KeyFetchBatches, 2),
 		groupSkips:      resp.Serves(wire.KeyDescribeGroup, 2),
+		statusRepair:    resp.Serves(wire.KeyClusterStatus, 2),
+		topicCopies:     resp.Serves(wire.KeyDescribeTopic, 2),
 	}
 	if c.wire.maxFrame <= 0 || c.wire.maxFrame > int(cfg.maxFrame) {
 		c.wire.maxFrame = int(cfg.maxFrame)

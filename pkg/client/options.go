@@ -33,6 +33,8 @@ type config struct {
 	auth           authMethod
 	user, password string
 	tokenSource    func(context.Context) (string, error)
+	// resumeToken is the session token WithSessionToken gave.
+	resumeToken string
 	// tls is nil for plain TCP. Dial clones it and fills in ServerName.
 	tls            *tls.Config
 	dialTimeout    time.Duration

@@ -137,15 +137,16 @@ func (s *session) refused(p authPlan, cfg *config, err error) bool {
 		errors.Is(err, ErrSessionRevoked), errors.Is(err, ErrTLSRequired),
 		errors.Is(err, ErrNotEnabled): // a node with resumption turned off
 		s.drop(p.token)
-		// With a password the node has tried it already.
-		return cfg.auth != authPassword
+		// With a password the node has tried it already; a token-only
+		// client (WithSessionToken) has nothing else to try.
+		return cfg.auth == authMTLS || cfg.auth == authToken
 	case errors.Is(err, ErrInvalidCredentials):
 		s.drop(p.token) // the token and the password were both refused
 		return false
 	case errors.Is(err, ErrAuthRequired), errors.Is(err, ErrUnknownAPIKey), errors.Is(err, ErrMalformedRequest):
 		// A node that no longer serves session_auth (a downgrade).
 		s.setServed(false)
-		return true
+		return cfg.auth != authSession
 	}
 	return false
 }

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/malachi-log/malachi/internal/vfs"
@@ -211,7 +212,10 @@ func (s *Segment) Err() error {
 // batches must stay unmodified until the next Sync returns: Sync feeds
 // them to the content hash while the disk works. After a failed write the
 // segment refuses all further writes: the file's tail is then unknown
-// until recovery rereads it.
+// until recovery rereads it. A write that found the disk full (ENOSPC,
+// EDQUOT) is the exception: its torn bytes are cut off, the cut fsynced,
+// and the segment takes writes again from where it ended, or fails as any
+// other if the cut or its fsync fails.
 func (s *Segment) Append(batches ...[]byte) error {
 	s.mu.RLock()
 	end, pos, sealed, err := s.written.End, FileHeaderSize+s.written.Bytes, s.sealed, s.err
@@ -237,6 +241,13 @@ func (s *Segment) Append(batches ...[]byte) error {
 		end, hdrs[i] = h.LastOffset()+1, h
 	}
 	if err := s.write(batches, pos); err != nil {
+		if noSpace(err) {
+			if cerr := s.cutTorn(pos); cerr != nil {
+				err = fmt.Errorf("%w; cutting the torn bytes off failed: %w", err, cerr)
+				s.fail(err)
+			}
+			return err
+		}
 		s.fail(err)
 		return err
 	}
@@ -249,6 +260,19 @@ func (s *Segment) Append(batches ...[]byte) error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// cutTorn cuts off, at pos, what a write that found the disk full left
+// past the end, and makes the cut durable. Out of space is not a broken
+// file: the file ends where it did and the same batches may be written
+// again there once space returns. The fsync matters: the torn bytes may
+// hold whole batches the caller refuses as never written, and a crash
+// that undid an unsynced cut would bring them back.
+func (s *Segment) cutTorn(pos int64) error {
+	if err := s.f.Truncate(pos); err != nil {
+		return err
+	}
+	return s.f.Sync()
 }
 
 // directWrite is the batch size from which a batch is written from the
@@ -287,6 +311,11 @@ func (s *Segment) write(batches [][]byte, pos int64) error {
 		s.buf = buf[:0] // reuse, but do not pin huge buffers
 	}
 	return err
+}
+
+// noSpace reports an error of a filesystem out of space or quota.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 func (s *Segment) fail(err error) {

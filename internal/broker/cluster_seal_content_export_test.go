@@ -1,0 +1,16 @@
+package broker
+
+import "github.com/malachi-log/malachi/internal/storage"
+
+// SealContentHashes answers segment id's content hash as the metadata
+// records it and as this node's sealed copy's footer has it (0 when the
+// node has no sealed copy).
+func (b *Broker) SealContentHashes(id uint64) (recorded, local uint64) {
+	if seg, ok := b.segmentByID(id); ok {
+		recorded = seg.ContentHash
+	}
+	if in, err := b.store.Info(storage.SegmentID(id)); err == nil && in.Footer != nil {
+		local = in.Footer.ContentHash
+	}
+	return recorded, local
+}
