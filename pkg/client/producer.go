@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	batchfmt "github.com/malachi-log/malachi/internal/batch"
 	"github.com/malachi-log/malachi/internal/wire"
@@ -71,16 +72,21 @@ type ProducerOptions struct {
 	MaxInFlight int
 	// MaxBufferedRecords bounds the records produced whose promise has not
 	// run yet; Produce blocks beyond it (default 1,000,000: with records
-	// of more than 64 bytes, MaxBufferedBytes binds first). With wire v2
+	// of more than 64 bytes, or produced with a promise, MaxBufferedBytes
+	// binds first). With wire v2
 	// the producer sends no new request while the records in requests
 	// not yet resolved fill half of either bound: the other half is left
 	// to the ranges' batches to grow in.
 	MaxBufferedRecords int
-	// MaxBufferedBytes bounds the same records by size (key, value and
-	// headers; default 64 MiB): Produce blocks while a record would take
-	// the buffer past it. A record larger than the bound is taken alone,
-	// once the buffer is empty. A Produce whose context ends while it
-	// waits fails its record with ErrBufferFull.
+	// MaxBufferedBytes bounds the same records by size (default 64 MiB):
+	// a record counts its encoded key, value and headers, and one produced
+	// with a promise counts as well the copy kept for the promise (about
+	// 100 bytes, its key, value and headers again, and 40 bytes a
+	// header), so that the bound holds the memory the buffer takes
+	// whether records have promises or not. Produce blocks while a record
+	// would take the buffer past it. A record larger than the bound is
+	// taken alone, once the buffer is empty. A Produce whose context ends
+	// while it waits fails its record with ErrBufferFull.
 	MaxBufferedBytes int
 	// OnBatch, when set, is called once for every produce request the
 	// producer resolves, on the goroutine that runs promises, right after
@@ -213,7 +219,8 @@ type Producer struct {
 	sendq  []*batch // sealed batches not yet sent, in seal order
 	readyq []*batch // resolved batches whose promises are due, in order
 	// buffered counts records produced whose promise has not run, and
-	// bufferedBytes their sizes (recordSize).
+	// bufferedBytes their sizes (recordSize, plus keptSize for those
+	// with a promise).
 	buffered, bufferedBytes int
 	// changed is closed and replaced whenever buffered falls.
 	changed chan struct{}
@@ -359,6 +366,10 @@ func NewProducer(c *Client, opt ProducerOptions) *Producer {
 // After Close, promise is called at once with ErrClosed.
 func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promise func(Record, error)) {
 	size := recordSize(&rec)
+	cost := size
+	if promise != nil {
+		cost += keptSize(&rec)
+	}
 	var (
 		table    *routeTable
 		routeErr error
@@ -374,19 +385,19 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 	}
 	p.mu.Lock()
 	if routeErr == nil {
-		routeErr = p.waitRoomLocked(ctx, topic, size)
+		routeErr = p.waitRoomLocked(ctx, topic, cost)
 	}
 	if p.closed || routeErr != nil {
 		p.refuseLocked(topic, rec, promise, routeErr)
 		return
 	}
 	p.buffered++
-	p.bufferedBytes += size
+	p.bufferedBytes += cost
 	t := p.topicLocked(topic)
 	if table != nil {
-		p.addV2Locked(t, &rec, promise, size, table, info)
+		p.addV2Locked(t, &rec, promise, size, cost, table, info)
 	} else {
-		p.addV1Locked(t, rec, promise)
+		p.addV1Locked(t, rec, promise, cost)
 	}
 	p.mu.Unlock()
 }
@@ -446,8 +457,9 @@ func (p *Producer) refuseLocked(topic string, rec Record, promise func(Record, e
 	p.mu.Unlock()
 }
 
-// addV1Locked adds rec to t's wire v1 batch, sealing as the limits say.
-func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, error)) {
+// addV1Locked adds rec, of cost buffered bytes, to t's wire v1 batch,
+// sealing as the limits say.
+func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, error), cost int) {
 	if rec.Timestamp.IsZero() {
 		rec.Timestamp = time.Now() // the promise sees the time sent
 	}
@@ -465,7 +477,7 @@ func (p *Producer) addV1Locked(t *topicState, rec Record, promise func(Record, e
 	b := t.fill
 	w, b.arena = copyWire(w, b.arena)
 	b.wrecs = append(b.wrecs, w)
-	b.keep(rec, promise, recordSize(&rec))
+	b.keep(rec, promise, cost)
 	b.bytes += size
 	if p.opt.Linger < 0 || b.n >= p.opt.MaxBatchRecords || b.bytes >= p.opt.MaxBatchBytes {
 		p.sealLocked(t)
@@ -484,6 +496,19 @@ func (b *kept) keep(rec Record, promise func(Record, error), size int) {
 		b.recs = append(b.recs, rec)
 		b.promises = append(b.promises, promise)
 	}
+}
+
+// keptSize is what keep holds for a record with a promise besides its
+// encoding: the Record, its promise's slot, and the copies of its bytes
+// and headers (a header's key is a string the copy shares, but keeps).
+// Without it a buffer of small records with promises would take several
+// times MaxBufferedBytes.
+func keptSize(r *Record) int {
+	n := int(unsafe.Sizeof(Record{})+unsafe.Sizeof(func(Record, error) {})) + len(r.Key) + len(r.Value)
+	for i := range r.Headers {
+		n += int(unsafe.Sizeof(Header{})) + len(r.Headers[i].Key) + len(r.Headers[i].Value)
+	}
+	return n
 }
 
 // copyRecord copies r's byte slices (and its Headers slice) into arena, a

@@ -41,8 +41,11 @@ type accum struct {
 	// readyN and readyBytes count the records and request bytes of the
 	// parts ready whatever their age (full, or past RangeBatchBytes).
 	readyN, readyBytes int
-	// timer wakes the sender when the oldest part has lingered.
-	timer *time.Timer
+	// timer wakes the sender when timerFor, the oldest part when it was
+	// armed, has lingered. A request may take that part early: the timer
+	// is then armed again for the part oldest now (armLocked).
+	timer    *time.Timer
+	timerFor *rpart
 }
 
 // rpart is one range's stored batch while it accumulates records.
@@ -61,11 +64,12 @@ type rpart struct {
 // size is what p adds to a produce_batches request.
 func (pt *rpart) size() int { return pt.b.RawLen() + batchOverhead }
 
-// addV2Locked encodes rec into its range's part in t's accumulation. It
-// reads the clock only as a monotonic offset from the part's opening, and
-// keeps rec only if it has a promise: a record costs its encoding and
+// addV2Locked encodes rec, of size encoded bytes at most and cost
+// buffered bytes, into its range's part in t's accumulation. It reads the
+// clock only as a monotonic offset from the part's opening, and keeps rec
+// only if it has a promise: a record without one costs its encoding and
 // little else.
-func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, error), size int, table *routeTable, info *wireInfo) {
+func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, error), size, cost int, table *routeTable, info *wireInfo) {
 	if t.fill != nil {
 		p.sealLocked(t) // wire v1 records produced before: they go first
 	}
@@ -103,9 +107,9 @@ func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, 
 	}
 	before := pt.b.RawLen()
 	addRecord(pt.b, rec, ms)
-	pt.keep(*rec, promise, size)
+	pt.keep(*rec, promise, cost)
 	p.accN++
-	p.accBytes += size
+	p.accBytes += cost
 	if pt.ready {
 		a.readyN++
 		a.readyBytes += pt.b.RawLen() - before
@@ -156,13 +160,23 @@ func (p *Producer) lingered(pt *rpart, now time.Time) bool {
 	return p.opt.Linger < 0 || now.Sub(pt.opened) >= p.opt.Linger
 }
 
-// armLocked arms t's linger timer, if it is not armed, for when its oldest
-// part will have lingered. A part that has lingered already arms nothing:
-// the sender could not take it (no slot, the topic held for retries), and
-// is woken when it can.
+// armLocked arms t's linger timer for when its oldest part will have
+// lingered, unless it is armed for that part already; with no part waiting
+// it stops the timer. A part that has lingered already arms nothing: the
+// sender could not take it (no slot, the topic held for retries), and is
+// woken when it can, and then cuts it or arms again (cutLocked).
 func (p *Producer) armLocked(t *topicState) {
 	a := t.acc
-	if a == nil || a.timer != nil || len(a.parts) == 0 || p.opt.Linger < 0 {
+	if a == nil || p.opt.Linger < 0 {
+		return
+	}
+	if a.timer != nil && (len(a.parts) == 0 || a.timerFor != a.parts[0]) {
+		// A callback already past Stop finds a.timer changed and only
+		// wakes the sender.
+		a.timer.Stop()
+		a.timer, a.timerFor = nil, nil
+	}
+	if a.timer != nil || len(a.parts) == 0 {
 		return
 	}
 	d := p.opt.Linger - time.Since(a.parts[0].opened)
@@ -175,17 +189,20 @@ func (p *Producer) armLocked(t *topicState) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if a.timer == tm {
-			a.timer = nil
+			a.timer, a.timerFor = nil, nil
 		}
 		p.signalLocked(p.wake)
 	})
-	a.timer = tm
+	a.timer, a.timerFor = tm, a.parts[0]
 }
 
 // cutLocked seals a request of t's ready parts, oldest first, up to the
 // request's bounds; nil if no request is due. all makes every part ready.
 // A part not taken keeps its place, and once one ready part does not fit
 // nothing after it is taken, so each range's parts go out in order.
+// Whatever it returns, the linger timer is left armed for the oldest part
+// still waiting: the timer that woke the sender may have been armed for a
+// part a request took since, and nothing else would arm it again.
 func (p *Producer) cutLocked(t *topicState, all bool) *batch {
 	a := t.acc
 	if len(a.parts) == 0 {
@@ -193,6 +210,7 @@ func (p *Producer) cutLocked(t *topicState, all bool) *batch {
 	}
 	now := time.Now()
 	if !all && !a.fills() && !p.lingered(a.parts[0], now) {
+		p.armLocked(t)
 		return nil
 	}
 	first := a.parts[0]
@@ -220,10 +238,6 @@ func (p *Producer) cutLocked(t *topicState, all bool) *batch {
 	}
 	clear(a.parts[w:])
 	a.parts = a.parts[:w]
-	if len(a.parts) == 0 && a.timer != nil {
-		a.timer.Stop()
-		a.timer = nil
-	}
 	p.armLocked(t)
 	p.enqueueLocked(t, b)
 	return b
