@@ -94,7 +94,7 @@ func (s *Store) Ends(id SegmentID) (queued, durable uint64, err error) {
 	sg := s.segs[id]
 	switch {
 	case sg == nil || !sg.ready:
-		return 0, 0, fmt.Errorf("%w: %d", ErrNotFound, id)
+		return 0, 0, s.missingLocked(id)
 	case sg.damage != nil:
 		return 0, 0, sg.damage
 	case sg.sealed:

@@ -106,18 +106,23 @@ func (s *Store) recoverWithJournal() error {
 	}
 	// A full disk may stop the replay or the journal's start: the store
 	// then opens full and goes on once space returns (replay_wait.go).
-	u := &startup{plan: plan, r: newReplayer(s, plan)}
+	// Fences are restored after the replay: every batch the journal holds
+	// of a fenced copy was durable before its fence was answered.
+	u := &startup{plan: plan, r: newReplayer(s, plan), fenced: fenced}
 	err = s.replayRest(u)
-	if err != nil && !errors.Is(err, errOpenWaits) {
+	switch {
+	case err == nil:
+		if err = s.restoreFencesOrWait(u); err == nil {
+			err = s.startJournalOrWait(u)
+		}
+	case errors.Is(err, errOpenWaits):
+		// Latch the copies that came back now; those the replay has still
+		// to make are latched when it is done (continueOpen).
+		if ferr := s.restoreFences(fenced); ferr != nil && !isNoSpace(ferr) {
+			return ferr
+		}
+	default:
 		return err
-	}
-	// After the replay: every batch the journal holds of a fenced copy
-	// was durable before its fence was answered.
-	if err := s.restoreFences(fenced); err != nil {
-		return err
-	}
-	if err == nil {
-		err = s.startJournalOrWait(u)
 	}
 	if errors.Is(err, errOpenWaits) {
 		s.waitForSpace(u, err)
@@ -210,21 +215,30 @@ func (s *Store) recoverAll(plan *journalPlan) ([]SegmentID, error) {
 // writes nothing when it is set: the marker is looked at, not assumed,
 // and written again if it is missing, so a latch restored in memory
 // always outlives the next restart too.
+//
+// It takes mu for the segment's state but not across the file work: a
+// resumed Open runs it on the commit goroutine, with readers about.
 func (s *Store) restoreFences(ids []SegmentID) error {
 	for _, id := range ids {
+		s.mu.Lock()
 		sg := s.segs[id]
 		if sg == nil || !sg.ready {
-			continue // no copy came back: the next Open drops the marker
+			s.mu.Unlock()
+			continue // no copy came back (yet): the next Open drops the marker
 		}
 		sg.fenced = true
+		writable, end := sg.h != nil && sg.damage == nil, sg.queuedEnd
+		s.mu.Unlock()
 		_, err := s.fs.Stat(s.path(id, fenceExt))
 		switch {
 		case err == nil:
+			s.mu.Lock()
 			sg.fenceKept = true
+			s.mu.Unlock()
 		case !vfs.IsNotExist(err):
 			return err
-		case sg.h != nil && sg.damage == nil:
-			if err := s.keepFence(sg, sg.queuedEnd); err != nil {
+		case writable:
+			if err := s.keepFence(sg, end); err != nil {
 				return err
 			}
 		}

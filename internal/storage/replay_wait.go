@@ -19,6 +19,10 @@ import (
 //     the rest of each segment, the unreplayed tail, is not: reads stop
 //     at what the file holds, while End (Info, Ends) already counts the
 //     journal's batches, so no one takes those offsets for free;
+//   - a copy whose create the replay has not reached yet answers
+//     ErrPending (Info, Ends, reads), which wraps ErrNoSpace and never
+//     ErrNotFound: a peer must not take it for a node without the copy;
+//     fence markers are honoured once the replay made the copies;
 //   - everything that writes is refused with an error wrapping ErrNoSpace
 //     (appends, creates, seals, fences, deletes and quarantines, which
 //     would drop a file the journal still holds batches of); DiskState
@@ -44,7 +48,11 @@ func waitSpace(err error) error { return fmt.Errorf("%w: %w", errOpenWaits, err)
 type startup struct {
 	plan     *journalPlan
 	r        *replayer
-	replayed bool
+	replayed bool // written under Store.mu (missingLocked reads it)
+	// fenced lists the active copies a fence marker says were fenced, to
+	// latch once the replay made them: a copy whose create only the
+	// journal holds has none before (nil once done).
+	fenced []SegmentID
 	// raised lists the segments whose End was raised to the journal's
 	// while their tails wait, to be set back to what the file holds when
 	// the replay is done (batches a later cut voided never come back).
@@ -59,9 +67,33 @@ func (s *Store) replayRest(u *startup) error {
 		return nil
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	err := u.r.run()
-	s.mu.Unlock()
 	u.replayed = err == nil
+	if u.replayed {
+		// The tails are in the files now: End is what they hold.
+		for _, sg := range u.raised {
+			if sg.h != nil {
+				w, _ := sg.h.log.Stats()
+				sg.queuedEnd = w.End
+			}
+		}
+		u.raised = nil
+	}
+	return err
+}
+
+// restoreFencesOrWait latches the fenced copies once the replay is done;
+// a full disk, which keeps a missing marker from being written again,
+// makes it wait.
+func (s *Store) restoreFencesOrWait(u *startup) error {
+	err := s.restoreFences(u.fenced)
+	if isNoSpace(err) {
+		return waitSpace(err)
+	}
+	if err == nil {
+		u.fenced = nil
+	}
 	return err
 }
 
@@ -124,16 +156,17 @@ func (s *Store) continueOpen() {
 	}
 	err := s.replayRest(u)
 	if err == nil {
+		// Before the store takes writes: a copy the replay recreated
+		// must not take appends its fence marker forbids (W4).
+		err = s.restoreFencesOrWait(u)
+	}
+	if err == nil {
 		err = s.startJournalOrWait(u)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case err == nil:
-		for _, sg := range u.raised {
-			w, _ := sg.h.log.Stats()
-			sg.queuedEnd = w.End
-		}
 		s.startup, s.failed, s.openPending = nil, nil, false
 		s.signalSpaceLocked()
 	case errors.Is(err, errOpenWaits):

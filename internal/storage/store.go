@@ -115,6 +115,11 @@ var (
 	ErrFailed = errors.New("store failed")
 	// ErrBadBatch: AppendAsync was given bytes that are not one valid batch.
 	ErrBadBatch = errors.New("bad batch")
+	// ErrPending: the segment's create is in the node journal, whose
+	// replay waits for space (replay_wait.go). The copy exists, its file
+	// not yet, so it must never read as ErrNotFound: a peer asking whether
+	// this node holds a copy would take that for "no copy".
+	ErrPending = fmt.Errorf("%w: segment waits for the journal's replay", ErrNoSpace)
 )
 
 // IsCorrupt reports whether err reports damaged stored data.
@@ -286,7 +291,8 @@ type Store struct {
 	full    error         // out of space until CheckSpace finds room; wraps ErrNoSpace
 	// openPending: Open left the journal's replay or start waiting for
 	// space (replay_wait.go); startup, owned by the commit goroutine, is
-	// what remains.
+	// what remains (it is cleared, and its replayed flag set, under mu, so
+	// lookups can tell a copy the replay has still to create).
 	openPending bool
 	startup     *startup
 	lru         *list.List // *seg with a cached sealed handle, most recent first
@@ -346,9 +352,19 @@ func (s *Store) lookupLocked(id SegmentID) (*seg, error) {
 	}
 	sg := s.segs[id]
 	if sg == nil || !sg.ready {
-		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
+		return nil, s.missingLocked(id)
 	}
 	return sg, nil
+}
+
+// missingLocked is the error for a segment id without a ready copy:
+// ErrPending while a replay waiting for space has still to create it,
+// else ErrNotFound.
+func (s *Store) missingLocked(id SegmentID) error {
+	if u := s.startup; u != nil && !u.replayed && u.plan.creates[id] {
+		return fmt.Errorf("%w: %d", ErrPending, id)
+	}
+	return fmt.Errorf("%w: %d", ErrNotFound, id)
 }
 
 // Info describes segment id.
@@ -357,7 +373,7 @@ func (s *Store) Info(id SegmentID) (Info, error) {
 	defer s.mu.Unlock()
 	sg := s.segs[id]
 	if sg == nil || !sg.ready {
-		return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+		return Info{}, s.missingLocked(id)
 	}
 	return s.infoLocked(sg), nil
 }
