@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -87,34 +88,28 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request, ss *session) 
 		d.render(w, http.StatusUnprocessableEntity, "confirm", d.page(ss, "Confirm", "", a))
 		return
 	}
-	ctx, cancel := d.call(r)
-	defer cancel()
-	cl, release, err := d.client(ctx, ss, d.peer(r))
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	defer release()
-	next := "/topics/" + url.PathEscape(a.Topic)
-	detail := map[string]string{}
-	switch a.Action {
-	case "create":
-		detail["ranges"] = strconv.Itoa(a.Ranges)
-		err = cl.CreateTopic(ctx, a.Topic, client.WithRanges(a.Ranges))
-	case "delete":
-		next = "/topics"
-		err = cl.DeleteTopic(ctx, a.Topic)
-	case "split":
-		detail["range"] = strconv.FormatUint(a.Range, 10)
-		_, err = cl.SplitRange(ctx, a.Topic, a.Range)
-	case "merge":
-		detail["ranges"] = fmt.Sprint(a.A, ",", a.B)
-		_, err = cl.MergeRanges(ctx, a.Topic, a.A, a.B)
-	}
-	d.audit(Event{Type: actionAudit[a.Action], User: clip(ss.user), Peer: d.peer(r), Target: a.Topic, Detail: detail, Err: err})
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	d.withNode(w, r, ss, func(ctx context.Context, cl *client.Client) {
+		next := "/topics/" + url.PathEscape(a.Topic)
+		detail := map[string]string{}
+		switch a.Action {
+		case "create":
+			detail["ranges"] = strconv.Itoa(a.Ranges)
+			err = cl.CreateTopic(ctx, a.Topic, client.WithRanges(a.Ranges))
+		case "delete":
+			next = "/topics"
+			err = cl.DeleteTopic(ctx, a.Topic)
+		case "split":
+			detail["range"] = strconv.FormatUint(a.Range, 10)
+			_, err = cl.SplitRange(ctx, a.Topic, a.Range)
+		case "merge":
+			detail["ranges"] = fmt.Sprint(a.A, ",", a.B)
+			_, err = cl.MergeRanges(ctx, a.Topic, a.A, a.B)
+		}
+		d.audit(Event{Type: actionAudit[a.Action], User: clip(ss.user), Peer: d.peer(r), Target: a.Topic, Detail: detail, Err: err})
+		if err != nil {
+			d.nodeError(w, r, ss, err)
+			return
+		}
+		http.Redirect(w, r, next, http.StatusSeeOther)
+	})
 }

@@ -92,6 +92,21 @@ func humanBytes(n uint64) string {
 // nodeError answers a failed call to the node: a session the node no
 // longer accepts goes back to the login form, a refusal is shown with
 // its status, anything else as the node being unreachable.
+// withNode runs fn with a connection to the node in the session's name,
+// bounded by the page's call timeout; not getting one is answered as the
+// page's error.
+func (d *Dashboard) withNode(w http.ResponseWriter, r *http.Request, ss *session, fn func(context.Context, *client.Client)) {
+	ctx, cancel := d.call(r)
+	defer cancel()
+	cl, release, err := d.client(ctx, ss, d.peer(r))
+	if err != nil {
+		d.nodeError(w, r, ss, err)
+		return
+	}
+	defer release()
+	fn(ctx, cl)
+}
+
 func (d *Dashboard) nodeError(w http.ResponseWriter, r *http.Request, ss *session, err error) {
 	if refusedSession(err) || errors.Is(err, errSessionGone) {
 		d.sessions.remove(ss)
@@ -169,47 +184,36 @@ func nodeRows(st *client.ClusterStatus) []nodeRow {
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, ss *session) {
-	ctx, cancel := d.call(r)
-	defer cancel()
-	cl, release, err := d.client(ctx, ss, d.peer(r))
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	defer release()
-	var data overviewData
-	if data.Status, err = cl.Status(ctx); err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	if ss.admin {
-		st, err := cl.ClusterStatus(ctx)
-		if err != nil {
-			data.ClusterErr = err.Error()
-		} else {
-			data.Cluster, data.Nodes = &st, nodeRows(&st)
+	d.withNode(w, r, ss, func(ctx context.Context, cl *client.Client) {
+		var data overviewData
+		var err error
+		if data.Status, err = cl.Status(ctx); err != nil {
+			d.nodeError(w, r, ss, err)
+			return
 		}
-	} else {
-		data.ClusterErr = "The cluster view needs the admin permission."
-	}
-	d.render(w, http.StatusOK, "overview", d.page(ss, "Overview", "overview", data))
+		if ss.admin {
+			st, err := cl.ClusterStatus(ctx)
+			if err != nil {
+				data.ClusterErr = err.Error()
+			} else {
+				data.Cluster, data.Nodes = &st, nodeRows(&st)
+			}
+		} else {
+			data.ClusterErr = "The cluster view needs the admin permission."
+		}
+		d.render(w, http.StatusOK, "overview", d.page(ss, "Overview", "overview", data))
+	})
 }
 
 func (d *Dashboard) topics(w http.ResponseWriter, r *http.Request, ss *session) {
-	ctx, cancel := d.call(r)
-	defer cancel()
-	cl, release, err := d.client(ctx, ss, d.peer(r))
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	defer release()
-	list, err := cl.ListTopics(ctx)
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	d.render(w, http.StatusOK, "topics", d.page(ss, "Topics", "topics", list))
+	d.withNode(w, r, ss, func(ctx context.Context, cl *client.Client) {
+		list, err := cl.ListTopics(ctx)
+		if err != nil {
+			d.nodeError(w, r, ss, err)
+			return
+		}
+		d.render(w, http.StatusOK, "topics", d.page(ss, "Topics", "topics", list))
+	})
 }
 
 // topicData is the topic page.
@@ -246,37 +250,31 @@ type groupRow struct {
 }
 
 func (d *Dashboard) topic(w http.ResponseWriter, r *http.Request, ss *session) {
-	ctx, cancel := d.call(r)
-	defer cancel()
-	cl, release, err := d.client(ctx, ss, d.peer(r))
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	defer release()
-	desc, err := cl.DescribeTopic(ctx, r.PathValue("name"))
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	under := map[uint64]bool{}
-	if ss.admin {
-		if st, err := cl.ClusterStatus(ctx); err == nil && len(st.Nodes) > 0 {
-			_, segs := client.UnderReplicated(st, []client.TopicDescription{desc}, 1<<20)
-			for _, s := range segs {
-				under[s.Segment] = true
+	d.withNode(w, r, ss, func(ctx context.Context, cl *client.Client) {
+		desc, err := cl.DescribeTopic(ctx, r.PathValue("name"))
+		if err != nil {
+			d.nodeError(w, r, ss, err)
+			return
+		}
+		under := map[uint64]bool{}
+		if ss.admin {
+			if st, err := cl.ClusterStatus(ctx); err == nil && len(st.Nodes) > 0 {
+				_, segs := client.UnderReplicated(st, []client.TopicDescription{desc}, 1<<20)
+				for _, s := range segs {
+					under[s.Segment] = true
+				}
 			}
 		}
-	}
-	data := topicView(&desc, under)
-	groups := desc.Groups
-	if len(groups) > maxGroupsPerPage {
-		data.More, groups = len(groups)-maxGroupsPerPage, groups[:maxGroupsPerPage]
-	}
-	for _, g := range groups {
-		data.Groups = append(data.Groups, describeGroup(ctx, cl, desc.Name, g))
-	}
-	d.render(w, http.StatusOK, "topic", d.page(ss, "Topic "+desc.Name, "topics", data))
+		data := topicView(&desc, under)
+		groups := desc.Groups
+		if len(groups) > maxGroupsPerPage {
+			data.More, groups = len(groups)-maxGroupsPerPage, groups[:maxGroupsPerPage]
+		}
+		for _, g := range groups {
+			data.Groups = append(data.Groups, describeGroup(ctx, cl, desc.Name, g))
+		}
+		d.render(w, http.StatusOK, "topic", d.page(ss, "Topic "+desc.Name, "topics", data))
+	})
 }
 
 // topicView is the topic page's tables, each bounded by maxTableRows.
@@ -369,39 +367,33 @@ func describeGroup(ctx context.Context, cl *client.Client, topic, group string) 
 
 // groups lists the groups of every topic the user sees, bounded.
 func (d *Dashboard) groups(w http.ResponseWriter, r *http.Request, ss *session) {
-	ctx, cancel := d.call(r)
-	defer cancel()
-	cl, release, err := d.client(ctx, ss, d.peer(r))
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	defer release()
-	list, err := cl.ListTopics(ctx)
-	if err != nil {
-		d.nodeError(w, r, ss, err)
-		return
-	}
-	var data struct {
-		Groups []groupRow
-		More   bool
-	}
-	for i, t := range list {
-		if i == maxGroupTopics {
-			data.More = true
-			break
-		}
-		names, err := cl.ListGroups(ctx, t.Name)
+	d.withNode(w, r, ss, func(ctx context.Context, cl *client.Client) {
+		list, err := cl.ListTopics(ctx)
 		if err != nil {
-			continue // deleted meanwhile, or not readable by this user
+			d.nodeError(w, r, ss, err)
+			return
 		}
-		for _, g := range names {
-			if len(data.Groups) == maxGroupsPerPage {
+		var data struct {
+			Groups []groupRow
+			More   bool
+		}
+		for i, t := range list {
+			if i == maxGroupTopics {
 				data.More = true
 				break
 			}
-			data.Groups = append(data.Groups, describeGroup(ctx, cl, t.Name, g))
+			names, err := cl.ListGroups(ctx, t.Name)
+			if err != nil {
+				continue // deleted meanwhile, or not readable by this user
+			}
+			for _, g := range names {
+				if len(data.Groups) == maxGroupsPerPage {
+					data.More = true
+					break
+				}
+				data.Groups = append(data.Groups, describeGroup(ctx, cl, t.Name, g))
+			}
 		}
-	}
-	d.render(w, http.StatusOK, "groups", d.page(ss, "Groups", "groups", data))
+		d.render(w, http.StatusOK, "groups", d.page(ss, "Groups", "groups", data))
+	})
 }
