@@ -307,13 +307,15 @@ func TestRetentionSweepRunsOnTheMaintenanceLoop(t *testing.T) {
 	deadline := time.After(20 * time.Second)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for len(n.segments("looped")) != 0 {
+	// The metadata shows the delete before the loop removes the files:
+	// wait for both.
+	for len(n.segments("looped")) != 0 || len(segmentFiles(t, n.dir, first[0])) != 0 {
 		if n.clk.Timers() > 0 {
 			n.clk.Advance(time.Minute)
 		}
 		select {
 		case <-deadline:
-			t.Fatalf("the loop never swept: segments %v", ids(n.segments("looped")))
+			t.Fatalf("the loop never swept: segments %v, files %v", ids(n.segments("looped")), segmentFiles(t, n.dir, first[0]))
 		case <-tick.C:
 		}
 	}
