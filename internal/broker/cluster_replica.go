@@ -396,7 +396,9 @@ func (b *Broker) sealCopy(seg metadata.Segment) {
 	err := h.SealCopy(ctx, seg.ID, seg.End)
 	switch {
 	case err == nil:
-		b.recordSealContent(ctx, seg)
+		if !skipContentOnSeal.Load() {
+			b.recordSealContent(ctx, seg)
+		}
 	case errors.Is(err, storage.ErrNotFound):
 	case errors.Is(err, replica.ErrBehind), errors.Is(err, storage.ErrBehind):
 		b.log.Warn("a copy of a sealed segment is behind its seal; it stays unsealed until healed",

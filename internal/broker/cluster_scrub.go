@@ -95,6 +95,14 @@ func (b *Broker) scrubStep(ctx context.Context, s *heal.Scrubber) time.Duration 
 	s.Done(b.nowMs(), id, v)
 	b.stats.scrubbed(v.Outcome)
 	b.noteVerdict(id, v, void)
+	if seal := seals[id]; !void && v.Whole() && seal.ContentHash == 0 {
+		// A failover seal whose content no holder recorded (each
+		// tries once, after sealing its copy, and all may have missed
+		// the control plane): a whole copy records it now.
+		if seg, ok := b.segmentByID(id); ok {
+			b.recordSealContent(ctx, seg)
+		}
+	}
 	if !void && (v.Outcome == heal.Damaged || v.Outcome == heal.Short) {
 		// A copy deleted while it was read (void) is judged no more: its
 		// verdict would mark whatever copy of the id came next.

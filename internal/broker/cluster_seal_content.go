@@ -3,10 +3,16 @@ package broker
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage"
 )
+
+// skipContentOnSeal, set only by tests, leaves the recording to the
+// scrub, as when every holder's attempt after its seal missed the control
+// plane.
+var skipContentOnSeal atomic.Bool
 
 // recordSealContent fills in what a failover's seal could not know: once
 // this node's copy of seg is sealed at the recorded end, its footer's
@@ -31,8 +37,8 @@ func (b *Broker) recordSealContent(ctx context.Context, seg metadata.Segment) {
 		Bytes: ft.Bytes, MaxExpiry: ft.MaxExpiry, ContentHash: ft.ContentHash, Generation: ft.Generation,
 	})
 	if err != nil && !errors.Is(err, metadata.ErrNoSuchSegment) {
-		// A later seal of this copy (a restart's reconcile, the next
-		// holder) tries again; until then the segment reads as before.
+		// Another holder's seal, or the next scrub that finds a copy
+		// whole, tries again; until then the segment reads as before.
 		b.log.Warn("recording a failed-over segment's content failed", "segment", seg.ID, "end", seg.End, "err", err)
 	}
 }

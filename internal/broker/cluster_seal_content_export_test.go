@@ -14,3 +14,10 @@ func (b *Broker) SealContentHashes(id uint64) (recorded, local uint64) {
 	}
 	return recorded, local
 }
+
+// SkipContentOnSeal makes holders leave a failover seal's content to the
+// scrub; the returned func restores them.
+func SkipContentOnSeal() func() {
+	skipContentOnSeal.Store(true)
+	return func() { skipContentOnSeal.Store(false) }
+}

@@ -13,7 +13,20 @@ import (
 // content hash, so describe, retention and heals see the segment's real
 // content, and every surviving copy's footer matches what was recorded.
 func TestClusterFailoverSealRecordsContent(t *testing.T) {
-	tc := startCluster(t, 3)
+	failoverSealRecordsContent(t, startCluster(t, 3))
+}
+
+// When no holder's attempt after its seal reached the control plane, the
+// scrub that finds a copy whole records the content.
+func TestClusterScrubRecordsAFailoverSealsContent(t *testing.T) {
+	defer broker.SkipContentOnSeal()()
+	failoverSealRecordsContent(t, startHealCluster(t, 3, 0, broker.HealConfig{
+		DeadAfter: time.Hour, Interval: 100 * time.Millisecond,
+		ScrubInterval: 300 * time.Millisecond, ScrubRate: 64 << 20,
+	}))
+}
+
+func failoverSealRecordsContent(t *testing.T, tc *testCluster) {
 	ctx := t.Context()
 	n1 := tc.nodes[0].b
 	tc.createEverywhere(tc.nodes[0], "content", 1)
