@@ -27,7 +27,7 @@ func TestConsumeSpanOfAClientThatLeft(t *testing.T) {
 	c.send(2, &wire.FetchRequest{Topic: str("quiet"), Max: 10, WaitMs: 600_000})
 	c.nc.Close()
 	var consume *tracingtest.Span
-	waitUntil(t, "the consume span", func() bool {
+	waitFor(t, "the consume span", func() {}, func() bool {
 		if err := tr.ForceFlush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -41,19 +41,5 @@ func TestConsumeSpanOfAClientThatLeft(t *testing.T) {
 	})
 	if consume.Error || !slices.Contains(consume.Events, tracing.EventClientGone) {
 		t.Fatalf("consume span of a client that left: %+v", *consume)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(20 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
 	}
 }
