@@ -12,10 +12,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +25,7 @@ import (
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/placement"
 	"github.com/malachi-log/malachi/internal/server"
+	"github.com/malachi-log/malachi/internal/testenv"
 	"github.com/malachi-log/malachi/internal/vfs"
 	"github.com/malachi-log/malachi/pkg/client"
 )
@@ -60,12 +61,7 @@ type testCluster struct {
 // (the client port must be advertised before the server exists).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(testenv.FreePorts(t, 1)[0])
 }
 
 func quietLogger() *slog.Logger {

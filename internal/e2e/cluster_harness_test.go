@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/testenv"
 	"github.com/malachi-log/malachi/pkg/client"
 )
 
@@ -69,7 +70,7 @@ func startClusterEach(t *testing.T, n int, extra func(id int) []string) *testClu
 		t.Fatal(err)
 	}
 	c := &testCluster{t: t, bin: bin, extra: extra}
-	ports := freePorts(t, 4*n)
+	ports := testenv.FreePorts(t, 4*n)
 	for i := range n {
 		addr := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[4*i+k]) }
 		c.nodes = append(c.nodes, &clusterNode{
@@ -244,36 +245,6 @@ func (c *testCluster) dial(ctx context.Context, id int, user, pass string, timeo
 // admin is an admin client of node id with the client's usual retries.
 func (c *testCluster) admin(ctx context.Context, id int) *client.Client {
 	return c.dial(ctx, id, "admin", "admin123", 5*time.Second, 5)
-}
-
-// freePorts returns n distinct loopback ports free now, each for TCP and
-// UDP (gossip uses both on one port).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var (
-		ports []int
-		held  []func()
-	)
-	defer func() {
-		for _, release := range held {
-			release()
-		}
-	}()
-	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		udp, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			ln.Close()
-			continue
-		}
-		held = append(held, func() { ln.Close(); udp.Close() })
-		ports = append(ports, p)
-	}
-	return ports
 }
 
 // within polls cond every 20 ms until it holds or d has passed, and

@@ -3,12 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/malachi-log/malachi/internal/testenv"
 	"github.com/malachi-log/malachi/pkg/client"
 )
 
@@ -125,12 +125,7 @@ func TestConsumersAcrossNodeCrash(t *testing.T) {
 // that must come back on the same one.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(testenv.FreePorts(t, 1)[0])
 }
 
 // produceKeyed stores n records over keys k00.., values from first on per key,
