@@ -64,7 +64,7 @@ the record-by-record protocol of v1 with any node.`
 	root.AddCommand(
 		newTopicCmd(a), newProduceCmd(a), newConsumeCmd(a), newGroupCmd(a),
 		newUserCmd(a), newACLCmd(a), newStatusCmd(a), newContextCmd(a),
-		newPolicyCmd(a), newBenchCmd(a), newVersionCmd(a), newAdminCmd(), newClusterCmd(a), newTopCmd(a),
+		newPolicyCmd(a), newBenchCmd(a), newVersionCmd(a), newAdminCmd(), newClusterCmd(a), newTopCmd(a), newSegmentCmd(a),
 	)
 	root.Version = clientVersion
 	root.SetVersionTemplate("malachi {{.Version}}\n")

@@ -136,9 +136,9 @@ func newTemplateRecord(r *client.Record, cursor string) templateRecord {
 	return t
 }
 
-// jsonRecord is one line of --format json. Keys, values and header values
-// are strings when they are valid UTF-8, else base64 with the matching
-// *_base64 flag set. A record without a key has "key": null.
+// jsonRecord is one line of --format json. Keys, values, header keys and
+// header values are strings when they are valid UTF-8, else base64 with
+// the matching *_base64 flag set. A record without a key has "key": null.
 type jsonRecord struct {
 	Key         *string      `json:"key"`
 	KeyBase64   bool         `json:"key_base64,omitempty"`
@@ -156,6 +156,7 @@ type jsonRecord struct {
 
 type jsonHeader struct {
 	Key         string  `json:"key"`
+	KeyBase64   bool    `json:"key_base64,omitempty"`
 	Value       *string `json:"value"`
 	ValueBase64 bool    `json:"value_base64,omitempty"`
 }
@@ -169,7 +170,8 @@ func writeJSONRecord(w *bufio.Writer, r *client.Record, cursor string) error {
 	}
 	j.Value, j.ValueBase64 = textOrBase64(r.Value)
 	for _, h := range r.Headers {
-		jh := jsonHeader{Key: h.Key}
+		var jh jsonHeader
+		jh.Key, jh.KeyBase64 = textOrBase64([]byte(h.Key))
 		if h.Value != nil {
 			var v string
 			v, jh.ValueBase64 = textOrBase64(h.Value)

@@ -95,12 +95,22 @@ func newLineParser(lf lineFormat) lineParser {
 	}
 }
 
-// parseJSONRecord reads one line of 'consume --format json'.
+// jsonLine is a line produce --format json reads: a jsonRecord whose
+// timestamp is RFC 3339 or, for one RFC 3339 cannot write (past year
+// 9999, before year 0), unix milliseconds as a number.
+type jsonLine struct {
+	jsonRecord
+	Timestamp json.RawMessage `json:"timestamp"`
+}
+
+// parseJSONRecord reads one line of 'consume --format json' or 'segment
+// inspect --records --format json'.
 func parseJSONRecord(line []byte) (client.Record, error) {
-	var j jsonRecord
-	if err := json.Unmarshal(line, &j); err != nil {
+	var jl jsonLine
+	if err := json.Unmarshal(line, &jl); err != nil {
 		return client.Record{}, fmt.Errorf("not a JSON record (--format json reads the lines of 'consume --format json'): %v", err)
 	}
+	j := &jl.jsonRecord
 	var rec client.Record
 	var err error
 	if j.Key != nil {
@@ -112,7 +122,11 @@ func parseJSONRecord(line []byte) (client.Record, error) {
 		return rec, fmt.Errorf("value: %v", err)
 	}
 	for _, h := range j.Headers {
-		hd := client.Header{Key: h.Key}
+		k, err := fromTextOrBase64(h.Key, h.KeyBase64)
+		if err != nil {
+			return rec, fmt.Errorf("header key %s: %v", h.Key, err)
+		}
+		hd := client.Header{Key: string(k)}
 		if h.Value != nil {
 			if hd.Value, err = fromTextOrBase64(*h.Value, h.ValueBase64); err != nil {
 				return rec, fmt.Errorf("header %s: %v", h.Key, err)
@@ -120,12 +134,30 @@ func parseJSONRecord(line []byte) (client.Record, error) {
 		}
 		rec.Headers = append(rec.Headers, hd)
 	}
-	if j.Timestamp != "" {
-		if rec.Timestamp, err = time.Parse(time.RFC3339Nano, j.Timestamp); err != nil {
-			return rec, fmt.Errorf("timestamp: %v", err)
-		}
+	if rec.Timestamp, err = parseJSONTimestamp(jl.Timestamp); err != nil {
+		return rec, fmt.Errorf("timestamp: %v", err)
 	}
 	return rec, nil
+}
+
+// parseJSONTimestamp reads a record's "timestamp": RFC 3339, or unix
+// milliseconds as a JSON number; absent, null or "" is the zero time.
+func parseJSONTimestamp(raw json.RawMessage) (time.Time, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return time.Time{}, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil || s == "" {
+			return time.Time{}, err
+		}
+		return time.Parse(time.RFC3339Nano, s)
+	}
+	ms, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s is neither an RFC 3339 time nor whole unix milliseconds", raw)
+	}
+	return time.UnixMilli(ms), nil
 }
 
 func fromTextOrBase64(s string, b64 bool) ([]byte, error) {

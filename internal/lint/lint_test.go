@@ -372,3 +372,27 @@ func TestTopReadsOnlyScrapes(t *testing.T) {
 		}
 	}
 }
+
+// internal/segfile reads segment files nothing vouches for (a node's
+// quarantine, a damaged disk) for `malachi segment`: it reads only the
+// io.ReaderAt it is given and knows the format through internal/batch and
+// internal/storage/segment alone, so that tests can feed it any bytes and
+// it never reaches into a node.
+var segfileMayImport = []string{"internal/batch", "internal/storage/segment"}
+
+// segfileMayNotImport are the standard library's ways to reach the
+// system, each with the packages under it.
+var segfileMayNotImport = []string{"os", "net", "syscall", "io/ioutil"}
+
+func TestSegfileReadsWhatItIsGiven(t *testing.T) {
+	system := func(imp string) bool {
+		return slices.ContainsFunc(segfileMayNotImport, func(p string) bool { return imp == p || strings.HasPrefix(imp, p+"/") })
+	}
+	for _, p := range internalPackages(listPackages(t), "segfile") {
+		for _, imp := range p.Imports {
+			if system(imp) || (strings.HasPrefix(imp, module+"/") && !slices.Contains(segfileMayImport, strings.TrimPrefix(imp, module+"/"))) {
+				t.Errorf("internal/segfile imports %s; it may import only %s of the module, and none of %s", imp, strings.Join(segfileMayImport, ", "), strings.Join(segfileMayNotImport, ", "))
+			}
+		}
+	}
+}
