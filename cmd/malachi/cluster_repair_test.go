@@ -44,6 +44,8 @@ func (n *repairNode) answer(req wire.Request) (wire.Response, string) {
 			if !n.v2 {
 				kv.Max = 1
 			}
+			// It predates describing a topic by pages (version 3).
+			kv.Max = min(kv.Max, 2)
 			resp.Keys = append(resp.Keys, kv)
 		}
 		return resp, ""

@@ -21,9 +21,17 @@ type (
 		Bytes        uint64      `json:"bytes"`
 		Ranges       []rangeJSON `json:"ranges"`
 		Groups       []string    `json:"groups"`
+		// GroupsOmitted counts groups the node left out of Groups to keep
+		// its first page within bounds (group list names them all).
+		GroupsOmitted int `json:"groups_omitted,omitempty"`
 		// CopiesOmitted counts the last segments whose copies the node
 		// left out to keep its answer within a frame.
 		CopiesOmitted int `json:"copies_omitted,omitempty"`
+		// RangesTotal and ActiveRangesTotal count the topic's ranges;
+		// Ranges may list fewer (--active, --limit: then Truncated).
+		RangesTotal       int  `json:"ranges_total"`
+		ActiveRangesTotal int  `json:"active_ranges_total"`
+		Truncated         bool `json:"truncated,omitempty"`
 	}
 	rangeJSON struct {
 		ID        uint64        `json:"id"`
@@ -36,6 +44,9 @@ type (
 		Records   uint64        `json:"records"`
 		Bytes     uint64        `json:"bytes"`
 		Segments  []segmentJSON `json:"segments"`
+		// SegmentsOmitted counts the oldest segments left out of a range
+		// too large for one page of the node's answer.
+		SegmentsOmitted int `json:"segments_omitted,omitempty"`
 	}
 	segmentJSON struct {
 		ID       uint64   `json:"id"`
@@ -62,7 +73,8 @@ type (
 func describeJSON(d *client.TopicDescription) topicJSON {
 	t := topicJSON{
 		ID: d.ID, Name: d.Name, KeyspaceBits: d.KeyspaceBits, CreatedAt: jsonTime(d.CreatedAt),
-		Ranges: make([]rangeJSON, len(d.Ranges)), Groups: nonNil(d.Groups), CopiesOmitted: d.CopiesOmitted,
+		Ranges: make([]rangeJSON, len(d.Ranges)), Groups: nonNil(d.Groups), GroupsOmitted: d.GroupsOmitted, CopiesOmitted: d.CopiesOmitted,
+		RangesTotal: d.RangesTotal, ActiveRangesTotal: d.ActiveRangesTotal, Truncated: d.Truncated,
 	}
 	for i := range d.Ranges {
 		r := &d.Ranges[i]
@@ -70,6 +82,7 @@ func describeJSON(d *client.TopicDescription) topicJSON {
 			ID: r.ID, Start: r.Start, End: r.End, Active: r.Active, Parents: nonNil(r.Parents),
 			CreatedAt: jsonTime(r.CreatedAt), SealedAt: jsonTime(r.SealedAt),
 			Records: r.Records(), Bytes: rangeBytes(r), Segments: make([]segmentJSON, len(r.Segments)),
+			SegmentsOmitted: r.SegmentsOmitted,
 		}
 		for j, s := range r.Segments {
 			rj.Segments[j] = segmentJSON{
@@ -122,13 +135,16 @@ func printDescription(out *printer, d *client.TopicDescription, now time.Time) e
 		{"ID", itoa(d.ID)},
 		{"Keyspace", fmt.Sprintf("%d bits (%d key positions)", d.KeyspaceBits, uint64(1)<<d.KeyspaceBits)},
 		{"Created", humanTime(d.CreatedAt, now)},
-		{"Ranges", rangesCell(active, len(d.Ranges))},
+		{"Ranges", rangesCell(max(active, d.ActiveRangesTotal), max(len(d.Ranges), d.RangesTotal))},
 		{"Records", itoa(records)},
 		{"Bytes", humanBytes(bytes)},
-		{"Groups", orDefault(strings.Join(d.Groups, ", "), "-")},
+		{"Groups", groupsCell(d)},
 	})
 	if err != nil {
 		return err
+	}
+	if listed := len(d.Ranges); d.Truncated || listed < d.RangesTotal {
+		fmt.Fprintf(out.w, "Listed %s of %d; records and bytes are of the listed ranges\n", countOf(listed, "range"), d.RangesTotal)
 	}
 	fmt.Fprintln(out.w, "\nRanges")
 	if err := out.table([]string{"ID", "STATE", "KEY SLICE", "SHARE", "PARENTS", "SEGMENTS", "RECORDS", "BYTES"}, rangeRows(d)); err != nil {
@@ -179,10 +195,19 @@ func rangeRows(d *client.TopicDescription) [][]string {
 		r := &d.Ranges[i]
 		rows = append(rows, []string{
 			itoa(r.ID), state(r.Active), slice(r.Start, r.End, d.KeyspaceBits), share(r.Start, r.End, d.KeyspaceBits),
-			joinUints(r.Parents), itoa(len(r.Segments)), itoa(r.Records()), humanBytes(rangeBytes(r)),
+			joinUints(r.Parents), segmentsCell(r), itoa(r.Records()), humanBytes(rangeBytes(r)),
 		})
 	}
 	return rows
+}
+
+// segmentsCell is a range's segment count, "3", or "3 (+40 older not
+// listed)" when the node left its oldest out.
+func segmentsCell(r *client.RangeInfo) string {
+	if r.SegmentsOmitted == 0 {
+		return itoa(len(r.Segments))
+	}
+	return fmt.Sprintf("%d (+%d older not listed)", len(r.Segments), r.SegmentsOmitted)
 }
 
 func segmentRows(d *client.TopicDescription, now time.Time) [][]string {
@@ -223,4 +248,13 @@ func slice(start, end uint64, bits uint8) string {
 func share(start, end uint64, bits uint8) string {
 	pct := float64(end-start) / float64(uint64(1)<<bits) * 100
 	return strings.TrimSuffix(strings.TrimSuffix(fmt.Sprintf("%.2f", pct), "0"), ".0") + "%"
+}
+
+// groupsCell names the topic's groups and counts those the node left out.
+func groupsCell(d *client.TopicDescription) string {
+	cell := orDefault(strings.Join(d.Groups, ", "), "-")
+	if d.GroupsOmitted > 0 {
+		cell += fmt.Sprintf(" and %d more (malachi group list %s)", d.GroupsOmitted, d.Name)
+	}
+	return cell
 }

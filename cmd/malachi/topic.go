@@ -165,7 +165,11 @@ func rangesCell(active, all int) string {
 }
 
 func newTopicDescribeCmd(a *app) *cobra.Command {
-	var every time.Duration
+	var (
+		every  time.Duration
+		active bool
+		limit  int
+	)
 	cmd := &cobra.Command{
 		Use:   "describe NAME",
 		Short: "Show a topic's ranges, segments, records and bytes",
@@ -174,21 +178,33 @@ func newTopicDescribeCmd(a *app) *cobra.Command {
 sets, records, bytes and state. Sealed ranges stay readable through their
 children.
 
+A topic of any size can be described: the node answers by pages, in range id
+order, and the command asks for them all. --active lists the active ranges
+only; --limit N stops after N ranges (the summary still counts them all).
+
 --watch [INTERVAL] redraws the description every INTERVAL (default 2s) until
 Ctrl-C: on a terminal each one replaces the last; into a file or a pipe they
 follow each other, a blank line apart.`,
 		Example: `  malachi topic describe orders
   malachi topic describe orders --watch
   malachi topic describe orders --watch 500ms
+  malachi topic describe orders --active --limit 100
   malachi topic describe orders -o json | jq '.ranges[] | select(.active)'`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkWatch(cmd, every); err != nil {
 				return err
 			}
+			if limit < 0 {
+				return usageErr("--limit is a number of ranges, 0 for all, not %d", limit)
+			}
+			opts := []client.DescribeOption{client.DescribeLimit(limit)}
+			if active {
+				opts = append(opts, client.DescribeActiveOnly())
+			}
 			return a.run(cmd, errSubject{topic: args[0], existing: true, op: "consume"}, func(ctx context.Context, s *session) error {
 				return watch(ctx, s.out, every, func(ctx context.Context, out *printer) error {
-					d, err := s.c.DescribeTopic(ctx, args[0])
+					d, err := s.c.DescribeTopic(ctx, args[0], opts...)
 					if err != nil {
 						return err
 					}
@@ -201,6 +217,8 @@ follow each other, a blank line apart.`,
 		},
 	}
 	addWatchFlag(cmd, &every)
+	cmd.Flags().BoolVar(&active, "active", false, "list only the active ranges")
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many ranges (0: all)")
 	return cmd
 }
 

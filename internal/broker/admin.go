@@ -131,6 +131,9 @@ type RangeDescription struct {
 	CreatedAt      time.Time
 	SealedAt       time.Time
 	Segments       []SegmentDescription
+	// SegmentsOmitted counts the oldest segments a page left out
+	// (DescribeTopicPage with MaxSegments); 0 otherwise.
+	SegmentsOmitted int
 }
 
 // SegmentDescription is one segment of a range. For the active segment the
@@ -284,20 +287,30 @@ func describe(st *metadata.State, t metadata.Topic) TopicDescription {
 		if !ok {
 			continue
 		}
-		rd := RangeDescription{
-			ID: r.ID, Start: r.Start, End: r.End, Active: r.Active,
-			Parents: r.Parents, CreatedAt: msTime(r.CreatedAt), SealedAt: msTime(r.SealedAt),
-		}
-		for _, s := range st.RangeSegments(rid) {
-			rd.Segments = append(rd.Segments, SegmentDescription{
-				ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records,
-				Bytes: uint64(s.Bytes), Replicas: s.Replicas, Primary: primaryName(s), OpenedAt: msTime(s.OpenedAt),
-				SealedAt: msTime(s.SealedAt), MaxExpiry: msTime(s.MaxExpiry), damaged: s.Damaged,
-			})
-		}
-		d.Ranges = append(d.Ranges, rd)
+		d.Ranges = append(d.Ranges, describeRange(r, st.RangeSegments(rid), 0))
 	}
 	return d
+}
+
+// describeRange describes r with segs, its segments (the newest of
+// them, omitted older ones left out).
+func describeRange(r metadata.Range, segs []metadata.Segment, omitted int) RangeDescription {
+	rd := RangeDescription{
+		ID: r.ID, Start: r.Start, End: r.End, Active: r.Active,
+		Parents: r.Parents, CreatedAt: msTime(r.CreatedAt), SealedAt: msTime(r.SealedAt),
+		SegmentsOmitted: omitted,
+	}
+	if len(segs) > 0 {
+		rd.Segments = make([]SegmentDescription, 0, len(segs))
+	}
+	for _, s := range segs {
+		rd.Segments = append(rd.Segments, SegmentDescription{
+			ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records,
+			Bytes: uint64(s.Bytes), Replicas: s.Replicas, Primary: primaryName(s), OpenedAt: msTime(s.OpenedAt),
+			SealedAt: msTime(s.SealedAt), MaxExpiry: msTime(s.MaxExpiry), damaged: s.Damaged,
+		})
+	}
+	return rd
 }
 
 // fillLive replaces the active segments' zero figures with the store's.

@@ -437,7 +437,7 @@ func TestTopicTablesBounded(t *testing.T) {
 			Segments: []client.SegmentInfo{{ID: uint64(i + 1), Active: true}},
 		})
 	}
-	data := topicView(&desc, nil)
+	data := topicView(&desc, &desc, nil)
 	var buf bytes.Buffer
 	if err := h.dash.pages["topic"].ExecuteTemplate(&buf, "layout", page{Title: "t", Admin: true, Body: data}); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ const (
 	maxGroupTopics   = 64   // topics whose groups the groups page lists
 	maxGroupsPerPage = 256  // groups described on one page
 	maxTableRows     = 1000 // rows of the topic page's ranges and segments tables
+	maxPictureRanges = 4096 // active ranges of a large topic's keyspace picture
 )
 
 // page is what every template gets.
@@ -251,10 +252,22 @@ type groupRow struct {
 
 func (d *Dashboard) topic(w http.ResponseWriter, r *http.Request, ss *session) {
 	d.withNode(w, r, ss, func(ctx context.Context, cl *client.Client) {
-		desc, err := cl.DescribeTopic(ctx, r.PathValue("name"))
+		// The tables show the first maxTableRows ranges; a larger topic's
+		// keyspace picture and merges come from its active ranges, also
+		// bounded, so a page costs the same whatever the topic's size.
+		desc, err := cl.DescribeTopic(ctx, r.PathValue("name"), client.DescribeLimit(maxTableRows))
 		if err != nil {
 			d.nodeError(w, r, ss, err)
 			return
+		}
+		picture := &desc
+		if desc.Truncated {
+			act, err := cl.DescribeTopic(ctx, desc.Name, client.DescribeActiveOnly(), client.DescribeLimit(maxPictureRanges))
+			if err != nil {
+				d.nodeError(w, r, ss, err)
+				return
+			}
+			picture = &act
 		}
 		under := map[uint64]bool{}
 		if ss.admin {
@@ -265,11 +278,12 @@ func (d *Dashboard) topic(w http.ResponseWriter, r *http.Request, ss *session) {
 				}
 			}
 		}
-		data := topicView(&desc, under)
+		data := topicView(&desc, picture, under)
 		groups := desc.Groups
 		if len(groups) > maxGroupsPerPage {
 			data.More, groups = len(groups)-maxGroupsPerPage, groups[:maxGroupsPerPage]
 		}
+		data.More += desc.GroupsOmitted
 		for _, g := range groups {
 			data.Groups = append(data.Groups, describeGroup(ctx, cl, desc.Name, g))
 		}
@@ -277,11 +291,13 @@ func (d *Dashboard) topic(w http.ResponseWriter, r *http.Request, ss *session) {
 	})
 }
 
-// topicView is the topic page's tables, each bounded by maxTableRows.
-func topicView(desc *client.TopicDescription, under map[uint64]bool) topicData {
-	data := topicData{Topic: *desc, Keyspace: keyspace(desc), Merges: buddies(desc.ActiveRanges())}
+// topicView is the topic page's tables, each bounded by maxTableRows;
+// the keyspace picture and merges are drawn from picture (desc itself,
+// or a large topic's active ranges).
+func topicView(desc, picture *client.TopicDescription, under map[uint64]bool) topicData {
+	data := topicData{Topic: *desc, Keyspace: keyspace(picture), Merges: buddies(picture.ActiveRanges())}
 	data.Merges = data.Merges[:min(len(data.Merges), maxTableRows)]
-	data.RangesTotal = len(desc.Ranges)
+	data.RangesTotal = max(len(desc.Ranges), desc.RangesTotal)
 	for _, rg := range desc.Ranges[:min(len(desc.Ranges), maxTableRows)] {
 		data.Ranges = append(data.Ranges, rangeRow{RangeInfo: rg, Count: rg.Records()})
 	}

@@ -126,18 +126,25 @@ const maxCopiesBytes = 4 << 20
 // copies section takes at most min(maxCopiesBytes, room) bytes, room
 // being what maxFrame leaves after the rest of the answer.
 func capCopies(resp *wire.DescribeTopicResponse, maxFrame uint32) {
+	resp.CopiesOmitted = capCopiesOf(resp.Ranges, baseSize(resp), maxFrame)
+}
+
+// capCopiesOf is capCopies of ranges in an answer of base bytes without
+// its copies section (a whole description, or a page of one); it answers
+// how many segments' copies it left out.
+func capCopiesOf(ranges []wire.RangeInfo, base int, maxFrame uint32) int {
 	segments := 0
-	for i := range resp.Ranges {
-		segments += len(resp.Ranges[i].Segments)
+	for i := range ranges {
+		segments += len(ranges[i].Segments)
 	}
 	budget := maxCopiesBytes - 4
-	if room := int(maxFrame) - frameSlack - 4 - baseSize(resp); room < budget {
+	if room := int(maxFrame) - frameSlack - 4 - base; room < budget {
 		budget = room
 	}
 	kept, cut := 0, false
-	for i := range resp.Ranges {
-		for j := range resp.Ranges[i].Segments {
-			s := &resp.Ranges[i].Segments[j]
+	for i := range ranges {
+		for j := range ranges[i].Segments {
+			s := &ranges[i].Segments[j]
 			if n := wire.CopiesSize(s.Copies); !cut && n <= budget {
 				budget -= n
 				kept++
@@ -148,7 +155,7 @@ func capCopies(resp *wire.DescribeTopicResponse, maxFrame uint32) {
 			cut, s.Copies = true, nil
 		}
 	}
-	resp.CopiesOmitted = segments - kept
+	return segments - kept
 }
 
 // frameSlack is room left in a frame for its header.

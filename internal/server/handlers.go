@@ -288,6 +288,14 @@ func (c *conn) describeTopic(id broker.Identity, r *wire.DescribeTopicRequest) (
 	if err := c.s.b.Authorize(id, broker.OpConsume, deref(r.Topic)); err != nil {
 		return nil, err
 	}
+	if r.Paged() {
+		return c.describeTopicPage(r)
+	}
+	// The whole topic in one answer (versions 1 and 2).
+	room := int(c.s.cfg.MaxFrame) - frameSlack
+	if err := c.wholeFits(deref(r.Topic), room); err != nil {
+		return nil, err
+	}
 	describe := c.s.b.DescribeTopic
 	if r.WantsCopies() {
 		describe = c.s.b.DescribeTopicCopies
@@ -297,19 +305,12 @@ func (c *conn) describeTopic(id broker.Identity, r *wire.DescribeTopicRequest) (
 		return nil, err
 	}
 	resp := &wire.DescribeTopicResponse{ID: d.ID, Name: d.Name, Bits: d.Bits, CreatedAt: ms(d.CreatedAt), Groups: d.Groups, Copies: r.WantsCopies()}
-	for _, rg := range d.Ranges {
-		ri := wire.RangeInfo{
-			ID: rg.ID, Start: rg.Start, End: rg.End, Active: rg.Active, Parents: rg.Parents,
-			CreatedAt: ms(rg.CreatedAt), SealedAt: ms(rg.SealedAt),
-		}
-		for _, s := range rg.Segments {
-			ri.Segments = append(ri.Segments, wire.SegmentInfo{
-				ID: s.ID, Active: s.Active, Base: s.Base, End: s.End, Records: s.Records, Bytes: s.Bytes,
-				Replicas: s.Replicas, OpenedAt: ms(s.OpenedAt), SealedAt: ms(s.SealedAt), MaxExpiry: ms(s.MaxExpiry),
-				Copies: segmentCopies(s.Copies),
-			})
-		}
-		resp.Ranges = append(resp.Ranges, ri)
+	resp.Ranges = make([]wire.RangeInfo, 0, len(d.Ranges))
+	for i := range d.Ranges {
+		resp.Ranges = append(resp.Ranges, rangeInfo(&d.Ranges[i]))
+	}
+	if wire.DescribeTopicSize(resp) > room {
+		return nil, errDescribeTooLarge
 	}
 	if resp.Copies {
 		capCopies(resp, c.s.cfg.MaxFrame)

@@ -41,30 +41,59 @@ func (ListTopicsRequest) APIKey() uint16                  { return KeyListTopics
 func (ListTopicsRequest) AppendPayload(dst []byte) []byte { return dst }
 func (*ListTopicsRequest) Decode(payload []byte) error    { return decodeEmpty(payload, "list_topics") }
 
-// DescribeTopicRequest (key 65): str(topic) [flags:u8];
-// DescribeTopicResponse answers. Flags (version 2 of the key) is sent
-// only when not zero; FlagCopies asks the answer to end with each
-// segment's copies.
+// DescribeTopicRequest (key 65): str(topic) [flags:u8 [str(page_token)
+// max_ranges:u32]]; DescribeTopicResponse answers, or
+// DescribeTopicPageResponse when the request sets FlagPaged. Flags
+// (version 2 of the key) is sent only when not zero; FlagCopies asks the
+// answer to end with each segment's copies. FlagPaged (version 3) asks
+// for one page: PageToken (nil for the first page) and MaxRanges (at
+// least 1) follow the flags; FlagActiveOnly, only with FlagPaged, leaves
+// sealed ranges out of the page.
 type DescribeTopicRequest struct {
-	Topic *string
-	Flags uint8
+	Topic     *string
+	Flags     uint8
+	PageToken *string
+	MaxRanges uint32
 }
 
 func (DescribeTopicRequest) APIKey() uint16 { return KeyDescribeTopic }
 
 func (r DescribeTopicRequest) AppendPayload(dst []byte) []byte {
-	return appendFlags(appendNStr(dst, r.Topic), r.Flags)
+	dst = appendFlags(appendNStr(dst, r.Topic), r.Flags)
+	if r.Paged() {
+		dst = appendU32(appendNStr(dst, r.PageToken), r.MaxRanges)
+	}
+	return dst
 }
 
 func (r *DescribeTopicRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*r = DescribeTopicRequest{Topic: d.nstr()}
 	r.Flags = d.flags(KeyDescribeTopic)
+	switch {
+	case r.Paged():
+		r.PageToken, r.MaxRanges = d.nstr(), d.u32()
+		switch {
+		case d.err != nil:
+		case r.MaxRanges == 0:
+			d.fail("page of 0 ranges")
+		case r.PageToken != nil && (len(*r.PageToken) == 0 || len(*r.PageToken) > MaxPageTokenLen):
+			d.fail("page token of %d bytes, want 1 to %d", len(*r.PageToken), MaxPageTokenLen)
+		}
+	case r.Flags&FlagActiveOnly != 0:
+		d.fail("active ranges only without a page")
+	}
 	return d.finish("describe_topic")
 }
 
 // WantsCopies reports whether the request set FlagCopies.
 func (r DescribeTopicRequest) WantsCopies() bool { return r.Flags&FlagCopies != 0 }
+
+// Paged reports whether the request asks for one page (FlagPaged).
+func (r DescribeTopicRequest) Paged() bool { return r.Flags&FlagPaged != 0 }
+
+// ActiveOnly reports whether the page leaves sealed ranges out.
+func (r DescribeTopicRequest) ActiveOnly() bool { return r.Flags&FlagActiveOnly != 0 }
 
 // DeleteTopicRequest (key 66): str(topic); the answer is empty.
 type DeleteTopicRequest struct{ Topic *string }
@@ -270,13 +299,16 @@ type DescribeTopicResponse struct {
 
 // RangeInfo is one range of a topic: id:u64 start:u64 end:u64 active:bool
 // list(u64 parent) created_at:u64 sealed_at:u64 list(SegmentInfo).
-// [Start, End) is its slice of the keyspace.
+// [Start, End) is its slice of the keyspace. SegmentsOmitted travels
+// only in a page (DescribeTopicPageResponse): the oldest segments left
+// out of a range too large for a page on its own.
 type RangeInfo struct {
 	ID, Start, End      uint64
 	Active              bool
 	Parents             []uint64
 	CreatedAt, SealedAt uint64
 	Segments            []SegmentInfo
+	SegmentsOmitted     uint32
 }
 
 const minRangeInfoLen = 3*8 + 1 + 4 + 2*8 + 4

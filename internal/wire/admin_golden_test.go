@@ -19,6 +19,7 @@ var adminGoldenRequests = []struct {
 }{
 	{"00000006004000000004", &ListTopicsRequest{}},
 	{"0000001100410000000501000000066f7264657273", &DescribeTopicRequest{Topic: new("orders")}},
+	{"0000001700410000000501000000066f7264657273020000000064", &DescribeTopicRequest{Topic: new("orders"), Flags: FlagPaged, MaxRanges: 100}},
 	{"0000001100420000000601000000066f7264657273", &DeleteTopicRequest{Topic: new("orders")}},
 	{"0000001600430000000101000000066f72646572731000000004", &CreateTopicExRequest{Topic: new("orders"), Bits: 16, Ranges: 4}},
 	{"0000001700430000000101000000066f7264657273100000000403", &CreateTopicExRequest{Topic: new("orders"), Bits: 16, Ranges: 4, Replicas: 3}},

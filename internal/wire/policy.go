@@ -337,7 +337,7 @@ var knownFlags = map[uint16]uint8{
 	KeyDescribeGroup:    FlagSkips,
 	KeyFetchBatches:     FlagSkips,
 	KeySubscribeBatches: FlagSkips,
-	KeyDescribeTopic:    FlagCopies,
+	KeyDescribeTopic:    FlagCopies | FlagPaged | FlagActiveOnly,
 	KeyClusterStatus:    FlagRepair,
 }
 

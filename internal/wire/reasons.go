@@ -62,6 +62,8 @@ const (
 	ReasonInvalidKeyspaceBits = "invalid_keyspace_bits"
 	ReasonInvalidRangeCount   = "invalid_range_count"
 	ReasonInvalidCursor       = "invalid_cursor"
+	ReasonInvalidPageToken    = "invalid_page_token"
+	ReasonDescribeTooLarge    = "describe_too_large"
 	ReasonInvalidRecord       = "invalid_record"
 	ReasonInvalidBatch        = "invalid_batch"
 	ReasonCannotSplit         = "cannot_split"
@@ -159,6 +161,8 @@ var Reasons = map[string]ReasonInfo{
 	ReasonInvalidKeyspaceBits: {false, "Keyspace bits must be between 1 and 32."},
 	ReasonInvalidRangeCount:   {false, "The initial range count must be a power of two no larger than the keyspace."},
 	ReasonInvalidCursor:       {false, "The cursor is forged, truncated, from another topic or too large. Nothing changed; restart from the group or the start."},
+	ReasonInvalidPageToken:    {false, "A describe_topic page token the node did not mint, or one from another topic (or from a topic deleted and created again). Nothing changed; describe from the first page."},
+	ReasonDescribeTooLarge:    {false, "describe_topic without paging on a topic whose description does not fit one frame. Nothing changed; describe it by pages (version 3 of describe_topic: a page token and a page size)."},
 	ReasonInvalidRecord:       {false, "A record is not acceptable (for example, too large)."},
 	ReasonInvalidBatch:        {false, "A batch of produce_batches is not acceptable: its framing, CRC, counts, offsets, timestamps or sizes are wrong, its records section does not decompress to its declared length, or it is over a limit api_versions reports. Nothing of the request was stored."},
 	ReasonCannotSplit:         {false, "The range cannot be split (it is a single keyspace position, or not active)."},

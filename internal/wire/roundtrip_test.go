@@ -120,7 +120,13 @@ var requestGens = map[uint16]*rapid.Generator[Request]{
 	KeyGetTopicPolicy: req(func(t *rapid.T) Request { return &GetTopicPolicyRequest{Topic: genString.Draw(t, "topic")} }),
 	KeyListTopics:     rapid.Just[Request](&ListTopicsRequest{}),
 	KeyDescribeTopic: req(func(t *rapid.T) Request {
-		return &DescribeTopicRequest{Topic: genNStr.Draw(t, "topic"), Flags: rapid.SampledFrom([]uint8{0, FlagCopies}).Draw(t, "flags")}
+		r := &DescribeTopicRequest{Topic: genNStr.Draw(t, "topic"), Flags: rapid.SampledFrom([]uint8{
+			0, FlagCopies, FlagPaged, FlagPaged | FlagActiveOnly, FlagPaged | FlagCopies | FlagActiveOnly}).Draw(t, "flags")}
+		if r.Paged() {
+			r.PageToken = rapid.Ptr(rapid.StringN(1, MaxPageTokenLen, MaxPageTokenLen), true).Draw(t, "token")
+			r.MaxRanges = rapid.Uint32Min(1).Draw(t, "max_ranges")
+		}
+		return r
 	}),
 	KeyDeleteTopic: req(func(t *rapid.T) Request { return &DeleteTopicRequest{Topic: genNStr.Draw(t, "topic")} }),
 	KeyCreateTopicEx: req(func(t *rapid.T) Request {

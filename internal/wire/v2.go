@@ -33,12 +33,13 @@ func Versions() []KeyVersion {
 // describe_group (70), fetch_batches (82) and subscribe_batches (83), an
 // optional flags byte asking for skips; of describe_topic (65) and
 // cluster_status (87), an optional flags byte asking for the repair views
-// (repair.go). Every version-1 encoding still decodes as before, so Min
+// (repair.go); version 3 of describe_topic takes a page token and size
+// (describepage.go). Every version-1 encoding still decodes as before, so Min
 // stays 1; a client sends the new fields only to a node that serves
 // version 2.
 var keyMaxVersion = map[uint16]uint16{
 	KeyCreateTopicEx: 2, KeyDescribeGroup: 2, KeyFetchBatches: 2, KeySubscribeBatches: 2,
-	KeyDescribeTopic: 2, KeyClusterStatus: 2,
+	KeyDescribeTopic: 3, KeyClusterStatus: 2,
 }
 
 func newV2Request(key uint16) requestDecoder {

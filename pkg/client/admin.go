@@ -60,10 +60,22 @@ type TopicDescription struct {
 	CreatedAt    time.Time
 	Ranges       []RangeInfo
 	Groups       []string
+	// GroupsOmitted counts the groups a node describing by pages left
+	// out of Groups to keep its first page within bounds (the first by
+	// name are listed); ListGroups names them all.
+	GroupsOmitted int
 	// CopiesOmitted counts the last segments (in the order of Ranges)
 	// whose Copies the node left out to keep its answer within a frame;
-	// zero when every segment's copies were reported.
+	// zero when every segment's copies were reported. Described by pages,
+	// it sums what each page left out.
 	CopiesOmitted int
+	// RangesTotal and ActiveRangesTotal count the topic's ranges, all and
+	// active, as the node saw them (on the last page, when described by
+	// pages); Ranges may hold fewer (DescribeActiveOnly, DescribeLimit).
+	RangesTotal, ActiveRangesTotal int
+	// Truncated says Ranges stops short of the topic's last range
+	// because of DescribeLimit.
+	Truncated bool
 }
 
 // ActiveRanges returns the ranges that take writes, in creation order.
@@ -89,6 +101,9 @@ type RangeInfo struct {
 	CreatedAt time.Time
 	SealedAt  time.Time // zero while active
 	Segments  []SegmentInfo
+	// SegmentsOmitted counts the oldest segments a node describing by
+	// pages left out of a range too large for a page on its own.
+	SegmentsOmitted int
 }
 
 // Records returns the number of records stored in the range's segments.
@@ -249,36 +264,11 @@ func (c *Client) ListTopics(ctx context.Context) ([]TopicSummary, error) {
 	return out, nil
 }
 
-// DescribeTopic returns a topic's ranges, segments and groups, or
-// ErrNoSuchTopic.
-func (c *Client) DescribeTopic(ctx context.Context, name string) (TopicDescription, error) {
-	var resp wire.DescribeTopicResponse
-	_, err := c.doPick(ctx, func(cn *conn) (request, error) {
-		req := wire.DescribeTopicRequest{Topic: str(name)}
-		if cn.wire.topicCopies {
-			req.Flags = wire.FlagCopies
-		}
-		return request{req: req, resp: &resp, resend: true}, nil
-	})
-	if err != nil {
-		return TopicDescription{}, err
-	}
-	d := TopicDescription{
-		ID: resp.ID, Name: resp.Name, KeyspaceBits: resp.Bits,
-		CreatedAt: msTime(resp.CreatedAt), Groups: resp.Groups,
-		Ranges: make([]RangeInfo, len(resp.Ranges)), CopiesOmitted: resp.CopiesOmitted,
-	}
-	for i := range resp.Ranges {
-		d.Ranges[i] = toRangeInfo(&resp.Ranges[i])
-	}
-	return d, nil
-}
-
 func toRangeInfo(w *wire.RangeInfo) RangeInfo {
 	r := RangeInfo{
 		ID: w.ID, Start: w.Start, End: w.End, Active: w.Active, Parents: w.Parents,
 		CreatedAt: msTime(w.CreatedAt), SealedAt: msTime(w.SealedAt),
-		Segments: make([]SegmentInfo, len(w.Segments)),
+		Segments: make([]SegmentInfo, len(w.Segments)), SegmentsOmitted: int(w.SegmentsOmitted),
 	}
 	for i, s := range w.Segments {
 		r.Segments[i] = SegmentInfo{

@@ -151,6 +151,9 @@ type wireInfo struct {
 	// cluster_status and of describe_topic, which carry the repair views
 	// when asked.
 	statusRepair, topicCopies bool
+	// topicPages: the node serves version 3 of describe_topic, which
+	// describes a topic by pages.
+	topicPages bool
 }
 
 // v2Keys are the keys a connection needs to speak wire v2.
@@ -326,6 +329,7 @@ func (c *conn) negotiate(r reply, cfg *config) {
 		groupSkips:      resp.Serves(wire.KeyDescribeGroup, 2),
 		statusRepair:    resp.Serves(wire.KeyClusterStatus, 2),
 		topicCopies:     resp.Serves(wire.KeyDescribeTopic, 2),
+		topicPages:      resp.Serves(wire.KeyDescribeTopic, 3),
 	}
 	if c.wire.maxFrame <= 0 || c.wire.maxFrame > int(cfg.maxFrame) {
 		c.wire.maxFrame = int(cfg.maxFrame)

@@ -267,6 +267,8 @@ var (
 	ErrInvalidKeyspaceBits = reasonError(wire.ReasonInvalidKeyspaceBits)
 	ErrInvalidRangeCount   = reasonError(wire.ReasonInvalidRangeCount)
 	ErrInvalidCursor       = reasonError(wire.ReasonInvalidCursor)
+	ErrInvalidPageToken    = reasonError(wire.ReasonInvalidPageToken)
+	ErrDescribeTooLarge    = reasonError(wire.ReasonDescribeTooLarge)
 	ErrInvalidRecord       = reasonError(wire.ReasonInvalidRecord)
 	ErrInvalidBatch        = reasonError(wire.ReasonInvalidBatch)
 	ErrCannotSplit         = reasonError(wire.ReasonCannotSplit)
