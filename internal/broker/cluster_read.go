@@ -33,15 +33,39 @@ type segExtent struct {
 // batch whole), none at or past upTo. It returns the batches and the
 // offset after the last one.
 func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
+	buf, _, next, err := b.readSegmentInto(ctx, seg, from, maxBytes, upTo, false)
+	return buf, next, err
+}
+
+// readSegmentPooled is readSegment into a pooled buffer when this node's
+// copy serves the read: rb, when not nil, holds the batches, and the
+// caller releases it once nothing refers to them. Batches from another
+// node come in memory of their own.
+func (b *Broker) readSegmentPooled(ctx context.Context, seg metadata.Segment, from uint64, maxBytes int, upTo uint64) ([]byte, *storage.ReadBuf, uint64, error) {
+	return b.readSegmentInto(ctx, seg, from, maxBytes, upTo, true)
+}
+
+func (b *Broker) readSegmentInto(ctx context.Context, seg metadata.Segment, from uint64, maxBytes int, upTo uint64, pooled bool) ([]byte, *storage.ReadBuf, uint64, error) {
 	if b.holds(seg) && b.copyComplete(seg) {
 		bound, _ := b.readBound(seg, upTo)
-		buf, next, err := b.store.Read(storage.SegmentID(seg.ID), from, maxBytes, bound)
+		var (
+			buf  []byte
+			rb   *storage.ReadBuf
+			next uint64
+			err  error
+		)
+		if pooled {
+			buf, rb, next, err = b.store.ReadPooled(storage.SegmentID(seg.ID), from, maxBytes, bound)
+		} else {
+			buf, next, err = b.store.Read(storage.SegmentID(seg.ID), from, maxBytes, bound)
+		}
 		switch {
 		case b.readFoundDamage(seg, from, err):
 			// Another replica answers this read (S1).
 		case err != nil || len(buf) > 0 || !b.followsActive(seg):
-			return buf, next, err
+			return buf, rb, next, err
 		}
+		rb.Release() // nothing of it is returned
 		// A follower's copy read to the watermark it learned, which lags
 		// its primary's: the primary says whether more is committed, so
 		// a reader is never told it caught up early (R3).
@@ -53,12 +77,12 @@ func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uin
 			// This node's copy was refused above (damaged, behind, or its
 			// watermark unknown) and no other copy is there to ask: an
 			// empty page would skip the segment (R3, T1).
-			return nil, from, ErrMetadataUnavailable
+			return nil, nil, from, ErrMetadataUnavailable
 		}
-		return nil, from, b.local(seg)
+		return nil, nil, from, b.local(seg)
 	}
 	if err := d.reserveRead(); err != nil {
-		return nil, from, err
+		return nil, nil, from, err
 	}
 	defer d.readDone()
 	var err, primaryErr error
@@ -67,13 +91,13 @@ func (b *Broker) readSegment(ctx context.Context, seg metadata.Segment, from uin
 		var next uint64
 		buf, next, err = b.readRemote(ctx, node, seg, from, maxBytes, upTo)
 		if err == nil || !b.tryAnotherCopy(seg, err) {
-			return buf, next, b.deletedMeanwhile(seg, err)
+			return buf, nil, next, b.deletedMeanwhile(seg, err)
 		}
 		if node == primaryOf(seg) {
 			primaryErr = err
 		}
 	}
-	return nil, from, b.deletedMeanwhile(seg, activeUnanswered(seg, err, primaryErr))
+	return nil, nil, from, b.deletedMeanwhile(seg, activeUnanswered(seg, err, primaryErr))
 }
 
 // deletedMeanwhile turns err, a read of sealed seg that no copy served,

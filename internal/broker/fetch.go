@@ -48,6 +48,8 @@ type Page struct {
 	// because their TTL passed never count.
 	Skipped      uint64
 	SkippedBound bool
+	// hold keeps the pooled buffers Batches lie in (Release).
+	hold *readHold
 }
 
 // Fetch returns the next page of a topic for the request's position.
@@ -69,7 +71,7 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 		}
 		page, entries, err := at.w.readShared(at, pageKey(pageRecords, *pos, req.Max, 0), func() (any, []cursor.Entry, int, error) {
 			recs, entries, cut, err := b.readPage(ctx, *pos, req.Max, at)
-			return cutPage[Record]{recs, cut}, entries, recordsSize(recs), err
+			return cutPage[Record]{recs, cut, nil}, entries, recordsSize(recs), err
 		})
 		res, _ := page.(cutPage[Record])
 		recs, pos.entries = res.items, entries
@@ -568,4 +570,13 @@ func recordSize(r Record) int {
 type cutPage[T any] struct {
 	items []T
 	cut   bool
+	// hold keeps the pooled buffers the items lie in, for this holder.
+	hold *readHold
+}
+
+func (c cutPage[T]) reads() *readHold { return c.hold }
+
+func (c cutPage[T]) withReads(h *readHold) any {
+	c.hold = h
+	return c
 }

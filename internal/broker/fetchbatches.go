@@ -20,6 +20,8 @@ type BatchPage struct {
 	// Skipped and SkippedBound are Page's.
 	Skipped      uint64
 	SkippedBound bool
+	// hold keeps the pooled buffers Batches lie in (Release).
+	hold *readHold
 }
 
 // FetchBatchesRequest is a FetchRequest bounded in bytes: MaxBytes bounds
@@ -39,7 +41,10 @@ type FetchBatchesRequest struct {
 // filtered and re-encoded uncompressed at the same offsets. Unlike Fetch,
 // an unknown topic is an error (ErrNoSuchTopic), not an empty page.
 func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (BatchPage, error) {
-	var out []RangeBatch
+	var (
+		out  []RangeBatch
+		hold *readHold
+	)
 	maxBytes := b.cfg.FetchMaxBytes
 	if req.MaxBytes > 0 {
 		maxBytes = min(req.MaxBytes, maxBytes)
@@ -53,27 +58,29 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 		before := pos.entries
 		defer func() { sk.add(b.skipsBetween(pos.topicID, before, pos.entries)) }()
 		bg := budget{records: maxRecords, bytes: maxBytes}
+		hold.release() // an earlier read of this poll found nothing to keep
 		if !at.woke {
 			var (
 				cut bool
 				err error
 			)
-			out, pos.entries, cut, err = b.readBatchPage(ctx, *pos, bg, at)
+			out, pos.entries, cut, hold, err = b.readBatchPage(ctx, *pos, bg, at)
 			return len(out) > 0 || cut, err
 		}
 		page, entries, err := at.w.readShared(at, pageKey(pageBatches, *pos, maxRecords, maxBytes), func() (any, []cursor.Entry, int, error) {
-			out, entries, cut, err := b.readBatchPage(ctx, *pos, bg, at)
-			return cutPage[RangeBatch]{out, cut}, entries, batchesSize(out), err
+			out, entries, cut, hold, err := b.readBatchPage(ctx, *pos, bg, at)
+			return cutPage[RangeBatch]{out, cut, hold}, entries, batchesSize(out), err
 		})
 		res, _ := page.(cutPage[RangeBatch])
-		out, pos.entries = res.items, entries
+		out, hold, pos.entries = res.items, res.hold, entries
 		return len(out) > 0 || res.cut, err
 	})
 	if err != nil && pos.topicID == 0 {
+		hold.release()
 		return BatchPage{}, err
 	}
 	page := b.page(pos, nil)
-	return BatchPage{Batches: out, Cursor: page.Cursor, Skipped: sk.n, SkippedBound: sk.bound}, err
+	return BatchPage{Batches: out, Cursor: page.Cursor, Skipped: sk.n, SkippedBound: sk.bound, hold: hold}, err
 }
 
 // readBatchPage reads whole batches across the reader's ranges (see
@@ -90,11 +97,15 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 // store's reads are bounded likewise: each asks for at most what is left
 // (segmentRead at most) and returns more only to make its first batch
 // whole, and the page ends at the first batch it has no room for.
-func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, bool, error) {
+//
+// The batches lie in pooled buffers that the returned hold keeps (nil when
+// the page is empty); its taker releases it.
+func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, bool, *readHold, error) {
 	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
-		return nil, pos.entries, false, nil
+		return nil, pos.entries, false, nil, nil
 	}
+	pr.hold = &readHold{}
 	var out []RangeBatch
 	shareBytes := share(total.bytes, len(plans))
 	shareRecords := share(total.records, len(plans))
@@ -122,10 +133,16 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 		roomless = pr.refused > total.bytes
 		return end, err
 	})
-	if err != nil {
-		return nil, nil, false, err
+	if err != nil || len(out) == 0 {
+		// Nothing read is kept: a batch taken into no page, or a page
+		// that failed, refers to no buffer once this returns.
+		pr.hold.release()
+		if err != nil {
+			return nil, nil, false, nil, err
+		}
+		return nil, pr.set.list(), pr.cut, nil, nil
 	}
-	return out, pr.set.list(), pr.cut, nil
+	return out, pr.set.list(), pr.cut, pr.hold, nil
 }
 
 // readSourceBatches is readSource for whole batches.
@@ -147,7 +164,8 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 				bg.full = true
 				break
 			}
-			buf, _, err := b.readSegment(pr.ctx, seg, start, min(bg.bytes, segmentRead), ^uint64(0))
+			buf, rb, _, err := b.readSegmentPooled(pr.ctx, seg, start, min(bg.bytes, segmentRead), ^uint64(0))
+			pr.hold.add(rb)
 			switch {
 			case seg.Active && errors.Is(err, storage.ErrNotFound):
 				return start, false, out, nil // registered a moment before its file exists

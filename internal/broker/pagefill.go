@@ -41,6 +41,9 @@ type pageRead struct {
 	// refused is the largest batch the range being read left for a later
 	// page for want of room (readBatchPage).
 	refused int
+	// hold keeps the pooled buffers a page of batches was read into
+	// (readBatchPage); nil for a page of records.
+	hold *readHold
 }
 
 // scanFactor bounds the bytes one page reads to this many times the

@@ -104,7 +104,8 @@ func (s *Subscription) Ack(ctx context.Context, cur *string, count int) error {
 	}
 }
 
-// Run pushes pages through send until ctx ends or send fails. It is called
+// Run pushes pages through send until ctx ends or send fails. send takes
+// each page over, its Release included, whether it succeeds or not. It is called
 // once, from the connection's own goroutine, and returns when the stream
 // ends; a member leaves its group then.
 func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
@@ -126,6 +127,8 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 				return err
 			}
 			if n > 0 {
+				// send owns the page: it releases it once written, or
+				// when it fails.
 				if err := send(page); err != nil {
 					return err
 				}
@@ -178,7 +181,7 @@ func (s *Subscription) read(ctx context.Context, credit int, at seen) (page Page
 		page.Skipped, page.SkippedBound = s.skipped(before)
 		return page, len(recs), cut, nil
 	}
-	batches, entries, cut, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
+	batches, entries, cut, hold, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
 	if err != nil {
 		return Page{}, 0, false, err
 	}
@@ -186,12 +189,13 @@ func (s *Subscription) read(ctx context.Context, credit int, at seen) (page Page
 	for _, rb := range batches {
 		h, err := segment.ParseHeader(rb.Batch)
 		if err != nil {
+			hold.release()
 			return Page{}, 0, false, err
 		}
 		n += int(h.RecordCount)
 	}
 	page = s.b.page(s.pos, nil)
-	page.Batches = batches
+	page.Batches, page.hold = batches, hold
 	page.Skipped, page.SkippedBound = s.skipped(before)
 	return page, n, cut, nil
 }

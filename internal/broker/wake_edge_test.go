@@ -204,7 +204,7 @@ func TestSharedPagesAreChargedWhatTheyKeep(t *testing.T) {
 	for _, kind := range []byte{pageRecords, pageBatches} {
 		page, _, err := w.readShared(at, pageKey(kind, pos, 1, 1<<20), func() (any, []cursor.Entry, int, error) {
 			if kind == pageBatches {
-				out, entries, _, err := b.readBatchPage(ctx, pos, budget{records: 1 << 30, bytes: 1 << 20}, at)
+				out, entries, _, _, err := b.readBatchPage(ctx, pos, budget{records: 1 << 30, bytes: 1 << 20}, at)
 				return out, entries, batchesSize(out), err
 			}
 			out, entries, _, err := b.readPage(ctx, pos, 1, at)

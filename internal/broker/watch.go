@@ -186,11 +186,24 @@ var (
 // sharedPage is one page read once for several readers. done is closed
 // once page, entries and ok are set; ok false (the read failed) means
 // each reads alone.
+//
+// A page of batches lies in pooled buffers (readHold), and every reader
+// that takes it holds them until its answer is written: each has a
+// reference of its own. Those waiting when the page is read get theirs
+// then (waiters, prepaid); those coming later take one from keep, the
+// reference the shared pages hold while they keep the page, dropped with
+// them (reset) and only ever under the watch's lock.
 type sharedPage struct {
 	done    chan struct{}
 	page    any
 	entries []cursor.Entry
 	ok      bool
+	// read says page is set (under the watch's lock); waiters counts the
+	// readers that began waiting before that.
+	read    bool
+	waiters int
+	hold    *readHold // the page's buffers (prepaid holds are made from it)
+	keep    *readHold // the shared pages' own reference, while kept
 }
 
 // reset drops the pages of the last fire; gen is the new fire and herd
@@ -199,13 +212,17 @@ func (sp *sharedPages) reset(gen uint64, herd int) {
 	if sp.bytes > 0 {
 		sharedBudgetUsed.Add(-sp.bytes)
 	}
+	for _, p := range sp.pages {
+		p.keep.release()
+	}
 	*sp = sharedPages{gen: gen, herd: herd}
 }
 
 // readShared returns the page of key for a reader woken by the fire that
 // at saw: read by the first such reader, which runs read, and taken by the
 // others. read returns the page, the entries after it and its size in
-// bytes. A failed read is not shared: the others read alone.
+// bytes. A failed read is not shared: the others read alone. Each reader
+// gets a page with its own hold on the pooled buffers (holdsReads).
 func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry, int, error)) (any, []cursor.Entry, error) {
 	w.mu.Lock()
 	sp := &w.shared
@@ -214,12 +231,22 @@ func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry
 		return readAlone(read)
 	}
 	if p, ok := sp.pages[key]; ok {
+		var mine *readHold
+		waited := !p.read
+		if waited {
+			p.waiters++
+		} else if p.ok {
+			mine = p.keep.share() // kept: keep stands while the lock is held
+		}
 		w.mu.Unlock()
 		<-p.done
 		if !p.ok {
 			return readAlone(read)
 		}
-		return p.page, append([]cursor.Entry(nil), p.entries...), nil
+		if waited {
+			mine = p.hold.prepaid()
+		}
+		return pageFor(p.page, mine), append([]cursor.Entry(nil), p.entries...), nil
 	}
 	// herd counts this reader too: with no other left to read, there is
 	// no one to keep the page for.
@@ -235,22 +262,27 @@ func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry
 	w.mu.Unlock()
 
 	page, entries, size, err := read()
+	hold := holdOf(page)
 	kept, cost := page, 0
 	ok := err == nil && size <= maxSharedPage
 	if ok {
 		kept, cost = ownPage(page, size)
+		cost = max(cost, hold.bytes()) // what keeping it keeps from the pool
 		if sharedBudgetUsed.Add(int64(cost)) > sharedBudget {
 			sharedBudgetUsed.Add(-int64(cost))
 			ok = false
 		}
 	}
 	w.mu.Lock()
+	p.read = true
 	if err == nil { // those already waiting take it, whatever its size
-		p.page, p.entries, p.ok = kept, append([]cursor.Entry(nil), entries...), true
+		p.page, p.entries, p.ok, p.hold = kept, append([]cursor.Entry(nil), entries...), true, hold
+		hold.retain(p.waiters) // this reader still holds it
 	}
 	switch {
 	case ok && sp.pages[key] == p:
 		sp.bytes += int64(cost)
+		p.keep = hold.share()
 	case sp.pages[key] == p: // not kept: later readers read alone
 		delete(sp.pages, key)
 	case ok: // the pages were dropped meanwhile
@@ -259,6 +291,14 @@ func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry
 	close(p.done)
 	w.mu.Unlock()
 	return page, entries, err
+}
+
+// pageFor is a shared page as another reader takes it: with its own hold.
+func pageFor(page any, h *readHold) any {
+	if p, ok := page.(holdsReads); ok {
+		return p.withReads(h)
+	}
+	return page
 }
 
 func readAlone(read func() (any, []cursor.Entry, int, error)) (any, []cursor.Entry, error) {

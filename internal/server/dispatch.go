@@ -271,12 +271,16 @@ func (c *conn) startStream(corr uint32, topicName *string, skips bool, open func
 			// Each push is checked like a request: a revoked grant or
 			// user ends the stream with the refusal.
 			if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
+				p.Release()
 				return err
 			}
+			// Counted before it is queued: once queued, the writer may
+			// write it and give its batches' buffers back at any moment.
+			c.s.traffic.pushed(p, skips)
 			if !c.push(pushFrame(corr, p, skips)) {
+				p.Release() // not queued: nothing will write it
 				return errConnEnding
 			}
-			c.s.traffic.pushed(p, skips)
 			return nil
 		})
 		if err != nil && !errors.Is(err, errConnEnding) && c.reqCtx.Err() == nil {
@@ -295,7 +299,9 @@ func (c *conn) startStream(corr uint32, topicName *string, skips bool, open func
 // when the subscribe_batches asked for one.
 func pushFrame(corr uint32, p broker.Page, skips bool) outFrame {
 	if p.Batches != nil || skips {
-		return batchesFrame(corr, p.Cursor, p.Batches, skipsOf(skips, p.Skipped, p.SkippedBound))
+		f := batchesFrame(corr, p.Cursor, p.Batches, skipsOf(skips, p.Skipped, p.SkippedBound))
+		f.release = p.Release
+		return f
 	}
 	resp := &wire.FetchResponse{Records: toWireRecords(p.Records), NextCursor: p.Cursor}
 	return bytesFrame(wire.AppendOKFrame(frameBuffer(resp), corr, resp))

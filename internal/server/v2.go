@@ -126,7 +126,9 @@ func (c *conn) fetchBatchesWithinBudget(corr uint32, r *wire.FetchBatchesRequest
 		if err != nil {
 			return bytesFrame(wire.AppendErrorFrame(nil, corr, reason(err)))
 		}
-		return batchesFrame(corr, page.Cursor, page.Batches, skipsOf(r.WantsSkips(), page.Skipped, page.SkippedBound))
+		f := batchesFrame(corr, page.Cursor, page.Batches, skipsOf(r.WantsSkips(), page.Skipped, page.SkippedBound))
+		f.release = page.Release // the writer gives the read buffers back
+		return f
 	})
 }
 
@@ -149,15 +151,18 @@ func (c *conn) fetchBatches(id broker.Identity, r *wire.FetchBatchesRequest) (br
 	}
 	c.endConsumeSpan(span, topic, err)
 	if err != nil && c.reqCtx.Err() == nil {
+		page.Release()
 		return broker.BatchPage{}, err
 	}
 	// As for fetch: a long poll hands records over only if the identity
 	// still stands now.
 	if len(page.Batches) > 0 {
 		if err := c.s.b.CheckIdentity(id); err != nil {
+			page.Release()
 			return broker.BatchPage{}, err
 		}
 		if err := c.s.b.Authorize(id, broker.OpConsume, topic); err != nil {
+			page.Release()
 			return broker.BatchPage{}, err
 		}
 	}

@@ -8,11 +8,14 @@ import (
 
 // outFrame is one frame for the writer: its bytes in b, or, for an answer
 // laid out for a vectored write, in pieces (written in order). Its n bytes
-// are charged to the budget until written.
+// are charged to the budget until written. release, when set, is called
+// once the frame is written or dropped (the connection failed): pieces
+// may lie in pooled read buffers that it gives back.
 type outFrame struct {
-	b      []byte
-	pieces [][]byte
-	n      int64
+	b       []byte
+	pieces  [][]byte
+	n       int64
+	release func()
 }
 
 // The writer sends what is queued in rounds: each round gathers the queued
@@ -175,6 +178,9 @@ func (c *conn) writeLoop() {
 		g.flush(write)
 		for i, f := range frames {
 			frames[i] = outFrame{}
+			if f.release != nil {
+				f.release() // written: no write of this round refers to it now
+			}
 			c.budget.written(f.n)
 			<-c.slots
 		}

@@ -13,37 +13,8 @@ import (
 // or from when none is returned. Every returned batch has passed its CRC;
 // damage is reported wrapping ErrCorrupt.
 func (s *Segment) Read(from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
-	s.io.RLock()
-	defer s.io.RUnlock()
-	s.mu.RLock()
-	d := s.durable
-	pos, nextPos, ok := s.idx.LookupSpan(from)
-	s.mu.RUnlock()
-	if !ok {
-		pos, nextPos = FileHeaderSize, 0
-	}
-	limit := FileHeaderSize + d.Bytes
-	if from >= d.End || from >= upTo || pos >= limit {
-		return nil, from, nil
-	}
-	w := &window{f: s.f, size: limit, chunk: s.readChunk(maxBytes, pos, nextPos, limit)}
-	first, h, err := s.seek(w, pos, from)
-	if err != nil || first < 0 || h.LastOffset() >= upTo {
-		return nil, from, err
-	}
-	span := min(int64(max(h.Length, maxBytes)), limit-first)
-	out, err := s.readSpan(w, first, span)
-	if err != nil {
-		return nil, from, err
-	}
-	cut, next, err := s.cut(out, first, limit, upTo)
-	if err != nil {
-		return nil, from, err
-	}
-	if cut == 0 {
-		return nil, from, nil
-	}
-	return out[:cut:cut], next, nil
+	out, _, next, err := s.ReadInto(from, maxBytes, upTo, heapBuffers{})
+	return out, next, err
 }
 
 // maxReadAhead bounds how much of a read the seek window takes on: past
@@ -76,25 +47,27 @@ func (s *Segment) readChunk(maxBytes int, pos, next, limit int64) int {
 }
 
 // readSpan returns the span bytes at first: a slice of the seek window when
-// it holds them, else a buffer of span bytes that takes what the window
-// holds of them and reads only the rest, so no byte is read twice. The
-// window is the caller's alone, so handing out a slice of it is safe.
-func (s *Segment) readSpan(w *window, first, span int64) ([]byte, error) {
+// it holds them, else a buffer of span bytes from bufs that takes what the
+// window holds of them and reads only the rest, so no byte is read twice.
+// The window is the caller's alone, so handing out a slice of it is safe.
+// fresh says the bytes are in a buffer of their own, not the window's.
+func (s *Segment) readSpan(w *window, first, span int64, bufs Buffers) (out []byte, fresh bool, err error) {
 	end := w.start + int64(len(w.buf))
 	if first >= w.start && first+span <= end {
 		off := first - w.start
-		return w.buf[off : off+span : off+span], nil
+		return w.buf[off : off+span : off+span], false, nil
 	}
-	out := make([]byte, span)
+	out = bufs.Get(int(span))[:span]
 	have := 0
 	if first >= w.start && first < end {
 		have = copy(out, w.buf[first-w.start:])
 	}
 	at := first + int64(have)
 	if n, err := s.f.ReadAt(out[have:], at); n != len(out)-have {
-		return nil, fmt.Errorf("segment %d: read at %d: %w", s.id, at, readErr(err))
+		bufs.Put(out)
+		return nil, false, fmt.Errorf("segment %d: read at %d: %w", s.id, at, readErr(err))
 	}
-	return out, nil
+	return out, true, nil
 }
 
 func readErr(err error) error {

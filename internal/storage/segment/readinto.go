@@ -1,0 +1,77 @@
+package segment
+
+// Buffers lends a read the memory it reads into. Get returns a buffer of
+// at least n bytes (its contents are not assumed zero); Put takes back one
+// the read no longer needs, which the read then never touches again.
+type Buffers interface {
+	Get(n int) []byte
+	Put(b []byte)
+}
+
+// heapBuffers allocates every buffer and takes none back: Read's buffers
+// belong to its caller and the garbage collector.
+type heapBuffers struct{}
+
+func (heapBuffers) Get(n int) []byte { return make([]byte, n) }
+func (heapBuffers) Put([]byte)       {}
+
+// compactBelow: a result that fills less than 1/compactBelow of the lent
+// buffer it was read into is copied into a buffer of its own size, and the
+// large one goes back at once. Many ranges read a few small batches each through
+// windows sized for the index interval and the read-ahead; the answer
+// would otherwise hold every window until it is written.
+const compactBelow = 4
+
+// ReadInto is Read into memory lent by bufs. held is the buffer (from
+// bufs.Get) that out lies in, which the caller now owns and gives back
+// once nothing refers to out; it is nil when out is nil. Every other
+// buffer the read took it has put back.
+func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers) (out, held []byte, next uint64, err error) {
+	s.io.RLock()
+	defer s.io.RUnlock()
+	s.mu.RLock()
+	d := s.durable
+	pos, nextPos, ok := s.idx.LookupSpan(from)
+	s.mu.RUnlock()
+	if !ok {
+		pos, nextPos = FileHeaderSize, 0
+	}
+	limit := FileHeaderSize + d.Bytes
+	if from >= d.End || from >= upTo || pos >= limit {
+		return nil, nil, from, nil
+	}
+	chunk := s.readChunk(maxBytes, pos, nextPos, limit)
+	// The window reads into wb and never grows it: each of its reads is
+	// at most chunk bytes, none past limit, all from pos on.
+	wb := bufs.Get(int(min(int64(chunk), limit-pos)))
+	w := &window{f: s.f, size: limit, chunk: chunk, buf: wb[:0]}
+	first, h, err := s.seek(w, pos, from)
+	if err != nil || first < 0 || h.LastOffset() >= upTo {
+		bufs.Put(wb)
+		return nil, nil, from, err
+	}
+	span := min(int64(max(h.Length, maxBytes)), limit-first)
+	out, fresh, err := s.readSpan(w, first, span, bufs)
+	if err != nil {
+		bufs.Put(wb)
+		return nil, nil, from, err
+	}
+	held = wb
+	if fresh {
+		bufs.Put(wb)
+		held = out
+	}
+	cut, next, err := s.cut(out, first, limit, upTo)
+	if err != nil || cut == 0 {
+		bufs.Put(held)
+		return nil, nil, from, err
+	}
+	out = out[:cut:cut]
+	if _, heap := bufs.(heapBuffers); !heap && cap(held) >= compactBelow*cut {
+		small := bufs.Get(cut)[:cut]
+		copy(small, out)
+		bufs.Put(held)
+		out, held = small[:cut:cut], small
+	}
+	return out, held, next, nil
+}
