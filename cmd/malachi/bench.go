@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -25,6 +27,10 @@ type benchFlags struct {
 	linger time.Duration
 	json   bool
 	ttl    ttlPrep
+	// cpuProfile is a file the run's CPU profile is written to: the
+	// client's own cost per record at many ranges is part of what a
+	// bench measures.
+	cpuProfile string
 }
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -121,6 +127,7 @@ func (f *benchFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&c.MaxBytes, "max-bytes", 0, "most stored bytes per wire v2 fetch page; 0 = the node's default (its cap)")
 	fl.DurationVar(&c.Idle, "idle", bench.DefaultIdle, "give up when no record has arrived for this long")
 	fl.BoolVar(&f.json, "json", false, "print the result as JSON")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the bench client's CPU profile of the run to this file (go tool pprof)")
 	fl.BoolVar(&f.ttl.prepare, "prepare", false, "consume: first write --records records to a fresh --topic")
 	fl.DurationVar(&f.ttl.ttl, "ttl", 0, "consume --prepare: each record's TTL (malachi.ttl_ms); 0 = none")
 	fl.Float64Var(&f.ttl.expired, "expired-fraction", 0, "consume --prepare: fraction of records written already expiring (1 ms TTL)")
@@ -183,7 +190,13 @@ func runBench(cmd *cobra.Command, a *app, f *benchFlags, m bench.Mode) error {
 		}
 		cfg.Records = left
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		hide()
+		return err
+	}
 	res, err := bench.Run(ctx, cfg, dial, progress)
+	stopProfile()
 	hide()
 	if errors.Is(err, bench.ErrConfig) {
 		return &exitError{code: 2, err: err}
@@ -222,4 +235,24 @@ func benchShowProgress(cmd *cobra.Command, p *bench.Progress) func() {
 		width = 80
 	}
 	return bench.ShowProgress(errOut, p, width)
+}
+
+// startCPUProfile starts the process's CPU profile into path (none when
+// path is empty) and returns what stops it and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		out.Close()
+	}, nil
 }

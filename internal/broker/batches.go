@@ -84,6 +84,9 @@ func (b *Broker) ProduceBatchesAsync(ctx context.Context, topic string, batches 
 	if err := b.stampBatches(topicID, checked, reserved); err != nil {
 		return err
 	}
+	if len(checked) > 1 {
+		b.openHeads(topicID, directRanges(checked))
+	}
 	total := 0
 	for _, c := range checked {
 		total += c.records

@@ -49,6 +49,10 @@ type head struct {
 	// fwd queues the produces this node forwards to the node writing the
 	// range, when that is another node (cluster_forward.go).
 	fwd fwdQueue
+	// prepared is set once openHeads readied this head: an unready head
+	// it already tried (one another node writes stays unready) is left to
+	// the appends, so no request pays for it twice.
+	prepared bool
 }
 
 // errRetired tells the router a range stopped taking writes under it.
@@ -135,6 +139,9 @@ func (b *Broker) routeAfter(ctx context.Context, topic string, pending []Record,
 			return nil
 		}
 		pending = pending[:0:0]
+		if len(groups) > 1 {
+			b.openHeads(topicID, groupRanges(groups))
+		}
 		for _, g := range groups {
 			tokens++
 			recs := b.queueBehind(ctx, topic, topicID, g, wait, after)

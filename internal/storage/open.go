@@ -163,6 +163,7 @@ func (s *Store) recoverAll(plan *journalPlan) ([]SegmentID, error) {
 		if !ok {
 			continue
 		}
+		s.noteID(id)
 		if files[id] == nil {
 			files[id] = &segFiles{}
 		}

@@ -177,7 +177,7 @@ func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Fo
 	if err := segment.WriteFooter(s.fs, s.path(id, sealExt), uint64(id), ft); err != nil {
 		return Footer{}, s.sealWriteError(err)
 	}
-	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+	if err := s.syncDir(); err != nil {
 		return Footer{}, err
 	}
 	log.MarkSealed(end)
@@ -192,11 +192,11 @@ func (s *Store) Delete(id SegmentID) error {
 		return err
 	}
 	for _, ext := range []string{logExt, idxExt, sealExt, damageExt, fenceExt} {
-		if err := s.fs.Remove(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
+		if err := s.removeFile(s.path(id, ext)); err != nil && !vfs.IsNotExist(err) {
 			return err
 		}
 	}
-	return s.fs.SyncDir(s.cfg.Dir)
+	return s.syncDir()
 }
 
 // QuarantineDir is the folder, below the store's directory, that holds
@@ -231,6 +231,9 @@ func (s *Store) Quarantine(id SegmentID) (string, error) {
 	// takes for an active segment and would append to.
 	for _, ext := range []string{logExt, sealExt, idxExt, damageExt, fenceExt} {
 		err := s.fs.Rename(s.path(id, ext), filepath.Join(qdir, stem+ext))
+		if err == nil {
+			s.removals.Add(1) // gone from the directory, as a removal
+		}
 		if err != nil && !vfs.IsNotExist(err) {
 			return "", err
 		}
@@ -238,7 +241,7 @@ func (s *Store) Quarantine(id SegmentID) (string, error) {
 	if err := s.fs.SyncDir(qdir); err != nil {
 		return "", err
 	}
-	return filepath.Join(qdir, stem+logExt), s.fs.SyncDir(s.cfg.Dir)
+	return filepath.Join(qdir, stem+logExt), s.syncDir()
 }
 
 // freeQuarantineStem returns a file stem for id that no quarantined file
@@ -476,7 +479,7 @@ func (s *Store) MarkDamaged(id SegmentID, reason string) error {
 	if err := writeDamageMarker(s.fs, s.path(id, damageExt), end, reason); err != nil {
 		return err
 	}
-	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+	if err := s.syncDir(); err != nil {
 		return err
 	}
 	s.mu.Lock()

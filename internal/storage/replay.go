@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -243,6 +244,10 @@ type replayer struct {
 	orphans map[SegmentID]int // batches for segments whose file is missing
 	// unplaced counts, per damaged segment, batches it could not take.
 	unplaced map[*seg]int
+	// stale holds sealed copies the journal shows are not the copy it
+	// created (refuseStale); checked, those whose first journaled batch
+	// was compared with the file (checkSealed).
+	stale, checked map[*seg]bool
 	// nextCut is, per segment, the index in p.shrinks of its first cut
 	// not before the record being replayed (see voided).
 	nextCut map[SegmentID]int
@@ -255,7 +260,49 @@ type replayer struct {
 
 func newReplayer(s *Store, p *journalPlan) *replayer {
 	return &replayer{s: s, p: p, touched: map[*seg]struct{}{}, orphans: map[SegmentID]int{},
-		unplaced: map[*seg]int{}, nextCut: map[SegmentID]int{}}
+		unplaced: map[*seg]int{}, nextCut: map[SegmentID]int{}, stale: map[*seg]bool{}, checked: map[*seg]bool{}}
+}
+
+// refuseStale reports sealed copy sg damaged: the journal created the
+// segment after its last tombstone, so the copy it holds batches of was
+// made then, and the sealed copy on disk is not that one. A removal of an
+// older copy that a power loss undid brings such a copy back. Neither is
+// taken for the other: the sealed copy is kept but served to no one, and
+// the journal's batches are kept in QuarantineDir with the journal, for
+// the copy to be repaired from its replicas.
+func (r *replayer) refuseStale(sg *seg, why string) {
+	sg.damage = fmt.Errorf("%w: segment %d: %s", ErrCorrupt, sg.id, why)
+	sg.fenced = true
+	sg.endPastDamage = max(sg.queuedEnd, r.p.ends[sg.id])
+	r.stale[sg] = true
+	r.unplaced[sg] += 0 // reported even if no batch of it follows
+}
+
+// checkSealed compares the first batch the journal holds of a sealed copy
+// it created with the file's bytes at that position: the copy it created
+// holds every batch journaled before its seal, so bytes that differ mean
+// the file is another copy (refuseStale). A batch past the file's data
+// proves nothing (a seal at an exact end may have cut it off) and the
+// bytes are read once per segment, so a replay costs one small read for
+// each sealed copy created in the journal.
+func (r *replayer) checkSealed(sg *seg, rec jrecord) error {
+	end := int64(segment.FileHeaderSize) + int64(sg.footer.Bytes)
+	if rec.pos+int64(len(rec.batch)) > end {
+		return nil
+	}
+	f, err := r.s.fs.OpenFile(r.s.path(sg.id, logExt), os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	got := make([]byte, len(rec.batch))
+	if n, err := f.ReadAt(got, rec.pos); n < len(got) {
+		return fmt.Errorf("segment %d: %w", sg.id, err)
+	}
+	if !bytes.Equal(got, rec.batch) {
+		r.refuseStale(sg, fmt.Sprintf("the journal created it and holds a batch at byte %d, but the sealed copy on disk holds other bytes there", rec.pos))
+	}
+	return nil
 }
 
 // run is the second pass; it ends with the journal retired (or
@@ -361,6 +408,9 @@ func (r *replayer) apply(rec jrecord, k uint64) error {
 	}
 	sg := r.s.segs[rec.id]
 	if rec.kind == recCreate {
+		if sg != nil && sg.sealed && sg.damage == nil && sg.base != uint64(rec.pos) {
+			r.refuseStale(sg, fmt.Sprintf("the journal creates it at base %d, but the sealed copy on disk has base %d", rec.pos, sg.base))
+		}
 		if sg != nil {
 			return nil // sealed since, or marked damaged: its file stands
 		}
@@ -373,6 +423,18 @@ func (r *replayer) apply(rec jrecord, k uint64) error {
 	switch {
 	case sg == nil:
 		r.orphans[rec.id]++
+		return nil
+	case r.stale[sg]:
+		r.unplaced[sg]++
+		return nil
+	case sg.sealed && sg.damage == nil && sg.footer != nil && r.p.creates[rec.id] && !r.checked[sg]:
+		r.checked[sg] = true
+		if err := r.checkSealed(sg, rec); err != nil {
+			return err
+		}
+		if r.stale[sg] {
+			r.unplaced[sg]++
+		}
 		return nil
 	case sg.sealed:
 		return nil // a seal fsyncs the file first: it holds the batch
@@ -424,6 +486,7 @@ func (s *Store) recreate(rec jrecord) error {
 		return fmt.Errorf("%w: journal create record of %d bytes", ErrCorrupt, len(rec.batch))
 	}
 	owner := binary.LittleEndian.Uint32(rec.batch)
+	s.noteID(rec.id)
 	log, err := s.reuseCreated(rec.id, uint64(rec.pos), owner)
 	if err != nil {
 		return err
@@ -485,6 +548,7 @@ func (s *Store) markDamage(r *replayer) error {
 		}
 	}
 	for id, n := range r.orphans {
+		s.noteID(id)
 		reason := fmt.Sprintf("the journal holds %d batches of it but its file is missing; they are kept in %s", n, QuarantineDir)
 		if err := writeDamageMarker(s.fs, s.path(id, damageExt), r.p.ends[id], reason); err != nil {
 			return err

@@ -307,6 +307,78 @@ type Store struct {
 	ckpt     chan checkpoint
 	ckptDone chan struct{} // closed when the checkpoint goroutine returns
 	spares   chan string   // cap 1: a checkpointed journal file to recycle
+
+	// idCeiling is at least every segment id a file in the directory was
+	// named after since Open began: those Open found, and those this run
+	// made (noteID). A create of an id above it has no predecessor whose
+	// sidecars could be left over, so it skips looking for them.
+	idCeiling atomic.Uint64
+	// createMu lets one segment file be created at a time with the
+	// journal on: creates in one directory take the kernel's directory
+	// lock, and many at once cost more CPU for no less time. The journal
+	// record that makes a create durable is written outside it, so
+	// concurrent creates still share a round's fsync.
+	createMu sync.Mutex
+
+	// removals counts segment files taken out of the directory (removed,
+	// or moved into QuarantineDir), each counted once the operation
+	// returned; removalsDurable is the count a later successful fsync of
+	// the directory covers (syncDir). While it lags, a removal may come
+	// undone at a power loss, and a create of the same id must not make a
+	// copy durable beside it (settleRemovals).
+	removals        atomic.Uint64
+	removalsDurable atomic.Uint64
+}
+
+// removeFile removes one file from the store's directory and counts it as
+// a removal that a directory fsync has still to make durable.
+func (s *Store) removeFile(path string) error {
+	err := s.fs.Remove(path)
+	if err == nil {
+		s.removals.Add(1)
+	}
+	return err
+}
+
+// syncDir fsyncs the store's directory. Every removal counted before it
+// began is durable once it returns nil.
+func (s *Store) syncDir() error {
+	n := s.removals.Load()
+	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+		return err
+	}
+	for {
+		d := s.removalsDurable.Load()
+		if n <= d || s.removalsDurable.CompareAndSwap(d, n) {
+			return nil
+		}
+	}
+}
+
+// settleRemovals makes every removal so far durable before segment id is
+// created. A Delete or Quarantine whose last directory fsync failed has
+// its files gone from the directory but perhaps not from the disk; a
+// create of the same id whose copy is durable through its journal record
+// alone would then come back, after a power loss, beside the old copy's
+// .log and .seal, and Open would serve the old copy in its place.
+func (s *Store) settleRemovals(id SegmentID) error {
+	if s.removalsDurable.Load() >= s.removals.Load() {
+		return nil
+	}
+	if err := s.syncDir(); err != nil {
+		return fmt.Errorf("storage: segment %d not created: an earlier removal of segment files is not durable and the directory fsync failed again: %w", id, err)
+	}
+	return nil
+}
+
+// noteID raises idCeiling to id.
+func (s *Store) noteID(id SegmentID) {
+	for {
+		c := s.idCeiling.Load()
+		if uint64(id) <= c || s.idCeiling.CompareAndSwap(c, uint64(id)) {
+			return
+		}
+	}
 }
 
 func (s *Store) path(id SegmentID, ext string) string {
@@ -452,10 +524,22 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 	s.mu.Unlock()
 
 	journaled := s.jr != nil
-	err := s.clearLeftovers(id)
+	if journaled {
+		// Without the journal a create waits for its own fsyncs, which
+		// concurrent creates share: those are not serialized.
+		s.createMu.Lock()
+	}
+	err := s.settleRemovals(id)
+	if err == nil && uint64(id) <= s.idCeiling.Load() {
+		err = s.clearLeftovers(id)
+	}
+	s.noteID(id) // before the file exists: a later create of id looks
 	var log *segment.Segment
 	if err == nil {
 		log, err = s.createFiles(id, base, owner, !journaled)
+	}
+	if journaled {
+		s.createMu.Unlock()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -516,7 +600,7 @@ func (s *Store) journalCreateLocked(sg *seg, base uint64, owner uint32) error {
 func (s *Store) clearLeftovers(id SegmentID) error {
 	removed := false
 	for _, ext := range []string{sealExt, idxExt, damageExt, fenceExt} {
-		err := s.fs.Remove(s.path(id, ext))
+		err := s.removeFile(s.path(id, ext))
 		switch {
 		case err == nil:
 			removed = true
@@ -527,7 +611,7 @@ func (s *Store) clearLeftovers(id SegmentID) error {
 	if !removed {
 		return nil
 	}
-	return s.fs.SyncDir(s.cfg.Dir)
+	return s.syncDir()
 }
 
 // createFiles creates a segment's .log; sync makes it and its directory
@@ -549,9 +633,9 @@ func (s *Store) createFiles(id SegmentID, base uint64, owner uint32, sync bool) 
 	if !sync {
 		return log, nil
 	}
-	if err := s.fs.SyncDir(s.cfg.Dir); err != nil {
+	if err := s.syncDir(); err != nil {
 		_ = log.Close()
-		_ = s.fs.Remove(s.path(id, logExt))
+		_ = s.removeFile(s.path(id, logExt))
 		return nil, err
 	}
 	return log, nil

@@ -1,0 +1,84 @@
+package broker
+
+import "sync"
+
+// openParallel bounds the segment opens one produce request runs at once.
+// An open is a metadata command and a store create, each waiting for an
+// fsync; both are group-committed, so opens that wait together share
+// their fsyncs. One at a time, the first request into a topic of 1,024
+// ranges waited for 2,048 fsyncs in a row.
+const openParallel = 16
+
+// openHeads makes writable, ahead of a request's appends, the heads of
+// the ranges it writes (rangeIDs of topic topicID) that have no active
+// segment yet, several at a time. It only moves work earlier: the open
+// each append would do first happens here instead, and an open that
+// fails here is left to that append, which tries again and reports the
+// error. A head that forwards to another node is not touched, nor an
+// unready one it tried before. Ranges roll on their own (by size, or all
+// together by age), so every range's head is looked at, not only those of
+// the first request into a topic.
+func (b *Broker) openHeads(topicID uint64, rangeIDs []uint64) {
+	if len(rangeIDs) < 2 {
+		return // a single open gains nothing from another goroutine
+	}
+	var cold []*head
+	// A v2 request may carry several batches for one range: its head is
+	// opened once.
+	seen := make(map[uint64]struct{}, len(rangeIDs))
+	for _, id := range rangeIDs {
+		if _, ok := seen[id]; ok {
+			continue
+		}
+		seen[id] = struct{}{}
+		h := b.headFor(topicID, id)
+		h.mu.Lock()
+		if !h.fwd.busy && !h.retired && (h.ready && h.segment == 0 || !h.ready && !h.prepared) {
+			h.prepared = true
+			cold = append(cold, h)
+		}
+		h.mu.Unlock()
+	}
+	if len(cold) < 2 {
+		return // left to the append, as one open gains nothing here
+	}
+	work := make(chan *head)
+	var wg sync.WaitGroup
+	for range min(openParallel, len(cold)) {
+		wg.Go(func() {
+			for h := range work {
+				h.mu.Lock()
+				if !h.fwd.busy {
+					_ = b.writableLocked(h)
+				}
+				h.mu.Unlock()
+			}
+		})
+	}
+	for _, h := range cold {
+		work <- h
+	}
+	close(work)
+	wg.Wait()
+}
+
+// directRanges returns the ranges of the batches in checked that go to
+// their range as they are.
+func directRanges(checked []checkedBatch) []uint64 {
+	out := make([]uint64, 0, len(checked))
+	for _, c := range checked {
+		if c.direct {
+			out = append(out, c.Range)
+		}
+	}
+	return out
+}
+
+// groupRanges returns the ranges of groups.
+func groupRanges(groups []rangeGroup) []uint64 {
+	out := make([]uint64, len(groups))
+	for i, g := range groups {
+		out[i] = g.rangeID
+	}
+	return out
+}

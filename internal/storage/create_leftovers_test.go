@@ -1,0 +1,79 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// A create skips looking for a predecessor's sidecars only for an id no
+// file was ever named after in this run. A quarantine cut short leaves a
+// sealed segment's .seal and .idx behind; creating the same id again in
+// the same run must clear them, so the new copy is active, takes appends
+// and comes back active after a restart.
+func TestCreateAfterCutShortQuarantineClearsSidecars(t *testing.T) {
+	bothModes(t, func(t *testing.T, noJournal bool) {
+		ctx := context.Background()
+		mem := vfs.NewMem()
+		faulty := vfs.NewFaulty(mem, nil)
+		s := openMode(t, faulty, noJournal)
+		mustCreate(t, s, 5, 0)
+		appendAll(t, s, 5, chain(t, 0, 2, 2, "a"))
+		if _, err := s.Seal(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		faulty.SetRule(vfs.FailOn(vfs.OpRename, ".seal", nil))
+		if _, err := s.Quarantine(5); err == nil {
+			t.Fatal("quarantine succeeded with a failing rename")
+		}
+		faulty.SetRule(nil)
+		if _, err := mem.Stat(fmt.Sprintf("/data/%020d%s", 5, sealExt)); err != nil {
+			t.Fatalf("the cut-short quarantine left no .seal to clear (%v): the test sets nothing up", err)
+		}
+		mustCreate(t, s, 5, 100)
+		appendAll(t, s, 5, chain(t, 100, 2, 2, "b"))
+		if in, err := s.Info(5); err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
+			t.Fatalf("the new copy: %+v, %v", in, err)
+		}
+		s.Close()
+		r := openMode(t, mem, noJournal)
+		in, err := r.Info(5)
+		if err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
+			t.Fatalf("after a restart the new copy is %+v, %v", in, err)
+		}
+	})
+}
+
+// Ids above every id known since Open are fresh: many creates of them, and
+// of ids the directory held at Open, all make clean copies.
+func TestCreateFreshAndKnownIDs(t *testing.T) {
+	bothModes(t, func(t *testing.T, noJournal bool) {
+		mem := vfs.NewMem()
+		s := openMode(t, mem, noJournal)
+		for id := SegmentID(1); id <= 8; id++ {
+			mustCreate(t, s, id, uint64(id)*10)
+		}
+		for id := SegmentID(1); id <= 4; id++ {
+			if err := s.Delete(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close()
+		r := openMode(t, mem, noJournal)
+		if got := r.idCeiling.Load(); got < 8 {
+			t.Fatalf("the ceiling after Open is %d, below the ids on disk (8)", got)
+		}
+		for id := SegmentID(2); id <= 12; id += 2 {
+			if id <= 8 && id > 4 {
+				continue // still there
+			}
+			mustCreate(t, r, id, 500)
+			appendAll(t, r, id, chain(t, 500, 1, 1, "c"))
+			if in, err := r.Info(id); err != nil || in.Sealed || in.Fenced || in.End != 501 {
+				t.Fatalf("segment %d: %+v, %v", id, in, err)
+			}
+		}
+	})
+}
