@@ -170,14 +170,7 @@ func writeJSONRecord(w *bufio.Writer, r *client.Record, cursor string) error {
 	}
 	j.Value, j.ValueBase64 = textOrBase64(r.Value)
 	for _, h := range r.Headers {
-		var jh jsonHeader
-		jh.Key, jh.KeyBase64 = textOrBase64([]byte(h.Key))
-		if h.Value != nil {
-			var v string
-			v, jh.ValueBase64 = textOrBase64(h.Value)
-			jh.Value = &v
-		}
-		j.Headers = append(j.Headers, jh)
+		j.Headers = append(j.Headers, jsonHeaderOf([]byte(h.Key), h.Value))
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -198,4 +191,17 @@ func textOrBase64(b []byte) (string, bool) {
 		return string(b), false
 	}
 	return base64.StdEncoding.EncodeToString(b), true
+}
+
+// jsonHeader of a record header: key and value as text where they are
+// valid UTF-8, else base64; a nil value stays null.
+func jsonHeaderOf(key, value []byte) jsonHeader {
+	var jh jsonHeader
+	jh.Key, jh.KeyBase64 = textOrBase64(key)
+	if value != nil {
+		var v string
+		v, jh.ValueBase64 = textOrBase64(value)
+		jh.Value = &v
+	}
+	return jh
 }

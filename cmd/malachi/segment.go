@@ -479,14 +479,7 @@ func writeSegmentJSONRecord(w *bufio.Writer, r *batch.Record) error {
 	}
 	j.Value, j.ValueBase64 = textOrBase64(r.Value)
 	for _, h := range r.Headers {
-		var jh jsonHeader
-		jh.Key, jh.KeyBase64 = textOrBase64(h.Key)
-		if h.Value != nil {
-			var v string
-			v, jh.ValueBase64 = textOrBase64(h.Value)
-			jh.Value = &v
-		}
-		j.Headers = append(j.Headers, jh)
+		j.Headers = append(j.Headers, jsonHeaderOf(h.Key, h.Value))
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
