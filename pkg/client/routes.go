@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +20,14 @@ import (
 type routeTable struct {
 	bits   uint8
 	ranges []wire.RouteRange // ascending by Start
+	// first[s] is the index of the first range ending past the start of
+	// slot s, a block of the keyspace named by the top slotBits bits of a
+	// position: a key's range lies in [first[s], first[s+1]], which with
+	// a few slots per range is one range or two. first has a last entry,
+	// len(ranges), past the last slot. Built for tables of more than a
+	// few ranges only (nil: search them all).
+	first    []uint32
+	slotBits uint8
 	// next spreads records without a key over the ranges, round-robin.
 	next atomic.Uint64
 }
@@ -39,7 +46,44 @@ func newRouteTable(resp *wire.TopicRoutesResponse) (*routeTable, error) {
 		}
 		return 0
 	})
-	return &routeTable{bits: resp.Bits, ranges: rs}, nil
+	t := &routeTable{bits: resp.Bits, ranges: rs}
+	t.buildSlots()
+	return t, nil
+}
+
+// maxSlotBits bounds the slot index at 2^16 + 1 entries (256 KiB).
+const maxSlotBits = 16
+
+// buildSlots builds t.first, with about four slots per range: a lookup then
+// costs a shift and a step or two, not a binary search over every range.
+func (t *routeTable) buildSlots() {
+	n := len(t.ranges)
+	bits := min(t.bits, 64)
+	if n < 8 || bits == 0 {
+		return
+	}
+	k := uint8(min(bits, maxSlotBits, uint8(bitsFor(n)+2)))
+	shift := bits - k
+	t.first = make([]uint32, 1<<k+1)
+	i := 0
+	for s := range 1 << k {
+		start := uint64(s) << shift
+		for i < n && t.ranges[i].End <= start {
+			i++
+		}
+		t.first[s] = uint32(i)
+	}
+	t.first[1<<k] = uint32(n)
+	t.slotBits = k
+}
+
+// bitsFor is the number of bits that count to n: ceil(log2(n)).
+func bitsFor(n int) int {
+	b := 0
+	for 1<<b < n {
+		b++
+	}
+	return b
 }
 
 // index returns the index in t.ranges of the range that takes a record
@@ -49,8 +93,27 @@ func (t *routeTable) index(key []byte) int {
 	if key == nil {
 		return int((t.next.Add(1) - 1) % uint64(len(t.ranges)))
 	}
-	pos := keyspace.Position(key, t.bits)
-	i := sort.Search(len(t.ranges), func(i int) bool { return t.ranges[i].End > pos })
+	return t.indexPos(keyspace.Position(key, t.bits))
+}
+
+// indexPos is the index of the range holding position pos.
+func (t *routeTable) indexPos(pos uint64) int {
+	lo, hi := 0, len(t.ranges)
+	if t.first != nil {
+		s := pos >> (min(t.bits, 64) - t.slotBits)
+		lo, hi = int(t.first[s]), int(t.first[s+1])
+	}
+	// The first range ending past pos (sort.Search over [lo, hi)): the
+	// range at hi ends past the slot, hence past pos, when there is one.
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if t.ranges[m].End > pos {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	i := lo
 	// Past the end only if the routes do not tile the keyspace, which a
 	// node never answers; any range will do then, the node re-routes.
 	return min(i, len(t.ranges)-1)
