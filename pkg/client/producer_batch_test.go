@@ -58,8 +58,8 @@ func TestProducerV2SeveralBatchesPerRange(t *testing.T) {
 // TestProducerV2RequestLimits: MaxBatchRecords bounds a whole wire v2
 // request, over all its ranges, as it bounds a v1 request; each range's
 // records go in batches within the node's limit (the fake node checks),
-// and a request carries whole batches: three of three records here, the
-// fourth not fitting; per-key order holds.
+// and a request carries whole batches of at most three records here, up
+// to the first that does not fit; per-key order holds.
 func TestProducerV2RequestLimits(t *testing.T) {
 	fv, c := newFakeV2(t, 3)
 	p := NewProducer(c, ProducerOptions{Linger: time.Hour, MaxBatchRecords: 10})
@@ -80,8 +80,12 @@ func TestProducerV2RequestLimits(t *testing.T) {
 		for _, n := range sh {
 			total += n
 		}
-		if total > 10 || total < 9 && i < len(fv.shares)-1 {
-			t.Errorf("request %d holds %d records, want 9 or 10", i, total)
+		// A request stops at the first part that does not fit: it then
+		// holds more than 10 minus a part's 3 records. A range's open
+		// part may follow its full one (3+3+2, then a 3 that does not
+		// fit), so 8 is as full as 9. Only the last may hold fewer.
+		if total > 10 || total < 8 && i < len(fv.shares)-1 {
+			t.Errorf("request %d holds %d records, want 8 to 10", i, total)
 		}
 		ranges = max(ranges, len(sh))
 	}
