@@ -656,7 +656,7 @@ func (s *Store) startJournal(p *journalPlan) error {
 	s.ckpt = make(chan checkpoint)
 	s.ckptDone = make(chan struct{})
 	s.spares = make(chan string, 1)
-	go s.checkpointLoop(s.cfg.JournalPrealloc && fresh)
+	go s.checkpointLoop(s.cfg.JournalPrealloc && fresh, s.openSyncer())
 	return nil
 }
 

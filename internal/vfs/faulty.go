@@ -25,10 +25,12 @@ const (
 	OpReadDir
 	OpStat
 	OpSyncDir
+	// OpSyncFiles is a FilesSyncer's batch, named by its directory.
+	OpSyncFiles
 )
 
 var opNames = [...]string{"", "open", "read", "write", "sync", "truncate", "close",
-	"remove", "rename", "mkdir", "readdir", "stat", "syncdir"}
+	"remove", "rename", "mkdir", "readdir", "stat", "syncdir", "syncfiles"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {

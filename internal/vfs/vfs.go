@@ -3,7 +3,8 @@
 // (MemFS) that models power loss, or for one that injects faults (FaultyFS).
 //
 // The contract every implementation keeps:
-//   - Data written to a File is durable only after File.Sync returns nil.
+//   - Data written to a File is durable only after File.Sync returns nil,
+//     or a FilesSyncer's SyncFiles over it (syncfiles.go).
 //   - A file's existence (create, rename, remove) is durable only after
 //     SyncDir on its directory returns nil.
 //   - ReadAt past the end returns io.EOF with the bytes that exist.

@@ -389,6 +389,28 @@ func (s *Segment) SyncFile() error {
 	return nil
 }
 
+// SyncFiles is SyncFile for many segments with one call of syncer, which
+// may make them all durable with one filesystem sync. Like SyncFile it
+// changes nothing readers see (Publish did). After a failure no segment
+// of the batch is known to be durable, so the failure is sticky for
+// every one of them. It returns the sync calls made.
+func SyncFiles(syncer vfs.FilesSyncer, segs []*Segment) (int, error) {
+	files := make([]vfs.File, 0, len(segs))
+	for _, s := range segs {
+		if err := s.Err(); err != nil {
+			return 0, err
+		}
+		files = append(files, s.f)
+	}
+	n, err := syncer.SyncFiles(files)
+	if err != nil {
+		for _, s := range segs {
+			s.fail(err)
+		}
+	}
+	return n, err
+}
+
 // overlapHash is the amount of unhashed data from which hashing runs
 // beside the fsync rather than before it; below it, handing the fsync to
 // another goroutine costs more than the hash.
