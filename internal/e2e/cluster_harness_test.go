@@ -70,13 +70,10 @@ func startClusterEach(t *testing.T, n int, extra func(id int) []string) *testClu
 		t.Fatal(err)
 	}
 	c := &testCluster{t: t, bin: bin, extra: extra}
-	ports := testenv.FreePorts(t, 4*n)
 	for i := range n {
-		addr := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[4*i+k]) }
-		c.nodes = append(c.nodes, &clusterNode{
-			id: i + 1, dir: t.TempDir(),
-			client: addr(0), http: addr(1), peer: addr(2), gossipA: addr(3),
-		})
+		nd := &clusterNode{id: i + 1}
+		c.placeFresh(nd)
+		c.nodes = append(c.nodes, nd)
 	}
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
@@ -91,15 +88,48 @@ func startClusterEach(t *testing.T, n int, extra func(id int) []string) *testClu
 		}
 	})
 	c.launch(c.nodes[0], nil)
-	c.waitReady(c.nodes[0])
+	c.waitFirstStart(c.nodes[0], nil)
+	join := []string{c.nodes[0].gossipA}
 	for _, nd := range c.nodes[1:] {
-		c.launch(nd, []string{c.nodes[0].gossipA})
+		c.launch(nd, join)
 	}
 	for _, nd := range c.nodes[1:] {
-		c.waitReady(nd)
+		c.waitFirstStart(nd, join)
 	}
 	c.waitFormed()
 	return c
+}
+
+// placeFresh gives nd new ports and an empty data directory.
+func (c *testCluster) placeFresh(nd *clusterNode) {
+	ports := testenv.FreePorts(c.t, 4)
+	addr := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[k]) }
+	nd.dir = c.t.TempDir()
+	nd.client, nd.http, nd.peer, nd.gossipA = addr(0), addr(1), addr(2), addr(3)
+}
+
+// firstStartTries bounds how often a node's first start is tried again on
+// new ports after one of its ports was taken.
+const firstStartTries = 3
+
+// waitFirstStart waits until a node launched for the first time is ready.
+// A port checked free can still be taken by another process before the
+// node binds it; a node that exits for that reason, before it joined
+// anything, is started again on new ports and an empty directory. Any
+// other exit fails the test.
+func (c *testCluster) waitFirstStart(nd *clusterNode, join []string) {
+	c.t.Helper()
+	for try := 1; ; try++ {
+		if c.awaitReady(nd) {
+			return
+		}
+		if !c.portTakenBeforeJoin(nd) || try == firstStartTries {
+			c.t.Fatalf("node %d exited before it was ready", nd.id)
+		}
+		c.t.Logf("node %d: a port was taken before it could bind; starting it on new ports", nd.id)
+		c.placeFresh(nd)
+		c.launch(nd, join)
+	}
 }
 
 // waitFormed waits until, as node 1 sees it, every node is registered and
@@ -192,15 +222,38 @@ func (c *testCluster) launch(nd *clusterNode, join []string) {
 
 func (c *testCluster) waitReady(nd *clusterNode) {
 	c.t.Helper()
+	if !c.awaitReady(nd) {
+		c.t.Fatalf("node %d exited before it was ready", nd.id)
+	}
+}
+
+// portTakenBeforeJoin reports whether nd's log shows it failed to bind a
+// port before it joined a cluster: nothing outside the node knows it yet,
+// so it can start again as new.
+func (c *testCluster) portTakenBeforeJoin(nd *clusterNode) bool {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	has := func(s string) bool {
+		return slices.ContainsFunc(nd.log, func(l string) bool { return strings.Contains(l, s) })
+	}
+	return has("address already in use") && !has("cluster: joined")
+}
+
+// awaitReady reports whether nd became ready (true) or exited first
+// (false); it fails the test after a minute of neither.
+func (c *testCluster) awaitReady(nd *clusterNode) bool {
+	c.t.Helper()
 	nd.mu.Lock()
 	ready, done := nd.ready, nd.done
 	nd.mu.Unlock()
 	select {
 	case <-ready:
+		return true
 	case <-done:
-		c.t.Fatalf("node %d exited before it was ready", nd.id)
+		return false
 	case <-time.After(time.Minute):
 		c.t.Fatalf("node %d not ready within a minute", nd.id)
+		return false
 	}
 }
 

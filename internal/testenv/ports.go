@@ -27,13 +27,14 @@ var (
 const lowestPort = 10000
 
 // FreePorts returns n distinct loopback ports that are free for both TCP
-// and UDP now and lie outside the ephemeral port range when the machine
-// leaves room below it; otherwise it falls back to ports the kernel picks.
+// and UDP now and lie outside the ephemeral port range: below it, or above
+// it when the room there is larger. Where the range leaves no room either
+// side (under 1,000 ports), it falls back to ports the kernel picks.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	lo, hi := lowestPort, ephemeralLow()
+	lo, hi := outsideEphemeral()
 	var ports []int
 	for tries := 0; len(ports) < n; tries++ {
 		p := 0
@@ -73,20 +74,32 @@ func bindBoth(p int) (int, bool) {
 	return p, true
 }
 
-// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
-// default when it cannot be read).
-func ephemeralLow() int {
+// outsideEphemeral is the larger of the two port windows [lo, hi) outside
+// the kernel's ephemeral range: below it (from lowestPort) or above it.
+func outsideEphemeral() (lo, hi int) {
+	first, last := ephemeralRange()
+	if below, above := first-lowestPort, 65536-(last+1); above > below {
+		return last + 1, 65536
+	}
+	return lowestPort, first
+}
+
+// ephemeralRange is the kernel's ephemeral port range (Linux's default
+// when it cannot be read).
+func ephemeralRange() (first, last int) {
+	first, last = 32768, 60999
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return 32768
+		return first, last
 	}
 	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 32768
+	if len(f) != 2 {
+		return first, last
 	}
-	v, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
+	a, errA := strconv.Atoi(f[0])
+	z, errZ := strconv.Atoi(f[1])
+	if errA != nil || errZ != nil || a > z {
+		return first, last
 	}
-	return v
+	return a, z
 }
