@@ -352,7 +352,7 @@ func encode(dst []byte, base uint64, off func(int) uint64, recs []Record, codec 
 		dst = appendRecords(dst, base, sum.firstTS, off, recs)
 		rawLen = len(dst) - start - HeaderSize
 	} else {
-		raw := appendRecords(getScratch(), base, sum.firstTS, off, recs)
+		raw := appendRecords(getScratch(0), base, sum.firstTS, off, recs)
 		rawLen = len(raw)
 		dst, err = compress(dst, raw, codec)
 		putScratch(raw)

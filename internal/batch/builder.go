@@ -3,7 +3,6 @@ package batch
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 )
 
 // Builder encodes one batch record by record, as the records arrive, at
@@ -18,6 +17,7 @@ import (
 type Builder struct {
 	buf     []byte // HeaderSize bytes of room, then the records section
 	open    bool   // buf holds the room for the header (or is appendRecords' dst)
+	owned   bool   // buf is a scratch buffer: it grows through the pools
 	n       int    // records added
 	pending int    // headers the last record still expects
 	sum     summary
@@ -49,6 +49,9 @@ func (b *Builder) add(delta uint64, ts, expiry int64, key, value []byte, headers
 	if b.pending != 0 || expiry < 0 || headers < 0 {
 		b.misuse(expiry, headers)
 		headers = max(headers, 0)
+	}
+	if b.owned {
+		b.reserve(RecordSize(expiry, headers, FieldSize(len(key))+FieldSize(len(value))))
 	}
 	buf := binary.AppendUvarint(b.buf, delta)
 	// Wrapping subtraction: the delta round-trips for any pair of int64s.
@@ -84,11 +87,41 @@ func (b *Builder) note(tombstone bool, expiry int64) {
 // timestamp ts.
 func (b *Builder) start(ts int64) {
 	if cap(b.buf) == 0 {
-		b.buf = getScratch()
+		b.buf, b.owned = getScratch(0), true
 	}
 	b.buf = append(b.buf[:0], make([]byte, HeaderSize)...)
 	b.open = true
 	b.sum = summary{firstTS: ts, maxTS: ts}
+}
+
+// Grow makes room for n more bytes of records (and the header, before the
+// first record), so that records adding up to n bytes are added without
+// growing the buffer. A producer that knows how large a batch will likely
+// get saves the growth steps.
+func (b *Builder) Grow(n int) {
+	need := n
+	if !b.open {
+		need += HeaderSize
+	}
+	if n <= 0 || cap(b.buf)-len(b.buf) >= need {
+		return
+	}
+	if !b.owned && cap(b.buf) == 0 {
+		b.buf, b.owned = getScratch(need), true
+		return
+	}
+	b.reserve(need)
+}
+
+// reserve makes room for n more bytes in a scratch buffer: a larger one
+// from the pools takes the bytes so far, and the old one goes back.
+func (b *Builder) reserve(n int) {
+	if cap(b.buf)-len(b.buf) >= n {
+		return
+	}
+	nb := append(getScratch(max(2*cap(b.buf), len(b.buf)+n)), b.buf...)
+	putScratch(b.buf)
+	b.buf = nb
 }
 
 // misuse records why Add's arguments, or the previous record's headers,
@@ -109,6 +142,9 @@ func (b *Builder) misuse(expiry int64, headers int) {
 // key or value stay distinct.
 func (b *Builder) AddHeader(key, value []byte) {
 	if b.header() {
+		if b.owned {
+			b.reserve(FieldSize(len(key)) + FieldSize(len(value)))
+		}
 		b.buf = appendBytes(b.buf, key)
 		b.buf = appendBytes(b.buf, value)
 	}
@@ -117,6 +153,9 @@ func (b *Builder) AddHeader(key, value []byte) {
 // AddHeaderString is AddHeader for a key given as a string.
 func (b *Builder) AddHeaderString(key string, value []byte) {
 	if b.header() {
+		if b.owned {
+			b.reserve(FieldSize(len(key)) + FieldSize(len(value)))
+		}
 		b.buf = appendString(b.buf, key)
 		b.buf = appendBytes(b.buf, value)
 	}
@@ -177,7 +216,7 @@ func (b *Builder) Finish(codec Codec, maxRatio int) ([]byte, error) {
 	}
 	rawLen := len(out) - HeaderSize
 	if codec != CodecNone {
-		c, err := compress(slices.Grow(getScratch(), HeaderSize+rawLen/2+64)[:HeaderSize], out[HeaderSize:], codec)
+		c, err := compress(getScratch(HeaderSize + rawLen/2 + 64)[:HeaderSize], out[HeaderSize:], codec)
 		// (rawLen-1)/maxRatio < m is rawLen <= maxRatio*m, without overflow.
 		if m := len(c) - HeaderSize; err == nil && m > 0 && m < rawLen && (maxRatio <= 0 || (rawLen-1)/maxRatio < m) {
 			Release(out)

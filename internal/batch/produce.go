@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"slices"
 )
 
 // ProduceLimits bound a batch a client built. Every limit applies as
@@ -157,7 +156,7 @@ func checkProduceHeader(b []byte, lim ProduceLimits) (h BatchHeader, raw, scratc
 	}
 	// RawLength is at most lim.MaxRawBytes here, so the scratch is bounded
 	// by the limit rather than by what the stream would inflate to.
-	scratch = slices.Grow(getScratch(), h.RawLength)
+	scratch = getScratch(h.RawLength)
 	raw, err = decompressBounded(scratch, body, h, ErrBadBatch)
 	if err != nil {
 		putScratch(scratch)

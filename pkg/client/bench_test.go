@@ -20,29 +20,38 @@ import (
 
 const benchValueSize = 128
 
-func benchRecords(n int) []client.Record {
+func benchRecords(n int) []client.Record { return benchRecordsKeyed(n, 1000) }
+
+// benchRecordsKeyed is benchRecords with keys over keys values.
+func benchRecordsKeyed(n, keys int) []client.Record {
 	recs := make([]client.Record, n)
 	for i := range recs {
 		v := fmt.Appendf(nil, `{"user":%d,"action":"click","page":"/product/%d","session":"%08x"}`, i%1000, i%5000, i*2654435761)
 		for len(v) < benchValueSize {
 			v = append(v, ' ')
 		}
-		recs[i] = client.Record{Key: fmt.Appendf(nil, "user-%d", i%1000), Value: v[:benchValueSize]}
+		recs[i] = client.Record{Key: fmt.Appendf(nil, "user-%d", i%keys), Value: v[:benchValueSize]}
 	}
 	return recs
 }
 
 func benchProducer(b *testing.B, version int, codec client.Codec) {
+	benchProducerRanges(b, version, codec, 4, 1000)
+}
+
+// benchProducerRanges is benchProducer into a topic of ranges ranges,
+// with keys over keys values.
+func benchProducerRanges(b *testing.B, version int, codec client.Codec, ranges, keys int) {
 	n := clienttest.Start(b)
 	c := n.Client(b, "admin", "admin123", client.WithWireVersion(version))
 	if c.WireVersion() != version {
 		b.Fatalf("wire version %d, want %d", c.WireVersion(), version)
 	}
 	ctx := context.Background()
-	if err := c.CreateTopic(ctx, "bench", client.WithRanges(4)); err != nil {
+	if err := c.CreateTopic(ctx, "bench", client.WithRanges(ranges)); err != nil {
 		b.Fatal(err)
 	}
-	recs := benchRecords(10_000)
+	recs := benchRecordsKeyed(100_000, keys)
 	p := client.NewProducer(c, client.ProducerOptions{Compression: codec})
 	var failed atomic.Int64
 	promise := func(_ client.Record, err error) {
@@ -92,6 +101,7 @@ func BenchmarkProduceV1(b *testing.B) {
 
 func BenchmarkProduceV2(b *testing.B) {
 	b.Run("producer", func(b *testing.B) { benchProducer(b, 2, client.CompressionNone) })
+	b.Run("producer-1024-ranges", func(b *testing.B) { benchProducerRanges(b, 2, client.CompressionNone, 1024, 100_000) })
 	b.Run("producer-zstd", func(b *testing.B) { benchProducer(b, 2, client.CompressionZstd) })
 	b.Run("producer-s2", func(b *testing.B) { benchProducer(b, 2, client.CompressionS2) })
 	b.Run("producer-lz4", func(b *testing.B) { benchProducer(b, 2, client.CompressionLZ4) })
