@@ -181,9 +181,12 @@ func newClusterRemoveCmd(a *app) *cobra.Command {
 		Long: `Take node NODE (its id) out of the cluster for good: the control plane moves
 its metadata replicas to the other nodes (new ones first, then the old ones
 go) and forgets it. Send it to another node than the one removed: a node
-cannot remove itself. Its data directory must not be started again; a
-replacement gets a new --node-id. Segments that lived only on the removed
-node are not copied (segment replication is not there yet).
+cannot remove itself. Its segment copies count as dead at once (no
+--dead-after wait): every sealed segment it held is copied back to its
+factor from the other copies, and a segment that lived only on the removed
+node is recorded lost, its records skipped by readers. Its data directory
+must not be started again (the cluster refuses it); a replacement gets a
+new --node-id.
 
 On a terminal it asks first; --yes skips the question. A removal that takes
 longer than --timeout goes on in the cluster; asking again is safe.

@@ -118,6 +118,9 @@ type clusterNode struct {
 	mu          sync.Mutex
 	resync      bool // the queue overflowed or a group was restored
 	joinPending bool // started from its log without reaching the cluster: retryJoin
+	// refused: a retried join was refused (the node was removed while it
+	// was away): it takes no part in healing, as removedHere says.
+	refused bool
 
 	coords coordTable // consumer-group coordinators of the vnodes it leads
 

@@ -185,8 +185,9 @@ func (b *Broker) healingBytes(healing []HealingSegment) map[uint64]uint64 {
 // the other nodes and forgets it. It must be asked of another node than
 // the one removed. It returns once this node's replicas no longer list
 // the node, or metadata_unavailable when that takes longer than four
-// MetadataTimeouts (the removal then carries on). Segments the node held
-// are not moved: they are lost with it until segment replication exists.
+// MetadataTimeouts (the removal then carries on). The registry records
+// the node removed, so the heal counts its segment copies dead at once
+// and copies them back to their factor from the other replicas.
 func (b *Broker) RemoveNode(ctx context.Context, id uint64) error {
 	if b.cluster == nil {
 		return ErrNotEnabled

@@ -198,13 +198,16 @@ func (b *Broker) healLoop(ctx context.Context) {
 
 // healPass is one round of planning, filling, dropping and collecting.
 func (b *Broker) healPass(ctx context.Context) {
+	if b.removedHere() {
+		return // see errRemovedSelf
+	}
 	now := b.nowMs()
 	b.trackDown(now)
 	b.noteMissing(now)
 	b.recordDamaged(ctx)
 	in, err := b.healInput(now)
 	if err != nil {
-		return // not joined yet: nothing is known
+		return // not joined yet, or removed since: nothing is known
 	}
 	plan, err := heal.PlanHeals(b.healPlanConfig(), in)
 	if err != nil {
@@ -270,13 +273,44 @@ func (b *Broker) trackDown(now int64) {
 	}
 }
 
+// errRemovedSelf: the registry records this node removed from the
+// cluster. It takes no part in healing: it plans nothing, fills nothing,
+// records nothing and collects nothing, since its views are those of a
+// node the cluster forgot.
+var errRemovedSelf = errors.New("broker: this node was removed from the cluster")
+
+// removedHere reports whether this node's registry records it removed,
+// or the cluster refused its retried join (its registry may never learn
+// of the removal, made while it was away).
+func (b *Broker) removedHere() bool {
+	c := b.cluster
+	c.mu.Lock()
+	refused := c.refused
+	c.mu.Unlock()
+	if refused {
+		return true
+	}
+	reg, err := c.ctl.Registry()
+	return err == nil && slices.Contains(reg.Removed, c.cfg.NodeID)
+}
+
 // healInput gathers what the planner sees: every sealed segment with a
 // replica list (one of factor one too: nothing is healed for it, but the
 // planner tells when it is lost, cluster_lost.go), the live nodes, the
-// nodes down and since when (a holder the registry no longer lists was
-// removed: down since ever), and this node's own fills in flight.
+// nodes down and since when, the nodes the registry records removed
+// (their copies are dead at once), and this node's own fills in flight.
+// A holder the registry neither lists nor records removed is left out:
+// this node's registry may lag the metadata that named it, and the
+// planner counts its copy rather than heal on a doubt.
 func (b *Broker) healInput(now int64) (heal.Input, error) {
 	c := b.cluster
+	reg, err := c.ctl.Registry()
+	if err != nil {
+		return heal.Input{}, err
+	}
+	if slices.Contains(reg.Removed, c.cfg.NodeID) {
+		return heal.Input{}, errRemovedSelf
+	}
 	live, registered, err := b.liveNodes()
 	if err != nil {
 		return heal.Input{}, err
@@ -288,12 +322,12 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 		full, failing := b.nodeDisk(n)
 		in.Live = append(in.Live, heal.Node{ID: n.ID, Attributes: placementAttrs(n.Attributes), Full: full, Failing: failing})
 	}
-	reg, err := c.ctl.Registry()
-	if err != nil {
-		return heal.Input{}, err
-	}
 	regIDs := reg.NodeIDs()
-	removed := map[uint64]bool{}
+	for _, id := range reg.Removed {
+		if !liveIDs[id] { // NB: liveNodes lists registered nodes only
+			in.Removed = append(in.Removed, id)
+		}
+	}
 	local := c.heal.localDamaged()
 	h := &c.heal
 	h.mu.Lock()
@@ -340,12 +374,6 @@ func (b *Broker) healInput(now int64) (heal.Input, error) {
 						f = min(seg.Factor, registered) // what it was opened with, not today's policy
 					}
 					f = max(f, 1)
-					for _, id := range replicaIDs(seg) {
-						if !slices.Contains(regIDs, id) && !removed[id] {
-							removed[id] = true
-							in.Down = append(in.Down, heal.Down{ID: id})
-						}
-					}
 					in.Segments = append(in.Segments, heal.Segment{
 						Seal: sealOf(seg), Topic: fmt.Sprint(t.ID), Range: rid,
 						Replicas: replicaIDs(seg), Factor: f, Damaged: b.damagedOf(seg, local),

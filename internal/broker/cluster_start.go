@@ -194,7 +194,8 @@ func (c *clusterNode) joinOrCarryOn(ctx context.Context, b *Broker) error {
 // retryJoin joins again a member that started without reaching the
 // cluster; it runs on the cluster loop, bounded by MetadataTimeout. A
 // refusal (the node was removed meanwhile) is logged and ends the
-// retries: the operator acts on it.
+// retries: the operator acts on it, and meanwhile the node, whose views
+// are of a cluster that forgot it, heals nothing (removedHere).
 func (b *Broker) retryJoin(ctx context.Context) {
 	c := b.cluster
 	c.mu.Lock()
@@ -211,6 +212,7 @@ func (b *Broker) retryJoin(ctx context.Context) {
 	}
 	c.mu.Lock()
 	c.joinPending = false
+	c.refused = err != nil
 	c.mu.Unlock()
 	if err != nil {
 		b.log.Error("cluster: the cluster refused this node", "node", c.cfg.NodeID, "err", err)

@@ -13,7 +13,11 @@
 // live nodes that no scrub found damaged, and those on nodes that went
 // down less than the dead-after grace ago (they may come back; healing
 // around a restart would copy whole segments for nothing). A node down
-// for longer is dead and its copies no longer count. When fewer copies
+// for longer is dead and its copies no longer count; so is a node the
+// control plane records as removed (Input.Removed), at once: an
+// operator's removal is final, and waiting would only leave its segments
+// short. A node membership simply does not know is neither: its copies
+// count, as if it went down within the grace. When fewer copies
 // count than the segment's factor, Plan answers a task: a source (a live,
 // undamaged holder, verified ones first) and new targets chosen by
 // placement.Replace, which keeps every counted copy and honours the

@@ -85,6 +85,11 @@ type Input struct {
 	Segments []Segment
 	Live     []Node
 	Down     []Down
+	// Removed lists the nodes the control plane records as removed from
+	// the cluster by an operator. Removal is explicit and final, so their
+	// copies are dead at once, with no grace; a node merely missing from
+	// membership is not one of them (see classify).
+	Removed []uint64
 	// InFlight are the tasks not yet finished: their segments are not
 	// planned again and their nodes' budgets are taken.
 	InFlight []Assignment
@@ -187,6 +192,7 @@ type planner struct {
 	in      Input
 	live    map[uint64]Node
 	down    map[uint64]Down
+	removed map[uint64]bool
 	busy    map[uint64]int  // tasks per node, in flight and planned
 	healing map[uint64]bool // segments with a task
 	total   int
@@ -195,7 +201,7 @@ type planner struct {
 
 func newPlanner(cfg Config, in Input) (*planner, error) {
 	p := &planner{cfg: cfg, in: in, live: make(map[uint64]Node), down: make(map[uint64]Down),
-		busy: make(map[uint64]int), healing: make(map[uint64]bool)}
+		removed: make(map[uint64]bool), busy: make(map[uint64]int), healing: make(map[uint64]bool)}
 	for _, n := range in.Live {
 		if _, dup := p.live[n.ID]; dup {
 			return nil, fmt.Errorf("%w: node %d listed live twice", ErrInvalidInput, n.ID)
@@ -207,6 +213,12 @@ func newPlanner(cfg Config, in Input) (*planner, error) {
 			return nil, fmt.Errorf("%w: node %d listed live and down", ErrInvalidInput, d.ID)
 		}
 		p.down[d.ID] = d
+	}
+	for _, id := range in.Removed {
+		if _, live := p.live[id]; live {
+			return nil, fmt.Errorf("%w: node %d listed live and removed", ErrInvalidInput, id)
+		}
+		p.removed[id] = true // NB: it may be listed down too: gossip lags
 	}
 	for _, a := range in.InFlight {
 		p.take(a)
@@ -232,7 +244,7 @@ type holders struct {
 	healthy []uint64 // live, not damaged: sources, and they count
 	pending []uint64 // down within the grace, or unknown: they count
 	damaged []uint64 // live and damaged
-	dead    []uint64 // down past the grace
+	dead    []uint64 // down past the grace, or removed
 }
 
 func (p *planner) classify(seg Segment) holders {
@@ -245,12 +257,15 @@ func (p *planner) classify(seg Segment) holders {
 			h.damaged = append(h.damaged, id)
 		case live:
 			h.healthy = append(h.healthy, id)
+		case p.removed[id]:
+			h.dead = append(h.dead, id)
 		case down && p.in.Now-d.SinceMs >= p.cfg.DeadAfterMs:
 			h.dead = append(h.dead, id)
 		default:
-			// NB: a node membership does not know is taken as down
-			// within the grace: its copy counts and nothing is copied
-			// on the strength of a doubt.
+			// NB: a node membership does not know, and the control
+			// plane does not record removed, is taken as down within
+			// the grace: its copy counts and nothing is copied on the
+			// strength of a doubt.
 			h.pending = append(h.pending, id)
 		}
 	}
@@ -313,7 +328,7 @@ func (p *planner) noSource(seg Segment, h holders) {
 	case len(h.damaged) > 0:
 		p.report(seg, NoHealthySource, "only damaged copies remain, on %v; they are kept", h.damaged)
 	default:
-		p.report(seg, Lost, "every copy was on a dead node: %v", h.dead)
+		p.report(seg, Lost, "every copy was on a dead or removed node: %v", h.dead)
 	}
 }
 
