@@ -29,7 +29,9 @@
 # lost node held) over the time from the heal being allowed (the node
 # declared dead in gossip, plus --dead-after) to the last copy recorded, from
 # the nodes' logs (event=heal.copy_recorded); it includes up to one
-# --heal-interval (1s here) before the first pass. "kill to healed" adds
+# --heal-interval (1s here) before the first pass. The per-node columns
+# split the same bytes by the node that received each copy (the one that
+# logs it) and by its source, over the same time. "kill to healed" adds
 # failure detection and --dead-after, and ends when `cluster status` lists
 # no under-replicated sealed segment. Every process the script starts is
 # stopped by PID on exit.
@@ -184,20 +186,28 @@ def ts(line):
     t = re.match(r"time=(\S+)", line).group(1)
     return datetime.datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
 dead, copies = None, []
+into, out = {}, {}  # bytes each node received (it logs the copy) and sent
 for path in sys.argv[8:]:
+    node = re.search(r"n(\d+)\.log$", path).group(1)
     for line in open(path, errors="replace"):
         if "member_departed kind=dead member=%s " % victim in line:
             dead = ts(line) if dead is None else min(dead, ts(line))
         elif "event=heal.copy_recorded" in line:
-            copies.append((ts(line), int(re.search(r" bytes=(\d+)", line).group(1))))
+            n = int(re.search(r" bytes=(\d+)", line).group(1))
+            copies.append((ts(line), n))
+            into[node] = into.get(node, 0) + n
+            src = re.search(r" source=(\d+)", line).group(1)
+            out[src] = out.get(src, 0) + n
 allowed = dead + dead_after
 last = max(t for t, _ in copies)
 mib = sum(b for _, b in copies) / 1048576
 heal = last - allowed
 def p(r, k):
     return r["latency"][k + "_us"] / 1000.0
-print("| %s | %.1f | %d | %.1f | %.2f | %.1f | %.2f | %.2f | %.2f | %.2f |" % (
-    sys.argv[7], mib, len(copies), healed - killed, heal, mib / heal,
+def per_node(d):
+    return ", ".join("n%s %.1f" % (k, d[k] / 1048576 / heal) for k in sorted(d))
+print("| %s | %.1f | %d | %.1f | %.2f | %.1f | %s | %s | %.2f | %.2f | %.2f | %.2f |" % (
+    sys.argv[7], mib, len(copies), healed - killed, heal, mib / heal, per_node(into), per_node(out),
     p(quiet, "p50"), p(quiet, "p99"), p(healing, "p50"), p(healing, "p99")))
 EOF
 )
@@ -207,6 +217,6 @@ EOF
 done
 
 echo
-echo "| --heal-rate | MiB copied | copies | kill to healed (s) | heal (s) | heal MiB/s | sync p50 quiet (ms) | sync p99 quiet (ms) | sync p50 healing (ms) | sync p99 healing (ms) |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| --heal-rate | MiB copied | copies | kill to healed (s) | heal (s) | heal MiB/s | MiB/s into each node | MiB/s out of each node | sync p50 quiet (ms) | sync p99 quiet (ms) | sync p50 healing (ms) | sync p99 healing (ms) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
