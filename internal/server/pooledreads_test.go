@@ -25,7 +25,7 @@ func pooledValue(i, size int) []byte {
 }
 
 // pooledSize varies record sizes so that batches both below and above the
-// writer's copy threshold (copyBelow) go out.
+// writer's copy thresholds (copyBelowPlain, copyBelowTLS) go out.
 func pooledSize(i int) int { return 100 + (i*7919)%9000 }
 
 // fetchConn is a connection the test drives from its own goroutines: it

@@ -31,18 +31,27 @@ type outFrame struct {
 // write has waited the timeout. A deadline over several large answers
 // would close a client reading steadily but a little slower than the
 // timeout for all of them.
+//
+// Which pieces are copied depends on the connection. On a plain socket a
+// piece of 4 KiB or more goes as its own iovec: a fetch answer over many
+// ranges holds many stored batches of a few KiB, and copying them into
+// 64 KiB buffers cost a copy of every byte and a write per 64 KiB, where
+// one writev takes them all. Over TLS each piece is a write of its own
+// (and a record), so pieces under 16 KiB are still gathered.
 const (
-	copyBelow    = 16 << 10 // smaller pieces are copied into the buffer
-	maxRoundSize = 4 << 20  // bytes gathered before they are written
-	maxRoundVecs = 256      // pieces gathered before they are written
+	copyBelowPlain = 4 << 10  // plain socket: smaller pieces are copied
+	copyBelowTLS   = 16 << 10 // TLS: smaller pieces are copied
+	maxRoundSize   = 4 << 20  // bytes gathered before they are written
+	maxRoundVecs   = 256      // pieces gathered before they are written
 )
 
 // gather holds one round of the writer's bytes. Writer goroutine only.
 type gather struct {
-	buf  []byte      // borrowed (writeBuffer bytes) on first use
-	from int         // buf[from:] is not in vec yet
-	vec  net.Buffers // what the next write sends, in order
-	size int         // bytes in vec and buf[from:]
+	copyBelow int         // pieces below it are copied into buf
+	buf       []byte      // borrowed (writeBuffer bytes) on first use
+	from      int         // buf[from:] is not in vec yet
+	vec       net.Buffers // what the next write sends, in order
+	size      int         // bytes in vec and buf[from:]
 }
 
 // frame starts a frame of n bytes, first writing out what the round holds
@@ -57,7 +66,7 @@ func (g *gather) frame(n int64, write func(net.Buffers)) {
 // add appends p to the round, writing the round out first or after when
 // it is full.
 func (g *gather) add(p []byte, write func(net.Buffers)) {
-	if len(p) >= copyBelow {
+	if len(p) >= g.copyBelow {
 		g.cut()
 		g.vec = append(g.vec, p)
 		g.size += len(p)
@@ -96,7 +105,7 @@ func (g *gather) flush(write func(net.Buffers)) {
 
 func (g *gather) release() {
 	returnFrame(g.buf)
-	*g = gather{}
+	*g = gather{copyBelow: g.copyBelow}
 }
 
 // enqueue hands a frame, which holds a slot, to the writer, starting a
@@ -153,7 +162,10 @@ func (c *conn) next() (frames []outFrame, end bool) {
 func (c *conn) writeLoop() {
 	defer c.writers.Done()
 	defer c.goroutines.Add(-1)
-	var g gather
+	g := gather{copyBelow: copyBelowPlain}
+	if c.tlsState() != nil {
+		g.copyBelow = copyBelowTLS
+	}
 	defer g.release()
 	dst := c.writeTarget()
 	write := func(v net.Buffers) { c.write(dst, v) }
