@@ -11,6 +11,8 @@
 #
 # Environment (defaults in brackets):
 #   ROUNDS [3]  RECORDS [1000000]  PORT [14250] (PORT+1: HTTP, PORT+2: OTLP)
+#   CONSUMERS [1] consumers of the consume run, each reading all RECORDS
+#   (more make the consume run longer and keep both cores busy)
 #   SAMPLE [0.01] the trace sample ratio when on; SCRAPE [1] seconds
 #   ON ["metrics traces"] what "on" turns on: metrics (the scraper),
 #   traces (the OTLP endpoint), or both
@@ -19,6 +21,7 @@ set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 RECORDS=${RECORDS:-1000000}
+CONSUMERS=${CONSUMERS:-1}
 PORT=${PORT:-14250}
 SAMPLE=${SAMPLE:-0.01}
 SCRAPE=${SCRAPE:-1}
@@ -90,7 +93,7 @@ TICK=$(getconf CLK_TCK)
 # the receiver's own CPU are not counted: only what the node spends).
 node_cpu() { awk -v t="$TICK" '{printf "%.3f", ($14 + $15) / t}' "/proc/$NODE_PID/stat"; }
 # per_rec BEFORE AFTER: CPU µs per record between two node_cpu readings.
-per_rec() { awk -v b="$1" -v a="$2" -v n="$RECORDS" 'BEGIN {printf "%.3f", (a - b) * 1e6 / n}'; }
+per_rec() { awk -v b="$1" -v a="$2" -v n="${3:-$RECORDS}" 'BEGIN {printf "%.3f", (a - b) * 1e6 / n}'; }
 
 # run_mode MODE ROUND: a fresh node, produce then consume; prints
 # "produce consume produce-cpu consume-cpu": records/s, and the node's CPU
@@ -109,7 +112,7 @@ run_mode() {
 	t0=$(node_cpu)
 	run_cmd "$WORK/p.$mode.$round" "$WORK/malachi" --server "127.0.0.1:$PORT" bench produce --topic obs --records "$RECORDS" --size 128 --json
 	t1=$(node_cpu)
-	run_cmd "$WORK/c.$mode.$round" "$WORK/malachi" --server "127.0.0.1:$PORT" bench consume --topic obs --records "$RECORDS" --json
+	run_cmd "$WORK/c.$mode.$round" "$WORK/malachi" --server "127.0.0.1:$PORT" bench consume --topic obs --records "$RECORDS" --consumers "$CONSUMERS" --json
 	t2=$(node_cpu)
 	if [[ -n $SCRAPER ]]; then
 		kill "$SCRAPER" 2>/dev/null || true
@@ -124,7 +127,7 @@ run_mode() {
 	forget "$NODE_PID"
 	p=$(jstat "$WORK/p.$mode.$round" records_per_s)
 	c=$(jstat "$WORK/c.$mode.$round" records_per_s)
-	echo "$p $c $(per_rec "$t0" "$t1") $(per_rec "$t1" "$t2")"
+	echo "$p $c $(per_rec "$t0" "$t1") $(per_rec "$t1" "$t2" $((RECORDS * CONSUMERS)))"
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
