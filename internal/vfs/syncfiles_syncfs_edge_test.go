@@ -3,14 +3,10 @@
 package vfs
 
 import (
-	"bufio"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/malachi-log/malachi/internal/testenv"
 	"golang.org/x/sys/unix"
@@ -30,9 +26,8 @@ func TestFilesSyncerOnFUSESendsFsyncForEveryFile(t *testing.T) {
 	if !syncfsReportsErrors() {
 		t.Skip("this kernel's syncfs reports no write-back errors: batches sync each file")
 	}
-	bindfs := testenv.Program(t, "bindfs", "bindfs")
-	log := mountBindfs(t, bindfs)
-	mnt := log.mnt
+	log := testenv.MountFUSEMirror(t)
+	mnt := log.Dir
 
 	for _, tc := range []struct {
 		name     string
@@ -47,7 +42,7 @@ func TestFilesSyncerOnFUSESendsFsyncForEveryFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		files := writeFiles(t, OS(), dir, SyncfsMinFiles)
-		before := log.count("opcode: FSYNC ")
+		before := strings.Count(log.Log(), "opcode: FSYNC ")
 		syncer, err := NewFilesSyncer(OS(), dir, tc.minFiles)
 		if err != nil {
 			t.Fatal(err)
@@ -62,88 +57,13 @@ func TestFilesSyncerOnFUSESendsFsyncForEveryFile(t *testing.T) {
 		// FSYNC the batch sent is in the log.
 		marker := "marker-" + tc.name
 		_, _ = os.Stat(filepath.Join(mnt, marker))
-		log.waitFor(t, "LOOKUP /"+marker)
-		if got := log.count("opcode: FSYNC ") - before; got < SyncfsMinFiles {
+		log.WaitFor(t, "LOOKUP /"+marker)
+		if got := strings.Count(log.Log(), "opcode: FSYNC ") - before; got < SyncfsMinFiles {
 			t.Errorf("%s: the FUSE server got %d FSYNC requests for a batch of %d files (%d sync calls): "+
 				"the batch was reported durable while the server was never asked to make it so",
 				tc.name, got, SyncfsMinFiles, n)
 		}
 	}
-}
-
-// bindfsLog is the debug output of a bindfs mount.
-type bindfsLog struct {
-	mnt string
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *bindfsLog) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), s)
-}
-
-func (l *bindfsLog) waitFor(t *testing.T, s string) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for l.count(s) == 0 {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("bindfs never logged %q", s)
-		}
-	}
-}
-
-// mountBindfs mounts a FUSE mirror of a temporary directory in the
-// foreground with debug output, and unmounts it at cleanup.
-func mountBindfs(t *testing.T, bindfs string) *bindfsLog {
-	t.Helper()
-	src, mnt := t.TempDir(), t.TempDir()
-	cmd := exec.Command(bindfs, "-f", "-d", src, mnt)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Skipf("bindfs: %v", err)
-	}
-	log := &bindfsLog{mnt: mnt}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			log.mu.Lock()
-			log.buf.WriteString(sc.Text() + "\n")
-			log.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = exec.Command("fusermount", "-u", mnt).Run()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		_ = cmd.Wait()
-	})
-	var a, b unix.Stat_t
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for unix.Stat(src, &a) != nil || unix.Stat(mnt, &b) != nil || a.Dev == b.Dev {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Skip("bindfs did not mount (no FUSE here?)")
-		}
-	}
-	return log
 }
 
 // syncfs(2) on Linux 5.8 to 5.16 returns the per-filesystem write-back
