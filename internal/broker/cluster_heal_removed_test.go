@@ -31,19 +31,7 @@ func TestClusterHealsTheSegmentsOfARemovedNode(t *testing.T) {
 	if len(sealed) < 3 {
 		t.Fatalf("%d sealed segments, want several", len(sealed))
 	}
-	var victim string
-	for _, name := range sealed[0].Replicas {
-		if name != "node-1" {
-			victim = name
-			break
-		}
-	}
-	var held []uint64
-	for _, s := range sealed {
-		if slices.Contains(s.Replicas, victim) {
-			held = append(held, s.ID)
-		}
-	}
+	victim, held := victimOf(sealed)
 	gone := tc.node(victim)
 	tc.stop(gone)
 

@@ -62,6 +62,24 @@ func produceSealed(t *testing.T, b *broker.Broker, topic string, n int) []string
 }
 
 // sealedSegments lists the topic's sealed segments as b sees them.
+// victimOf picks the node to lose: a holder of the first sealed segment
+// other than node 1 (which the tests produce through), and the sealed
+// segments it holds.
+func victimOf(sealed []broker.SegmentDescription) (victim string, held []uint64) {
+	for _, name := range sealed[0].Replicas {
+		if name != "node-1" {
+			victim = name
+			break
+		}
+	}
+	for _, s := range sealed {
+		if slices.Contains(s.Replicas, victim) {
+			held = append(held, s.ID)
+		}
+	}
+	return victim, held
+}
+
 func sealedSegments(t *testing.T, b *broker.Broker, topic string) []broker.SegmentDescription {
 	t.Helper()
 	d, err := b.DescribeTopic(topic)
@@ -129,19 +147,7 @@ func TestClusterHealsTheSegmentsOfADeadNode(t *testing.T) {
 	if len(sealed) < 2 {
 		t.Fatalf("%d sealed segments, want several", len(sealed))
 	}
-	var victim string
-	for _, name := range sealed[0].Replicas {
-		if name != "node-1" {
-			victim = name
-			break
-		}
-	}
-	var held []uint64
-	for _, s := range sealed {
-		if slices.Contains(s.Replicas, victim) {
-			held = append(held, s.ID)
-		}
-	}
+	victim, held := victimOf(sealed)
 	tc.stop(tc.node(victim))
 
 	eventually(t, 60*time.Second, "every sealed segment "+victim+" held back at three replicas", func() error {
