@@ -57,7 +57,15 @@ func (b *Broker) sweepDeadFollowers() {
 		return
 	}
 	for _, d := range b.deadFollowers() {
-		b.startSweepRun(d.rangeID, func() { b.rollOffLost(d) })
+		if !b.cluster.failovers.take(d.rangeID) {
+			continue
+		}
+		b.cluster.failovers.wg.Add(1)
+		go func() {
+			defer b.cluster.failovers.wg.Done()
+			defer b.cluster.failovers.done(d.rangeID)
+			b.rollOffLost(d)
+		}()
 	}
 }
 
@@ -71,11 +79,11 @@ func (b *Broker) deadFollowers() []deadFollower {
 	spare := b.spareNodes()
 	now := b.cfg.Clock.Now()
 	runs := &b.cluster.failovers
-	var picks sweepPicks[deadFollower]
+	var fresh, again []deadFollower
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			for _, r := range st.ActiveRanges(t.ID) {
-				if picks.full() {
+				if len(fresh) >= maxSweepFailovers {
 					return
 				}
 				seg, ok := st.ActiveSegment(r.ID)
@@ -86,11 +94,18 @@ func (b *Broker) deadFollowers() []deadFollower {
 				if gone == 0 || !rollPays(seg, lost, spare) {
 					continue
 				}
-				picks.add(runs, r.ID, now, deadFollower{topicID: t.ID, rangeID: r.ID, segment: seg.ID, lost: gone})
+				d := deadFollower{topicID: t.ID, rangeID: r.ID, segment: seg.ID, lost: gone}
+				switch waits, failed := runs.state(r.ID, now); {
+				case waits:
+				case !failed:
+					fresh = append(fresh, d)
+				case len(again) < maxSweepFailovers:
+					again = append(again, d)
+				}
 			}
 		}
 	})
-	return picks.list()
+	return append(fresh, again[:min(len(again), maxSweepFailovers-len(fresh))]...)
 }
 
 // lostNodes reports the nodes gossip declares dead or left, or the
