@@ -62,7 +62,6 @@ func (b *Broker) clusterLoop(ctx context.Context) {
 			b.rejoinGossip(ctx)
 			b.retryJoin(ctx)
 			b.sweepDeadPrimaries()
-			b.sweepDeadFollowers()
 			b.readyStalled()
 		}
 	}
@@ -85,15 +84,12 @@ func (b *Broker) onMember(ev membership.Event) {
 			}
 		}
 		b.sweepDeadPrimaries()
-		b.sweepDeadFollowers()
 	case membership.EventConflict:
 		b.log.Error("cluster: another node claims this node's id", "node", ev.Member.ID, "gossip", ev.Member.GossipAddr)
 	case membership.EventDead, membership.EventLeave:
 		// Ranges whose primary it was fail over now, not at their next
-		// produce (cluster_replica_sweep.go); active segments it followed
-		// roll onto live nodes (cluster_follower_roll.go).
+		// produce (cluster_replica_sweep.go).
 		b.sweepDeadPrimaries()
-		b.sweepDeadFollowers()
 	}
 }
 
