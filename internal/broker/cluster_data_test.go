@@ -289,6 +289,7 @@ func TestClusterForwardedProduceWaitsForTheOwnersFsync(t *testing.T) {
 			nd.data = broker.DataLimits{ForwardBytes: 1}
 		}
 	})
+	tc.waitQuorumSafe()
 	ctx := t.Context()
 	n1, n2 := tc.nodes[0].b, tc.nodes[1].b
 	tc.createEverywhere(tc.nodes[0], "acks", 1)

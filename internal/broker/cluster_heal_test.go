@@ -26,10 +26,12 @@ import (
 // and the repair settings hc on every node.
 func startHealCluster(t *testing.T, n int, segMax int64, hc broker.HealConfig) *testCluster {
 	t.Helper()
-	return startClusterConfigured(t, n, func(cfg *broker.Config) {
+	tc := startClusterConfigured(t, n, func(cfg *broker.Config) {
 		cfg.SegmentMaxBytes = segMax
 		cfg.Cluster.Heal = hc
 	})
+	tc.waitQuorumSafe() // every heal test loses a node
+	return tc
 }
 
 func (tc *testCluster) openHeal(nd *clusterNode, cfg broker.Config) {

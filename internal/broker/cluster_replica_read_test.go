@@ -17,6 +17,7 @@ import (
 // acknowledged records are there.
 func TestClusterReplicatedCopyWithoutWatermarkRefusesReads(t *testing.T) {
 	tc := startCluster(t, 3)
+	tc.waitQuorumSafe()
 	ctx := t.Context()
 	n1, n2 := tc.nodes[0].b, tc.nodes[1].b
 	tc.createEverywhere(tc.nodes[0], "unknownwm", 1)

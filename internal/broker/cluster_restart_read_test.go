@@ -16,6 +16,7 @@ import (
 // and not the reason of whichever copy it tried last.
 func TestClusterRestartedTailHolderReadIsUnavailable(t *testing.T) {
 	tc := startCluster(t, 3)
+	tc.waitQuorumSafe()
 	ctx := t.Context()
 	n1, n2 := tc.nodes[0].b, tc.nodes[1].b
 	tc.createEverywhere(tc.nodes[0], "restarttail", 1)

@@ -490,6 +490,31 @@ func (tc *testCluster) waitVoters(n int) {
 	}
 }
 
+// waitQuorumSafe waits until every metadata group, as every running node
+// sees it, has a leader and at least min(nodes, 3) voters, so that one
+// node's loss leaves each group a quorum. A cluster just started is still
+// growing its groups (a learner is added, caught up, then promoted): a
+// node stopped before that ends can leave a group of two voters with one,
+// which elects no leader until the node returns. A group of four voters
+// for a while (a replacement promoted before the removal) is as safe.
+func (tc *testCluster) waitQuorumSafe() {
+	tc.t.Helper()
+	want := min(len(tc.nodes), 3)
+	for _, nd := range tc.nodes {
+		if nd.b == nil {
+			continue
+		}
+		eventually(tc.t, 30*time.Second, fmt.Sprintf("at least %d voters and a leader per group on node %d", want, nd.id), func() error {
+			for _, g := range nd.b.ClusterStatus().Groups {
+				if len(g.Voters) < want || g.Leader == 0 {
+					return fmt.Errorf("%s: voters %v, leader %d", g.Name, g.Voters, g.Leader)
+				}
+			}
+			return nil
+		})
+	}
+}
+
 // leaderOf returns the node that leads group, as nd sees it, waiting for
 // one to be known.
 func (tc *testCluster) leaderOf(nd *clusterNode, group string) *clusterNode {

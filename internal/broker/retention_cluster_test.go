@@ -161,6 +161,7 @@ func TestClusterRetentionDeletesOnEveryReplica(t *testing.T) {
 
 func TestClusterRetentionReachesANodeThatWasDown(t *testing.T) {
 	tc := startCluster(t, 3)
+	tc.waitQuorumSafe()
 	n1, n3 := tc.nodes[0], tc.nodes[2]
 	definePolicyEverywhere(t, tc, "small", map[string]metadata.PolicyValue{metadata.FieldSegmentMaxBytes: {Int: 4096}})
 	tc.createEverywhere(n1, "late", 1)

@@ -252,9 +252,12 @@ type handle struct {
 // seg is a Store's record of one segment. Fields are guarded by Store.mu
 // unless noted.
 type seg struct {
-	id        SegmentID
-	base      uint64
-	ready     bool   // Create finished
+	id    SegmentID
+	base  uint64
+	ready bool // Create finished
+	// creating is closed, and set to nil, when the CreateFor that
+	// reserved the segment returns, whether or not it made it.
+	creating  chan struct{}
 	queuedEnd uint64 // end including queued appends
 	fenced    bool   // Seal, Delete or Fence began: no more appends
 	fenceKept bool   // Fence's marker is durable: the latch outlives a restart
@@ -515,13 +518,28 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 		full := s.full // read under the lock: CheckSpace may clear it
 		s.mu.Unlock()
 		return full
+	case s.segs[id] != nil && s.segs[id].creating != nil:
+		// Another CreateFor of id is under way: its outcome decides
+		// ours. Answering ErrExists now would send a caller that then
+		// reads the copy (a fence racing the first append to create a
+		// follower's copy) to a segment not yet visible: ErrNotFound.
+		wait := s.segs[id].creating
+		s.mu.Unlock()
+		<-wait
+		return s.CreateFor(id, base, owner)
 	case s.segs[id] != nil:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %d", ErrExists, id)
 	}
-	sg := &seg{id: id, base: base, queuedEnd: base}
+	sg := &seg{id: id, base: base, queuedEnd: base, creating: make(chan struct{})}
 	s.segs[id] = sg // reserved: not ready, so invisible to everything else
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		close(sg.creating)
+		sg.creating = nil
+		s.mu.Unlock()
+	}()
 
 	journaled := s.jr != nil
 	if journaled {
