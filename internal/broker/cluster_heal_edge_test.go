@@ -184,13 +184,25 @@ func TestClusterHealsACopyMissingFromAListedNodesDisk(t *testing.T) {
 
 // A node down for less than its dead-after grace keeps its place: while
 // it is away nothing is healed around it, and once it is back every copy it held is still listed and still on
-// its disk.
+// its disk. (An active segment it followed is rolled off it when it goes,
+// which seals it with its replicas as they were.)
 func TestClusterNodeBackWithinDeadAfterKeepsEveryCopy(t *testing.T) {
 	tc := startHealCluster(t, 4, 2<<10, scrubEverything)
 	n1 := tc.nodes[0]
 	tc.createEverywhere(n1, "brief", 1)
 	want := produceSealed(t, n1.b, "brief", 40)
 	before := sealedSegments(t, n1.b, "brief")
+	d, err := n1.b.DescribeTopic("brief")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range d.Ranges {
+		for _, s := range r.Segments {
+			if s.Active {
+				before = append(before, s) // sealed by a roll while the node is away
+			}
+		}
+	}
 	var away *clusterNode
 	for _, name := range before[0].Replicas {
 		if name != "node-1" {

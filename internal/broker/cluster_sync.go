@@ -62,6 +62,7 @@ func (b *Broker) clusterLoop(ctx context.Context) {
 			b.rejoinGossip(ctx)
 			b.retryJoin(ctx)
 			b.sweepDeadPrimaries()
+			b.sweepDeadFollowers()
 			b.readyStalled()
 		}
 	}
@@ -84,12 +85,15 @@ func (b *Broker) onMember(ev membership.Event) {
 			}
 		}
 		b.sweepDeadPrimaries()
+		b.sweepDeadFollowers()
 	case membership.EventConflict:
 		b.log.Error("cluster: another node claims this node's id", "node", ev.Member.ID, "gossip", ev.Member.GossipAddr)
 	case membership.EventDead, membership.EventLeave:
 		// Ranges whose primary it was fail over now, not at their next
-		// produce (cluster_replica_sweep.go).
+		// produce (cluster_replica_sweep.go); active segments it followed
+		// roll onto live nodes (cluster_follower_roll.go).
 		b.sweepDeadPrimaries()
+		b.sweepDeadFollowers()
 	}
 }
 

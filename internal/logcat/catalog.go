@@ -103,6 +103,9 @@ var catalog = []Entry{
 	{"opening a range's successor after a failover did not finish; the next produce opens it", "failover.successor_open_unfinished", "a abertura da sucessora de uma faixa após um failover não terminou; a próxima produção a abre"},
 	{"recording a failed-over segment's content failed", "failover.seal_content_record_failed", "falha ao registrar o conteúdo de um segmento após o failover"},
 	{"a stalled range is not ready yet; the next sweep tries again", "failover.range_not_ready", "uma faixa parada ainda não está pronta; a próxima varredura tenta de novo"},
+	{"rolled an active segment off a lost follower", "roll.lost_follower", "um segmento ativo foi rotacionado para longe de uma seguidora perdida"},
+	{"rolling an active segment off a lost follower did not finish; the next sweep tries again", "roll.lost_follower_unfinished", "a rotação de um segmento ativo para longe de uma seguidora perdida não terminou; a próxima varredura tenta de novo"},
+	{"opening a range's successor after a roll off a lost follower did not finish; the next produce opens it", "roll.lost_follower_successor_open_unfinished", "a abertura da sucessora de uma faixa após uma rotação para longe de uma seguidora perdida não terminou; a próxima produção a abre"},
 
 	// Healing: rebuilding lost and damaged copies.
 	{"heal: planning failed", "heal.planning_failed", "reparo: falha no planejamento"},
