@@ -57,15 +57,7 @@ func (b *Broker) sweepDeadFollowers() {
 		return
 	}
 	for _, d := range b.deadFollowers() {
-		if !b.cluster.failovers.take(d.rangeID) {
-			continue
-		}
-		b.cluster.failovers.wg.Add(1)
-		go func() {
-			defer b.cluster.failovers.wg.Done()
-			defer b.cluster.failovers.done(d.rangeID)
-			b.rollOffLost(d)
-		}()
+		b.startSweepRun(d.rangeID, func() { b.rollOffLost(d) })
 	}
 }
 
@@ -79,11 +71,11 @@ func (b *Broker) deadFollowers() []deadFollower {
 	spare := b.spareNodes()
 	now := b.cfg.Clock.Now()
 	runs := &b.cluster.failovers
-	var fresh, again []deadFollower
+	var picks sweepPicks[deadFollower]
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			for _, r := range st.ActiveRanges(t.ID) {
-				if len(fresh) >= maxSweepFailovers {
+				if picks.full() {
 					return
 				}
 				seg, ok := st.ActiveSegment(r.ID)
@@ -94,18 +86,11 @@ func (b *Broker) deadFollowers() []deadFollower {
 				if gone == 0 || !rollPays(seg, lost, spare) {
 					continue
 				}
-				d := deadFollower{topicID: t.ID, rangeID: r.ID, segment: seg.ID, lost: gone}
-				switch waits, failed := runs.state(r.ID, now); {
-				case waits:
-				case !failed:
-					fresh = append(fresh, d)
-				case len(again) < maxSweepFailovers:
-					again = append(again, d)
-				}
+				picks.add(runs, r.ID, now, deadFollower{topicID: t.ID, rangeID: r.ID, segment: seg.ID, lost: gone})
 			}
 		}
 	})
-	return append(fresh, again[:min(len(again), maxSweepFailovers-len(fresh))]...)
+	return picks.list()
 }
 
 // lostNodes reports the nodes gossip declares dead or left, or the

@@ -52,7 +52,7 @@ func rollOffStoppedFollower(t *testing.T, nodes, replicas int) {
 	if len(old.Replicas) != replicas || old.Replicas[0] != "node-1" {
 		t.Fatalf("replicas %v, want %d led by node-1", old.Replicas, replicas)
 	}
-	tc.waitVoters(3)
+	tc.waitVotersWithin(3, nodes)
 	// The stopped follower is old's last replica; other is a live node.
 	var follower, other *clusterNode
 	var live []string
@@ -75,7 +75,11 @@ func rollOffStoppedFollower(t *testing.T, nodes, replicas int) {
 	stopping, before := time.Now(), h.ackedCount()
 	tc.stop(follower)
 	eventually(t, followerRollBound-time.Since(stopping), "the roll, and produces after the follower stopped", func() error {
-		if s := activeSegment(t, n1.b, topic); s.ID == old.ID {
+		s, err := findActive(n1.b, topic)
+		if err != nil {
+			return err
+		}
+		if s.ID == old.ID {
 			return fmt.Errorf("segment %d is still active", s.ID)
 		}
 		return h.ackedAtLeast(before + 200)()

@@ -3,6 +3,7 @@ package broker
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/metadata"
 )
@@ -104,16 +105,49 @@ func (b *Broker) sweepDeadPrimaries() {
 		return
 	}
 	for _, d := range b.deadPrimaries() {
-		if !b.cluster.failovers.take(d.rangeID) {
-			continue
-		}
-		b.cluster.failovers.wg.Add(1)
-		go func() {
-			defer b.cluster.failovers.wg.Done()
-			defer b.cluster.failovers.done(d.rangeID)
-			b.failoverIdle(d)
-		}()
+		b.startSweepRun(d.rangeID, func() { b.failoverIdle(d) })
 	}
+}
+
+// startSweepRun runs fn for rangeID on a goroutine of its own, counted in
+// the failover runs, unless the range is being run already or the runs'
+// bound is reached (the next sweep finds it again).
+func (b *Broker) startSweepRun(rangeID uint64, fn func()) {
+	runs := &b.cluster.failovers
+	if !runs.take(rangeID) {
+		return
+	}
+	runs.wg.Add(1)
+	go func() {
+		defer runs.wg.Done()
+		defer runs.done(rangeID)
+		fn()
+	}()
+}
+
+// sweepPicks gathers what a sweep owes, at most maxSweepFailovers: ranges
+// never tried first, then ranges whose last attempt failed and whose
+// wait is over. A range still waiting is left out.
+type sweepPicks[T any] struct {
+	fresh, again []T
+}
+
+// full reports whether the picks hold as many untried ranges as a sweep
+// takes.
+func (p *sweepPicks[T]) full() bool { return len(p.fresh) >= maxSweepFailovers }
+
+func (p *sweepPicks[T]) add(runs *failoverRuns, rangeID uint64, now time.Time, d T) {
+	switch waits, failed := runs.state(rangeID, now); {
+	case waits:
+	case !failed:
+		p.fresh = append(p.fresh, d)
+	case len(p.again) < maxSweepFailovers:
+		p.again = append(p.again, d)
+	}
+}
+
+func (p *sweepPicks[T]) list() []T {
+	return append(p.fresh, p.again[:min(len(p.again), maxSweepFailovers-len(p.fresh))]...)
 }
 
 // deadPrimaries lists the failovers this node owes and is not running
@@ -126,11 +160,11 @@ func (b *Broker) deadPrimaries() []deadPrimary {
 	gone := b.departedNodes()
 	now := b.cfg.Clock.Now()
 	runs := &b.cluster.failovers
-	var fresh, again []deadPrimary
+	var picks sweepPicks[deadPrimary]
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			for _, r := range st.ActiveRanges(t.ID) {
-				if len(fresh) >= maxSweepFailovers {
+				if picks.full() {
 					return
 				}
 				seg, ok := st.ActiveSegment(r.ID)
@@ -141,18 +175,11 @@ func (b *Broker) deadPrimaries() []deadPrimary {
 				if !(b.nodeDead(p) || gone(p)) || !b.runsFailover(seg, gone) {
 					continue
 				}
-				d := deadPrimary{topicID: t.ID, rangeID: r.ID, primary: p}
-				switch waits, failed := runs.state(r.ID, now); {
-				case waits:
-				case !failed:
-					fresh = append(fresh, d)
-				case len(again) < maxSweepFailovers:
-					again = append(again, d)
-				}
+				picks.add(runs, r.ID, now, deadPrimary{topicID: t.ID, rangeID: r.ID, primary: p})
 			}
 		}
 	})
-	return append(fresh, again[:min(len(again), maxSweepFailovers-len(fresh))]...)
+	return picks.list()
 }
 
 // departedNodes reports the nodes the registry no longer lists (removed

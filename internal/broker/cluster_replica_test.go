@@ -24,19 +24,28 @@ import (
 // node b sees it.
 func activeSegment(t *testing.T, b *broker.Broker, topic string) broker.SegmentDescription {
 	t.Helper()
-	d, err := b.DescribeTopic(topic)
+	s, err := findActive(b, topic)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return s
+}
+
+// findActive is activeSegment for a polled condition: between a roll's
+// seal and its successor's open a range has no active segment.
+func findActive(b *broker.Broker, topic string) (broker.SegmentDescription, error) {
+	d, err := b.DescribeTopic(topic)
+	if err != nil {
+		return broker.SegmentDescription{}, err
 	}
 	for _, r := range d.Ranges {
 		for _, s := range r.Segments {
 			if s.Active {
-				return s
+				return s, nil
 			}
 		}
 	}
-	t.Fatalf("topic %s has no active segment", topic)
-	return broker.SegmentDescription{}
+	return broker.SegmentDescription{}, fmt.Errorf("topic %s has no active segment", topic)
 }
 
 // W1: with both followers' fsyncs held, a produce is not acknowledged
