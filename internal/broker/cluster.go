@@ -113,8 +113,12 @@ type clusterNode struct {
 	// applied carries metadata changes from the raft apply path (which
 	// must not block) to the broker's cluster loop; wake says resync or a
 	// full queue needs a look.
-	applied     chan appliedCmd
-	wake        chan struct{}
+	applied chan appliedCmd
+	wake    chan struct{}
+	// sweep asks the loop to sweep for dead primaries and lost followers
+	// again: a run ended, and ranges past the runs' bound may be waiting
+	// (cluster_replica_sweep.go).
+	sweep       chan struct{}
 	mu          sync.Mutex
 	resync      bool // the queue overflowed or a group was restored
 	joinPending bool // started from its log without reaching the cluster: retryJoin
@@ -130,6 +134,7 @@ type clusterNode struct {
 	// failovers are the ranges the dead-primary sweep is failing over
 	// (cluster_replica_sweep.go).
 	failovers failoverRuns
+	rollDefer rollDeferrals // rolls off a lost follower that found no successor placement
 	// heal is the state of healing and scrubbing (cluster_heal.go).
 	heal healState
 }
@@ -166,7 +171,7 @@ func (b *Broker) openCluster(ctx context.Context) (err error) {
 	raftDir := filepath.Join(dir, raftDirName)
 	fresh := !exists(b.cfg.FS, raftDir)
 	joining := len(cc.Join) > 0
-	c := &clusterNode{cfg: cc, applied: make(chan appliedCmd, appliedQueue), wake: make(chan struct{}, 1)}
+	c := &clusterNode{cfg: cc, applied: make(chan appliedCmd, appliedQueue), wake: make(chan struct{}, 1), sweep: make(chan struct{}, 1)}
 	if err := c.heal.init(cc.Heal, b.nowMs()); err != nil {
 		return fmt.Errorf("broker: heal: %w", err)
 	}

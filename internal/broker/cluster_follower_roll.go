@@ -3,6 +3,8 @@ package broker
 import (
 	"errors"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/replication"
@@ -25,18 +27,26 @@ import (
 //   - when the live replicas still make a quorum, through the ordinary
 //     roll (rollLocked): fence, drain, seal at exactly the fence's end;
 //   - when they do not (a factor of two), through the failover
-//     (failoverLocked): the copies that answer are fenced and the seal
-//     is the end agreed from their answers, which covers every
-//     acknowledged record (W6). Appends that no quorum fsynced were
-//     answered retry or are dropped with retry; they may be kept in the
-//     sealed segment, once, or cut, never written again.
+//     (failoverLocked): the copies that answer are fenced, and since the
+//     primary running it is the only node that acknowledged anything,
+//     the seal is its commit watermark, taken as it stops (at most the
+//     end agreed from the answers, which covers every acknowledged
+//     record, W6). The appends above it, which no quorum fsynced, were
+//     answered retry and are cut: a client that retries writes them
+//     once, in its order.
 //
 // A live quorum with no live node outside the replica set (three
 // replicas on three nodes, one dead) is left alone: its successor would
 // be placed on the same survivors, one copy short too, and the old
-// segment gets its follower back if the node returns. A node that only
-// restarts, but is declared dead first, still costs a roll of every
-// range it followed where a roll helps: one more segment each.
+// segment gets its follower back if the node returns. So is one whose
+// successor placement refuses (a hard spread over failure domains the
+// live nodes cannot cover): rolling it would leave a range that commits
+// on a quorum with no active segment; it is looked at again after
+// rollDeferFor. A segment with fewer live copies than a failover needs
+// answers (three replicas, two lost) is left alone too: the failover
+// could only fail. A node that only restarts, but is declared dead or
+// leaves gossip first (every graceful stop leaves), still costs a roll of
+// every range it followed where a roll helps: one more segment each.
 //
 // It runs on the cluster loop's membership events and its periodic tick
 // (which catches an event missed or a roll that failed), shares the
@@ -50,6 +60,48 @@ type deadFollower struct {
 	topicID, rangeID, segment, lost uint64
 }
 
+// rollDeferFor is how long a range whose successor could not be placed
+// waits before a sweep looks at it again.
+const rollDeferFor = 30 * time.Second
+
+// rollDeferrals are the ranges whose roll found no placement for a
+// successor, with the time before which no sweep picks them again, so
+// they do not take the runs' places from ranges that can roll. At most
+// maxFailoverGates; past that a range is simply looked at again.
+type rollDeferrals struct {
+	mu    sync.Mutex
+	until map[uint64]time.Time
+}
+
+func (d *rollDeferrals) postpone(rangeID uint64, until time.Time, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.until == nil {
+		d.until = map[uint64]time.Time{}
+	}
+	if len(d.until) >= maxFailoverGates {
+		for id, t := range d.until {
+			if !now.Before(t) {
+				delete(d.until, id)
+			}
+		}
+	}
+	if len(d.until) < maxFailoverGates {
+		d.until[rangeID] = until
+	}
+}
+
+func (d *rollDeferrals) waits(rangeID uint64, now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.until[rangeID]
+	if ok && !now.Before(t) {
+		delete(d.until, rangeID)
+		return false
+	}
+	return ok
+}
+
 // sweepDeadFollowers starts the rolls this node owes, each on its own
 // goroutine, at most maxSweepFailovers at once with the failovers.
 func (b *Broker) sweepDeadFollowers() {
@@ -57,7 +109,7 @@ func (b *Broker) sweepDeadFollowers() {
 		return
 	}
 	for _, d := range b.deadFollowers() {
-		b.startSweepRun(d.rangeID, func() { b.rollOffLost(d) })
+		b.startSweepRun(d.rangeID, func() bool { return b.rollOffLost(d) })
 	}
 }
 
@@ -79,7 +131,7 @@ func (b *Broker) deadFollowers() []deadFollower {
 					return
 				}
 				seg, ok := st.ActiveSegment(r.ID)
-				if !ok || !replicated(seg) || !b.writesHere(seg) || runs.running(r.ID) {
+				if !ok || !replicated(seg) || !b.writesHere(seg) || runs.running(r.ID) || b.cluster.rollDefer.waits(r.ID, now) {
 					continue
 				}
 				gone := lostFollower(seg, lost)
@@ -149,33 +201,47 @@ func liveReplicas(seg metadata.Segment, lost func(uint64) bool) int {
 
 // rollPays reports whether rolling seg, which has a lost follower, does
 // any good: its live replicas make no quorum (nothing commits until it
-// rolls), or a successor could be placed on a live node it lacks.
+// rolls) but enough of them live for a failover to gather its answers,
+// or they make one and a successor could be placed on a live node it
+// lacks.
 func rollPays(seg metadata.Segment, lost func(uint64) bool, spare func(metadata.Segment) bool) bool {
-	return liveReplicas(seg, lost) < replication.Quorum(len(seg.Replicas)) || spare(seg)
+	rf, live := len(seg.Replicas), liveReplicas(seg, lost)
+	if q := replication.Quorum(rf); live < q {
+		return live >= replication.AnswersNeeded(rf, q)
+	}
+	return spare(seg)
 }
 
 // rollOffLost rolls d's segment if it is still the range's active
 // segment, led here, with a lost follower, and opens the successor on
-// live nodes so the range is writable before the next produce.
-func (b *Broker) rollOffLost(d deadFollower) {
+// live nodes so the range is writable before the next produce. It
+// reports whether it sealed the segment.
+func (b *Broker) rollOffLost(d deadFollower) bool {
 	h := b.headFor(d.topicID, d.rangeID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := b.readyLocked(h); err != nil || h.retired || h.segment != d.segment || !h.repl {
-		return // a produce, a split or a failover moved the range on; the next sweep looks again
+		return false // a produce, a split or a failover moved the range on; the next sweep looks again
 	}
 	v := b.viewRange(h.rangeID)
 	if v.retired || !v.hasActive || v.active.ID != d.segment {
-		return
+		return false
 	}
 	lost := b.lostNodes()
 	if lostFollower(v.active, lost) == 0 || !rollPays(v.active, lost, b.spareNodes()) {
-		return // the follower is back, or the view changed since the sweep
+		return false // the follower is back, or the view changed since the sweep
 	}
 	var err error
 	if liveReplicas(v.active, lost) < replication.Quorum(len(v.active.Replicas)) {
 		err = b.failoverLocked(h, v.active, false)
 	} else {
+		if _, perr := b.placeReplicas(h, b.topicFactor(h.topicID)); perr != nil {
+			now := b.cfg.Clock.Now()
+			b.cluster.rollDefer.postpone(h.rangeID, now.Add(rollDeferFor), now)
+			b.log.Debug("an active segment with a lost follower keeps its replicas: no successor can be placed",
+				"range", d.rangeID, "segment", d.segment, "lost", d.lost, "err", perr)
+			return false
+		}
 		err = b.rollLocked(h)
 	}
 	if err != nil {
@@ -183,10 +249,11 @@ func (b *Broker) rollOffLost(d deadFollower) {
 			b.log.Warn("rolling an active segment off a lost follower did not finish; the next sweep tries again",
 				"range", d.rangeID, "segment", d.segment, "lost", d.lost, "err", err)
 		}
-		return
+		return false
 	}
 	b.log.Info("rolled an active segment off a lost follower", "range", d.rangeID, "segment", d.segment, "lost", d.lost)
 	b.openAfterRollLocked(h)
+	return true
 }
 
 // openAfterRollLocked opens h's successor here, unless another node
@@ -203,7 +270,7 @@ func (b *Broker) openAfterRollLocked(h *head) {
 		return
 	}
 	if err := b.openSegmentLocked(h); err != nil {
-		b.log.Debug("opening a range's successor after a roll off a lost follower did not finish; the next produce opens it",
+		b.log.Warn("opening a range's successor after a roll off a lost follower did not finish; the next produce opens it",
 			"range", h.rangeID, "err", err)
 	}
 }

@@ -257,28 +257,9 @@ func (b *Broker) placeSegment(h *head) ([]string, error) {
 		return nil, b.openElsewhere(h, st)
 	}
 	tp := b.topicFactor(h.topicID)
-	if tp.factor <= 1 {
-		return []string{b.cfg.NodeID}, nil
-	}
-	live, registered, err := b.liveNodes()
-	live = b.diskOKNodes(live) // a full or failing disk takes no new replica
-	want, err := clampFactor(tp.factor, registered, len(live), err)
+	p, err := b.placeReplicas(h, tp)
 	if err != nil {
-		return nil, fmt.Errorf("%w: a segment of range %d: %v", ErrMetadataUnavailable, h.rangeID, err)
-	}
-	if want <= 1 {
-		return []string{b.cfg.NodeID}, nil
-	}
-	for i := range live {
-		live[i].Attributes = placementAttrs(live[i].Attributes)
-	}
-	self := b.cluster.cfg.NodeID
-	p, err := placement.Replace([]uint64{self}, nil, placement.Request{
-		Topic: fmt.Sprint(h.topicID), Range: h.rangeID, Segment: h.next, Nodes: live, Factor: want,
-		Constraints: tp.Constraints,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: placing a segment of range %d: %v", ErrRetry, h.rangeID, err)
+		return nil, err
 	}
 	if v := p.Violation; v != nil {
 		b.log.Warn("a segment's replicas span fewer failure domains than its policy asks",
@@ -289,6 +270,35 @@ func (b *Broker) placeSegment(h *head) ([]string, error) {
 		names = append(names, clusterNodeName(id))
 	}
 	return names, nil
+}
+
+// placeReplicas is placeSegment's choice, without its side effects (the
+// open sent elsewhere from a full disk, the log of a soft shortfall).
+func (b *Broker) placeReplicas(h *head, tp topicPlacement) (placement.Placement, error) {
+	self := b.cluster.cfg.NodeID
+	if tp.factor <= 1 {
+		return placement.Placement{Replicas: []uint64{self}}, nil
+	}
+	live, registered, err := b.liveNodes()
+	live = b.diskOKNodes(live) // a full or failing disk takes no new replica
+	want, err := clampFactor(tp.factor, registered, len(live), err)
+	if err != nil {
+		return placement.Placement{}, fmt.Errorf("%w: a segment of range %d: %v", ErrMetadataUnavailable, h.rangeID, err)
+	}
+	if want <= 1 {
+		return placement.Placement{Replicas: []uint64{self}}, nil
+	}
+	for i := range live {
+		live[i].Attributes = placementAttrs(live[i].Attributes)
+	}
+	p, err := placement.Replace([]uint64{self}, nil, placement.Request{
+		Topic: fmt.Sprint(h.topicID), Range: h.rangeID, Segment: h.next, Nodes: live, Factor: want,
+		Constraints: tp.Constraints,
+	})
+	if err != nil {
+		return placement.Placement{}, fmt.Errorf("%w: placing a segment of range %d: %v", ErrRetry, h.rangeID, err)
+	}
+	return p, nil
 }
 
 // clampFactor is the replication factor a new segment gets: factor,

@@ -323,12 +323,20 @@ func (b *Broker) attemptFailover(ctx context.Context, rangeID uint64, seg metada
 		return r, fmt.Errorf("fail over segment %d: hold range %d: %w", seg.ID, rangeID, err)
 	}
 	// A primary led here answers, from now on, as a follower's copy.
-	host.Drop(seg.ID)
+	wm, led := host.DropPrimary(seg.ID)
 	f, err := host.FenceCopies(ctx, seg.ID, replicaIDs(seg))
 	if err != nil {
 		return r, fmt.Errorf("fail over segment %d of range %d: %w", seg.ID, rangeID, err)
 	}
 	end := f.End
+	if led && wm < end {
+		// This node was the only one acknowledging records of seg, none
+		// above wm: the appends between were answered retry, and are cut
+		// so that the retries do not store them twice.
+		b.log.Info("a failover led by the segment's own primary sealed at its commit watermark, below the copies' end",
+			"segment", seg.ID, "range", rangeID, "watermark", wm, "copies_end", end)
+		end = wm
+	}
 	// NB: unlike a roll's seal (sealInMetadata), this one records only the
 	// end, not the records, bytes, expiry and content hash. Those describe
 	// the copy's content up to the agreed end, and no copy can give them

@@ -105,14 +105,23 @@ func (b *Broker) sweepDeadPrimaries() {
 		return
 	}
 	for _, d := range b.deadPrimaries() {
-		b.startSweepRun(d.rangeID, func() { b.failoverIdle(d) })
+		b.startSweepRun(d.rangeID, func() bool { return b.failoverIdle(d) })
 	}
 }
 
 // startSweepRun runs fn for rangeID on a goroutine of its own, counted in
 // the failover runs, unless the range is being run already or the runs'
 // bound is reached (the next sweep finds it again).
-func (b *Broker) startSweepRun(rangeID uint64, fn func()) {
+//
+// A run that moved its range on (fn reports true) asks the cluster loop
+// for another sweep: a node that leads hundreds of ranges a lost node
+// followed would otherwise roll maxSweepFailovers of them per membership
+// event or 5-second tick, and a range of two replicas commits nothing
+// until its turn. Each such sweep follows a range done, so they end with
+// the work; a run that did nothing (the metadata unreachable, the range
+// moved on by a produce) waits for the next event or tick instead of
+// being picked again at once.
+func (b *Broker) startSweepRun(rangeID uint64, fn func() bool) {
 	runs := &b.cluster.failovers
 	if !runs.take(rangeID) {
 		return
@@ -120,9 +129,21 @@ func (b *Broker) startSweepRun(rangeID uint64, fn func()) {
 	runs.wg.Add(1)
 	go func() {
 		defer runs.wg.Done()
-		defer runs.done(rangeID)
-		fn()
+		progressed := fn()
+		runs.done(rangeID)
+		if progressed {
+			b.askSweep()
+		}
 	}()
+}
+
+// askSweep asks the cluster loop to sweep again; a request already
+// pending covers this one.
+func (b *Broker) askSweep() {
+	select {
+	case b.cluster.sweep <- struct{}{}:
+	default:
+	}
 }
 
 // sweepPicks gathers what a sweep owes, at most maxSweepFailovers: ranges
@@ -211,27 +232,29 @@ func (b *Broker) runsFailover(seg metadata.Segment, gone func(uint64) bool) bool
 }
 
 // failoverIdle fails over d's range and opens its successor here, so the
-// range has a live primary before anyone produces to it.
-func (b *Broker) failoverIdle(d deadPrimary) {
+// range has a live primary before anyone produces to it. It reports
+// whether the range's segment was sealed.
+func (b *Broker) failoverIdle(d deadPrimary) bool {
 	h := b.headFor(d.topicID, d.rangeID)
 	if ok, _ := b.failoverFrom(h, d.primary); !ok {
-		return // failoverFrom logged an attempt that failed; the next sweep tries again
+		return false // failoverFrom logged an attempt that failed; the next sweep tries again
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := b.readyLocked(h); err != nil || h.retired || h.segment != 0 {
-		return
+		return true
 	}
 	if v := b.viewRange(h.rangeID); v.retired || v.hasActive {
 		h.ready = false // another node opened the successor first: load it next time
-		return
+		return true
 	}
 	if err := b.openSegmentLocked(h); err != nil {
 		b.log.Warn("opening a range's successor after a failover did not finish; the next produce opens it",
 			"range", d.rangeID, "err", err)
-		return
+		return true
 	}
 	b.log.Info("failed over a range whose primary is lost", "range", d.rangeID, "lost", d.primary, "segment", h.segment)
+	return true
 }
 
 // readyStalled retries, off the cluster loop, the heads a failed

@@ -52,6 +52,9 @@ func (b *Broker) clusterLoop(ctx context.Context) {
 			if c.takeResync() {
 				b.resyncAll()
 			}
+		case <-c.sweep:
+			b.sweepDeadPrimaries()
+			b.sweepDeadFollowers()
 		case ev, ok := <-events:
 			if !ok {
 				events = nil

@@ -106,6 +106,8 @@ var catalog = []Entry{
 	{"rolled an active segment off a lost follower", "roll.lost_follower", "um segmento ativo foi rotacionado para longe de uma seguidora perdida"},
 	{"rolling an active segment off a lost follower did not finish; the next sweep tries again", "roll.lost_follower_unfinished", "a rotação de um segmento ativo para longe de uma seguidora perdida não terminou; a próxima varredura tenta de novo"},
 	{"opening a range's successor after a roll off a lost follower did not finish; the next produce opens it", "roll.lost_follower_successor_open_unfinished", "a abertura da sucessora de uma faixa após uma rotação para longe de uma seguidora perdida não terminou; a próxima produção a abre"},
+	{"an active segment with a lost follower keeps its replicas: no successor can be placed", "roll.lost_follower_unplaceable", "um segmento ativo com uma seguidora perdida mantém suas réplicas: nenhuma sucessora pode ser posicionada"},
+	{"a failover led by the segment's own primary sealed at its commit watermark, below the copies' end", "failover.sealed_at_watermark", "um failover conduzido pela própria primária do segmento selou na sua marca de commit, abaixo do fim das cópias"},
 
 	// Healing: rebuilding lost and damaged copies.
 	{"heal: planning failed", "heal.planning_failed", "reparo: falha no planejamento"},
