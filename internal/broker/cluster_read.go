@@ -19,6 +19,8 @@ import (
 // segment, past the commit watermark it knows (R1). A copy serves reads
 // only while it knows its watermark (active) or holds everything to the
 // seal (sealed); otherwise another replica is asked, the primary first.
+// An empty answer is the segment's end only from a copy that knows it
+// (emptyMeansEnd).
 // The reader checks every batch's checksum before using it (S1), as the
 // store does for its own reads.
 
@@ -46,6 +48,14 @@ func (b *Broker) readSegmentPooled(ctx context.Context, seg metadata.Segment, fr
 }
 
 func (b *Broker) readSegmentInto(ctx context.Context, seg metadata.Segment, from uint64, maxBytes int, upTo uint64, pooled bool) ([]byte, *storage.ReadBuf, uint64, error) {
+	if seg.Active && replicated(seg) {
+		// The reader's plan may predate the segment's seal: sealed, it is
+		// served to its seal by any whole copy, this node's included,
+		// whose replica state the seal dropped.
+		if cur, ok := b.segmentByID(seg.ID); ok {
+			seg = cur
+		}
+	}
 	if b.holds(seg) && b.copyComplete(seg) {
 		bound, _ := b.readBound(seg, upTo)
 		var (
@@ -85,19 +95,48 @@ func (b *Broker) readSegmentInto(ctx context.Context, seg metadata.Segment, from
 		return nil, nil, from, err
 	}
 	defer d.readDone()
-	var err, primaryErr error
+	var err, primaryErr, notEnd error
 	for _, node := range nodes {
-		var buf []byte
-		var next uint64
-		buf, next, err = b.readRemote(ctx, node, seg, from, maxBytes, upTo)
+		var ans dataplane.ReadAnswer
+		ans, err = b.readRemote(ctx, node, seg, from, maxBytes, upTo)
+		if err == nil && len(ans.Batches) == 0 && !emptyMeansEnd(seg, node, from, ans.Sealed) {
+			err = fmt.Errorf("%w: node-%d has nothing of segment %d from %d on, but its copy cannot say the segment ends there",
+				ErrMetadataUnavailable, node, seg.ID, from)
+			notEnd = err
+		}
 		if err == nil || !b.tryAnotherCopy(seg, err) {
-			return buf, nil, next, b.deletedMeanwhile(seg, err)
+			return ans.Batches, nil, ans.Next, b.deletedMeanwhile(seg, err)
 		}
 		if node == primaryOf(seg) {
 			primaryErr = err
 		}
 	}
+	if notEnd != nil {
+		// A copy answered but could not vouch for the end; the copies
+		// tried after it failing otherwise does not make the end known.
+		err = notEnd
+	}
 	return nil, nil, from, b.deletedMeanwhile(seg, activeUnanswered(seg, err, primaryErr))
+}
+
+// emptyMeansEnd reports whether node's empty answer to a read of
+// replicated seg from from says the segment holds nothing more there.
+// Only a copy that knows the end can say so: one sealed in its store
+// (whole to the seal), or the primary of an active segment, whose
+// watermark is the commit's. A follower's copy stops at the watermark
+// it learned, which lags the primary's (each append carries the
+// watermark before it, and the one after the last commit may never
+// have reached it), and a copy whose node has not applied the seal yet
+// stops there too: taken for the end, either would answer a reader a
+// page that stops short of acknowledged records, as caught up (R3).
+func emptyMeansEnd(seg metadata.Segment, node, from uint64, sealedCopy bool) bool {
+	switch {
+	case !replicated(seg), sealedCopy:
+		return true
+	case seg.Active:
+		return node == primaryOf(seg)
+	}
+	return from >= seg.End
 }
 
 // deletedMeanwhile turns err, a read of sealed seg that no copy served,
@@ -161,22 +200,24 @@ func (b *Broker) tryAnotherCopy(seg metadata.Segment, err error) bool {
 	return replicated(seg) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// readRemote is one read of seg from node.
-func (b *Broker) readRemote(ctx context.Context, node uint64, seg metadata.Segment, from uint64, maxBytes int, upTo uint64) ([]byte, uint64, error) {
+// readRemote is one read of seg from node. A failed read answers no
+// batches and from as its next offset.
+func (b *Broker) readRemote(ctx context.Context, node uint64, seg metadata.Segment, from uint64, maxBytes int, upTo uint64) (dataplane.ReadAnswer, error) {
 	d := b.data
+	failed := dataplane.ReadAnswer{Next: from}
 	req := dataplane.Read{Segment: seg.ID, From: from, MaxBytes: uint64(max(min(maxBytes, d.lim.ReadBytes), 1)), UpTo: upTo}
 	resp, err := d.call(untraced(ctx), node, req.Encode())
 	if err != nil {
-		return nil, from, err
+		return failed, err
 	}
 	ans, err := dataplane.DecodeReadAnswer(resp)
 	if err != nil {
-		return nil, from, segRefusal(node, seg.ID, err)
+		return failed, segRefusal(node, seg.ID, err)
 	}
 	if err := verifyBatches(ans.Batches, from, upTo); err != nil {
-		return nil, from, fmt.Errorf("broker: segment %d as node-%d sent it: %w", seg.ID, node, err)
+		return failed, fmt.Errorf("broker: segment %d as node-%d sent it: %w", seg.ID, node, err)
 	}
-	return ans.Batches, ans.Next, nil
+	return ans, nil
 }
 
 // verifyBatches checks what another node sent: whole batches, each with
