@@ -124,23 +124,15 @@ func (b *Broker) deadFollowers() []deadFollower {
 	now := b.cfg.Clock.Now()
 	runs := &b.cluster.failovers
 	var picks sweepPicks[deadFollower]
-	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
-		for _, t := range st.Topics() {
-			for _, r := range st.ActiveRanges(t.ID) {
-				if picks.full() {
-					return
-				}
-				seg, ok := st.ActiveSegment(r.ID)
-				if !ok || !replicated(seg) || !b.writesHere(seg) || runs.running(r.ID) || b.cluster.rollDefer.waits(r.ID, now) {
-					continue
-				}
-				gone := lostFollower(seg, lost)
-				if gone == 0 || !rollPays(seg, lost, spare) {
-					continue
-				}
-				picks.add(runs, r.ID, now, deadFollower{topicID: t.ID, rangeID: r.ID, segment: seg.ID, lost: gone})
-			}
+	eachActiveReplicated(b, &picks, func(topicID, rangeID uint64, seg metadata.Segment) {
+		if !b.writesHere(seg) || b.cluster.rollDefer.waits(rangeID, now) {
+			return
 		}
+		gone := lostFollower(seg, lost)
+		if gone == 0 || !rollPays(seg, lost, spare) {
+			return
+		}
+		picks.add(runs, rangeID, now, deadFollower{topicID: topicID, rangeID: rangeID, segment: seg.ID, lost: gone})
 	})
 	return picks.list()
 }

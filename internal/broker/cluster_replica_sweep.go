@@ -182,25 +182,32 @@ func (b *Broker) deadPrimaries() []deadPrimary {
 	now := b.cfg.Clock.Now()
 	runs := &b.cluster.failovers
 	var picks sweepPicks[deadPrimary]
+	eachActiveReplicated(b, &picks, func(topicID, rangeID uint64, seg metadata.Segment) {
+		p := primaryOf(seg)
+		if !(b.nodeDead(p) || gone(p)) || !b.runsFailover(seg, gone) {
+			return
+		}
+		picks.add(runs, rangeID, now, deadPrimary{topicID: topicID, rangeID: rangeID, primary: p})
+	})
+	return picks.list()
+}
+
+// eachActiveReplicated calls fn with each range's active replicated
+// segment that no sweep run holds, until picks is full.
+func eachActiveReplicated[T any](b *Broker, picks *sweepPicks[T], fn func(topicID, rangeID uint64, seg metadata.Segment)) {
+	runs := &b.cluster.failovers
 	_ = b.plane.ViewEach(func(_ uint64, st *metadata.State) {
 		for _, t := range st.Topics() {
 			for _, r := range st.ActiveRanges(t.ID) {
 				if picks.full() {
 					return
 				}
-				seg, ok := st.ActiveSegment(r.ID)
-				if !ok || !replicated(seg) || runs.running(r.ID) {
-					continue
+				if seg, ok := st.ActiveSegment(r.ID); ok && replicated(seg) && !runs.running(r.ID) {
+					fn(t.ID, r.ID, seg)
 				}
-				p := primaryOf(seg)
-				if !(b.nodeDead(p) || gone(p)) || !b.runsFailover(seg, gone) {
-					continue
-				}
-				picks.add(runs, r.ID, now, deadPrimary{topicID: t.ID, rangeID: r.ID, primary: p})
 			}
 		}
 	})
-	return picks.list()
 }
 
 // departedNodes reports the nodes the registry no longer lists (removed
