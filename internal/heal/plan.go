@@ -142,11 +142,19 @@ const (
 	Busy
 	// OverBudget: MaxTasks tasks are in flight.
 	OverBudget
+	// Unknown: the segment is short of healthy copies but for copies on
+	// nodes membership does not know at all. They count, so nothing is
+	// healed around them (a node that just joined may not be gossiped
+	// yet), but should that last (a node died before every node that
+	// now plans started), the segment stays short until membership
+	// reports the node down or an operator removes it: it is reported
+	// so that the wait is seen.
+	Unknown
 )
 
 func (p Problem) String() string {
 	names := [...]string{"", "waiting", "no healthy source", "lost", "no target", "short of nodes",
-		"domains refused", "domains violated", "busy", "over budget"}
+		"domains refused", "domains violated", "busy", "over budget", "unknown holder"}
 	if int(p) < len(names) && p != 0 {
 		return names[p]
 	}
@@ -243,6 +251,7 @@ func (p *planner) take(a Assignment) {
 type holders struct {
 	healthy []uint64 // live, not damaged: sources, and they count
 	pending []uint64 // down within the grace, or unknown: they count
+	unknown []uint64 // the pending ones membership does not know
 	damaged []uint64 // live and damaged
 	dead    []uint64 // down past the grace, or removed
 }
@@ -267,6 +276,9 @@ func (p *planner) classify(seg Segment) holders {
 			// the grace: its copy counts and nothing is copied on the
 			// strength of a doubt.
 			h.pending = append(h.pending, id)
+			if !down {
+				h.unknown = append(h.unknown, id)
+			}
 		}
 	}
 	return h
@@ -307,6 +319,10 @@ func (p *planner) segment(seg Segment) {
 	}
 	h := p.classify(seg)
 	want := factorOf(seg)
+	if len(h.unknown) > 0 && len(h.healthy) < want {
+		p.report(seg, Unknown, "its copies on nodes %v count, though membership does not know them; they are healed around once membership reports them down past %d ms, or once they are removed",
+			h.unknown, p.cfg.DeadAfterMs)
+	}
 	stale := append(slices.Clone(h.dead), h.damaged...)
 	if len(h.healthy)+len(h.pending) >= want {
 		if len(stale) > 0 && len(h.healthy) >= want {
@@ -322,9 +338,12 @@ func (p *planner) segment(seg Segment) {
 }
 
 func (p *planner) noSource(seg Segment, h holders) {
+	waiting := slices.DeleteFunc(slices.Clone(h.pending), func(id uint64) bool { return slices.Contains(h.unknown, id) })
 	switch {
+	case len(waiting) > 0:
+		p.report(seg, Waiting, "its copies are on nodes %v, down less than %d ms", waiting, p.cfg.DeadAfterMs)
 	case len(h.pending) > 0:
-		p.report(seg, Waiting, "its copies are on nodes %v, down less than %d ms", h.pending, p.cfg.DeadAfterMs)
+		// Only unknown nodes hold it: reported Unknown already.
 	case len(h.damaged) > 0:
 		p.report(seg, NoHealthySource, "only damaged copies remain, on %v; they are kept", h.damaged)
 	default:

@@ -78,10 +78,35 @@ func TestPlanWaitsOutTheGrace(t *testing.T) {
 	if len(p.Tasks) != 0 || len(p.Reports) != 0 {
 		t.Fatalf("plan %+v", p)
 	}
-	// A node nobody reports is not taken for dead either.
+	// A node nobody reports is not taken for dead either, but the wait
+	// for it, which only membership or an operator can end, is reported.
 	in = heal.Input{Now: 10 * grace, Segments: []heal.Segment{seg(1, 3, 1, 2, 99)}, Live: liveNodes(1, 2, 3)}
-	if p := plan(t, heal.Config{}, in); len(p.Tasks) != 0 {
+	p = plan(t, heal.Config{}, in)
+	if len(p.Tasks) != 0 || len(p.Reports) != 1 {
 		t.Fatalf("healed around an unknown node: %+v", p)
+	}
+	wantReport(t, p, 1, heal.Unknown)
+}
+
+// An unknown holder is reported only where the segment needs its copy:
+// not when the healthy copies make the factor alone, and apart from the
+// nodes down within the grace, which are Waiting.
+func TestPlanReportsUnknownHoldersOnlyWhereTheyCount(t *testing.T) {
+	in := heal.Input{Now: grace - 1, Live: liveNodes(1, 2, 3), Down: []heal.Down{{ID: 4, SinceMs: 0}},
+		Segments: []heal.Segment{seg(1, 2, 1, 2, 99), seg(2, 3, 99, 4), seg(3, 2, 98, 99)}}
+	p := plan(t, heal.Config{}, in)
+	if len(p.Tasks) != 0 {
+		t.Fatalf("plan %+v", p)
+	}
+	if r := wantReport(t, p, 2, heal.Waiting); !strings.Contains(r.Detail, "[4]") {
+		t.Fatalf("waiting report %+v names more than the node down", r)
+	}
+	r2, r3 := wantReport(t, p, 2, heal.Unknown), wantReport(t, p, 3, heal.Unknown)
+	if !strings.Contains(r2.Detail, "[99]") || !strings.Contains(r3.Detail, "[98 99]") {
+		t.Fatalf("unknown reports %+v %+v", r2, r3)
+	}
+	if len(p.Reports) != 3 {
+		t.Fatalf("reports %+v: segment 1 has its factor in healthy copies", p.Reports)
 	}
 }
 

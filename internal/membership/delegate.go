@@ -31,12 +31,30 @@ func (d *delegate) NodeMeta(limit int) []byte {
 
 // The user-message hooks are unused: node-to-node traffic goes over the
 // peer transport, not gossip.
-func (d *delegate) NotifyMsg([]byte)                  {}
-func (d *delegate) GetBroadcasts(_, _ int) [][]byte   { return nil }
-func (d *delegate) LocalState(bool) []byte            { return nil }
-func (d *delegate) MergeRemoteState(_ []byte, _ bool) {}
-func (d *delegate) NotifyJoin(n *memberlist.Node)     { d.record(n, EventJoin) }
-func (d *delegate) NotifyUpdate(n *memberlist.Node)   { d.record(n, EventUpdate) }
+func (d *delegate) NotifyMsg([]byte)                {}
+func (d *delegate) GetBroadcasts(_, _ int) [][]byte { return nil }
+func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.record(n, EventJoin) }
+func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.record(n, EventUpdate) }
+
+// LocalState is this node's push-pull state: the members it knows died
+// or left (departed.go).
+func (d *delegate) LocalState(bool) []byte {
+	return encodeDeparted(d.g.table.departedMembers())
+}
+
+// MergeRemoteState takes a peer's departed members this node has never
+// heard of. memberlist has merged the peer's node states first, so a
+// member that peer knows alive is already in the table.
+func (d *delegate) MergeRemoteState(buf []byte, _ bool) {
+	ms, err := decodeDeparted(buf, d.g.cfg.MaxMembers)
+	if err != nil {
+		d.g.log.Warn("a peer's departed members are unreadable; ignored", "err", err)
+		return
+	}
+	for _, m := range learnDeparted(d.g.table, ms) {
+		d.g.log.Info("member departed before this node joined", "state", m.State.String(), "member", m.ID, "addr", m.GossipAddr)
+	}
+}
 
 // NotifyAlive filters every alive message before memberlist accepts it:
 // the metadata must decode, name the id the node name carries, and find

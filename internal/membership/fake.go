@@ -135,7 +135,9 @@ func (f *Fake) Join(ctx context.Context, addrs []string) (int, error) {
 	return len(contacted), nil
 }
 
-// enterLocked adds f to the mesh: every member and f see each other join.
+// enterLocked adds f to the mesh: every member and f see each other join,
+// then exchange the departures the other has not heard of, as Gossip's
+// push-pull does (departed.go).
 // REQUIRES: f.net.mu held.
 func (f *Fake) enterLocked() {
 	f.net.mu.joined[f.info.ID] = f
@@ -144,6 +146,12 @@ func (f *Fake) enterLocked() {
 		if id != f.info.ID {
 			o.table.set(EventJoin, f.member(StateAlive))
 			f.table.set(EventJoin, o.member(StateAlive))
+		}
+	}
+	for id, o := range f.net.mu.joined {
+		if id != f.info.ID {
+			learnDeparted(f.table, o.table.departedMembers())
+			learnDeparted(o.table, f.table.departedMembers())
 		}
 	}
 }

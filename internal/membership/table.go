@@ -87,6 +87,41 @@ func (t *table) set(kind EventKind, m Member) bool {
 	return true
 }
 
+// learn records m, a departure a peer reported, only when the table has
+// no entry for m.ID and has room: what this node saw itself, alive or
+// departed, always wins over hearsay, and hearsay evicts nothing. It
+// emits kind and reports whether m was recorded.
+func (t *table) learn(kind EventKind, m Member) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, known := t.mu.members[m.ID]
+	if t.mu.closed || known || m.ID == t.self || len(t.mu.members) >= t.maxMembers {
+		return false
+	}
+	t.mu.seq++
+	m.NodeInfo = m.NodeInfo.Clone()
+	t.mu.members[m.ID] = &entry{Member: m, seq: t.mu.seq}
+	t.emitLocked(Event{Kind: kind, Member: m})
+	return true
+}
+
+// departedMembers is every member that died or left, the local node
+// never among them.
+func (t *table) departedMembers() []Member {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Member
+	for _, e := range t.mu.members {
+		if departed(e.State) && e.ID != t.self {
+			m := e.Member
+			m.NodeInfo = m.NodeInfo.Clone()
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
 // emit queues ev without touching the table.
 func (t *table) emit(ev Event) {
 	t.mu.Lock()
