@@ -143,8 +143,8 @@ func (b *Broker) lostNodes() func(uint64) bool {
 	gone := b.departedNodes()
 	dead := map[uint64]bool{}
 	for _, m := range b.cluster.gossip.Members() {
-		if m.ID != b.cluster.cfg.NodeID && !m.State.Live() {
-			dead[m.ID] = true
+		if m.ID != b.cluster.cfg.NodeID && !m.State.Live() && !m.Reported {
+			dead[m.ID] = true // a departure only a peer reported rolls nothing (nodeDead)
 		}
 	}
 	return func(node uint64) bool { return dead[node] || gone(node) }

@@ -179,14 +179,17 @@ func (b *Broker) liveNodes() ([]placement.Node, int, error) {
 }
 
 // nodeDead reports whether gossip declared node dead (or gone); a node
-// gossip does not know is not taken for dead.
+// gossip does not know is not taken for dead, nor one whose departure
+// only a peer reported (membership.Member.Reported): a failover fences a
+// primary on this node's own failure detection, not on a view that may
+// be stale.
 func (b *Broker) nodeDead(node uint64) bool {
 	if b.cluster == nil || node == b.cluster.cfg.NodeID {
 		return false
 	}
 	for _, m := range b.cluster.gossip.Members() {
 		if m.ID == node {
-			return !m.State.Live()
+			return !m.State.Live() && !m.Reported
 		}
 	}
 	return false

@@ -158,7 +158,7 @@ var catalog = []Entry{
 	{"member departed", "membership.member_departed", "um membro saiu"},
 	{"member has unreadable metadata", "membership.member_metadata_unreadable", "um membro tem metadados ilegíveis"},
 	{"departed member has unreadable metadata", "membership.departed_metadata_unreadable", "um membro que saiu tem metadados ilegíveis"},
-	{"member departed before this node joined", "membership.member_departed_before_join", "um membro saiu antes de este nó entrar"},
+	{"members departed before this node heard of them", "membership.departed_learned", "membros saíram antes de este nó saber deles"},
 	{"a peer's departed members are unreadable; ignored", "membership.departed_members_unreadable", "os membros que saíram, segundo um par, estão ilegíveis; ignorados"},
 	{"member table full", "membership.table_full", "a tabela de membros está cheia"},
 	{"two nodes claim one node id", "membership.node_id_conflict", "dois nós reivindicam o mesmo id de nó"},

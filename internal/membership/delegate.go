@@ -46,13 +46,16 @@ func (d *delegate) LocalState(bool) []byte {
 // heard of. memberlist has merged the peer's node states first, so a
 // member that peer knows alive is already in the table.
 func (d *delegate) MergeRemoteState(buf []byte, _ bool) {
-	ms, err := decodeDeparted(buf, d.g.cfg.MaxMembers)
+	if len(buf) == 0 {
+		return // a peer with no departures, or one that sends none
+	}
+	ms, skipped, err := decodeDeparted(buf, d.g.cfg.MaxMembers)
 	if err != nil {
 		d.g.log.Warn("a peer's departed members are unreadable; ignored", "err", err)
 		return
 	}
-	for _, m := range learnDeparted(d.g.table, ms) {
-		d.g.log.Info("member departed before this node joined", "state", m.State.String(), "member", m.ID, "addr", m.GossipAddr)
+	if n := learnDeparted(d.g.table, ms); n > 0 || skipped > 0 {
+		d.g.log.Info("members departed before this node heard of them", "learned", n, "skipped", skipped)
 	}
 }
 

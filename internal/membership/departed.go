@@ -63,64 +63,80 @@ func encodeDeparted(ms []Member) []byte {
 	return append(binary.AppendUvarint([]byte{departedFormat}, uint64(n)), body...)
 }
 
-// decodeDeparted parses encodeDeparted's layout, at most limit members.
-// It refuses an unknown format, a state other than dead or left, bad
-// metadata, an address over MaxAddrLen, and trailing bytes.
-func decodeDeparted(b []byte, limit int) ([]Member, error) {
+// departedEntryMin is the fewest bytes one entry takes: its state and
+// two empty strings.
+const departedEntryMin = 3
+
+// decodeDeparted parses encodeDeparted's layout and answers at most limit
+// members: those past it are not read (a peer allowed more members than
+// this node). An entry this node cannot take (a state other than dead or
+// left, metadata that does not decode or validate, an address over
+// MaxAddrLen) is skipped alone, so one entry a newer peer writes, or a
+// stricter check here refuses, does not cost the others; skipped counts
+// them. It refuses the whole state only when the framing is broken: an
+// unknown format, a count the bytes cannot hold, a truncated entry, or
+// trailing bytes.
+func decodeDeparted(b []byte, limit int) (out []Member, skipped int, err error) {
 	d := decoder{b: b}
 	format := d.byte()
 	count := d.uvarint()
 	switch {
 	case d.err != nil:
-		return nil, fmt.Errorf("%w: departed members: %v", ErrInvalidNode, d.err)
+		return nil, 0, fmt.Errorf("%w: departed members: %v", ErrInvalidNode, d.err)
 	case format != departedFormat:
-		return nil, fmt.Errorf("%w: departed members in format %d, this node reads %d", ErrInvalidNode, format, departedFormat)
-	case count > uint64(limit):
-		return nil, fmt.Errorf("%w: %d departed members, at most %d", ErrInvalidNode, count, limit)
+		return nil, 0, fmt.Errorf("%w: departed members in format %d, this node reads %d", ErrInvalidNode, format, departedFormat)
+	case count > uint64(len(d.b)/departedEntryMin):
+		return nil, 0, fmt.Errorf("%w: %d departed members in %d bytes", ErrInvalidNode, count, len(d.b))
 	}
-	out := make([]Member, 0, count)
-	for range count {
+	out = make([]Member, 0, min(count, uint64(max(limit, 0))))
+	for i := uint64(0); i < count && len(out) < limit; i++ {
 		code, addr, meta := d.byte(), d.string(), d.string()
 		if d.err != nil {
-			return nil, fmt.Errorf("%w: departed members: %v", ErrInvalidNode, d.err)
+			return nil, 0, fmt.Errorf("%w: departed members: %v", ErrInvalidNode, d.err)
 		}
-		state := StateDead
-		switch code {
-		case departedDead:
-		case departedLeft:
-			state = StateLeft
-		default:
-			return nil, fmt.Errorf("%w: departed member in state %d", ErrInvalidNode, code)
+		m, ok := departedEntry(code, addr, meta)
+		if !ok {
+			skipped++
+			continue
 		}
-		if len(addr) > MaxAddrLen {
-			return nil, fmt.Errorf("%w: departed member's gossip address of %d bytes", ErrInvalidNode, len(addr))
-		}
-		info, _, err := decodeMeta([]byte(meta))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Member{NodeInfo: info, GossipAddr: addr, State: state})
+		out = append(out, m)
 	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: departed members: %d trailing bytes", ErrInvalidNode, len(d.b))
+	if len(out) < limit && len(d.b) != 0 {
+		return nil, 0, fmt.Errorf("%w: departed members: %d trailing bytes", ErrInvalidNode, len(d.b))
 	}
-	return out, nil
+	return out, skipped, nil
+}
+
+// departedEntry is one decoded entry, unless this node cannot take it.
+func departedEntry(code byte, addr, meta string) (Member, bool) {
+	state := StateDead
+	switch code {
+	case departedDead:
+	case departedLeft:
+		state = StateLeft
+	default:
+		return Member{}, false
+	}
+	if len(addr) > MaxAddrLen {
+		return Member{}, false
+	}
+	info, _, err := decodeMeta([]byte(meta))
+	if err != nil {
+		return Member{}, false
+	}
+	return Member{NodeInfo: info, GossipAddr: addr, State: state}, true
 }
 
 // learnDeparted records in t the members of ms, departures a peer
-// reported, that t has never heard of, and answers those it recorded.
-func learnDeparted(t *table, ms []Member) []Member {
-	var out []Member
+// reported, that t has never heard of, and answers how many it recorded.
+func learnDeparted(t *table, ms []Member) int {
+	n := 0
 	for _, m := range ms {
-		kind := EventDead
-		if m.State == StateLeft {
-			kind = EventLeave
-		}
-		if t.learn(kind, m) {
-			out = append(out, m)
+		if t.learn(m) {
+			n++
 		}
 	}
-	return out
+	return n
 }
 
 // departed reports whether s is a member that died or left.

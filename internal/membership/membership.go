@@ -77,6 +77,14 @@ type Member struct {
 	// GossipAddr is the member's gossip host:port.
 	GossipAddr string
 	State      State
+	// Reported: the member's departure was reported by a peer (the
+	// push-pull exchange, departed.go) and this node never observed the
+	// member itself. A peer's view may be stale (the member came back and
+	// the news has not reached it), so a reported departure is enough to
+	// count the member's copies down for healing, after the usual grace,
+	// but not to fence a live primary or roll segments off it: those act
+	// only on what this node's own failure detector declared.
+	Reported bool
 }
 
 // EventKind says what happened to a member.

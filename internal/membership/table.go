@@ -89,9 +89,12 @@ func (t *table) set(kind EventKind, m Member) bool {
 
 // learn records m, a departure a peer reported, only when the table has
 // no entry for m.ID and has room: what this node saw itself, alive or
-// departed, always wins over hearsay, and hearsay evicts nothing. It
-// emits kind and reports whether m was recorded.
-func (t *table) learn(kind EventKind, m Member) bool {
+// departed, always wins over hearsay, and hearsay evicts nothing. The
+// entry is marked Reported and emits no event: nothing acts at once on
+// hearsay (a latecomer may learn of up to MaxMembers departures in one
+// exchange); the heal planner finds it on its next look. It reports
+// whether m was recorded.
+func (t *table) learn(m Member) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, known := t.mu.members[m.ID]
@@ -100,8 +103,8 @@ func (t *table) learn(kind EventKind, m Member) bool {
 	}
 	t.mu.seq++
 	m.NodeInfo = m.NodeInfo.Clone()
+	m.Reported = true
 	t.mu.members[m.ID] = &entry{Member: m, seq: t.mu.seq}
-	t.emitLocked(Event{Kind: kind, Member: m})
 	return true
 }
 
