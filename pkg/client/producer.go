@@ -188,8 +188,10 @@ func (o ProducerOptions) withDefaults(maxFrame uint32) ProducerOptions {
 // topic was stored meanwhile (one already in flight when the failure came
 // back), retrying would put older records after newer ones, so the failed
 // batches are not retried and their promises get the error instead;
-// IsRetriable tells whether producing them again is worthwhile. With
-// MaxInFlight 1 nothing is in flight beside a failed batch, so a
+// IsRetriable tells whether producing them again is worthwhile. A topic's
+// batches do not go out on a new connection while some are in flight on
+// the one that broke, so a lost connection has all its batches retried.
+// With MaxInFlight 1 nothing is in flight beside a failed batch, so a
 // retriable failure is always retried while attempts are left.
 // Delivery is at-least-once: a batch whose answer was lost may be stored
 // twice.
@@ -256,6 +258,10 @@ type topicState struct {
 	// answered or failed, and resending those of them sent again after
 	// a failure (see waitsLocked).
 	inflight, resending int
+	// on is the connection the batches in flight went out on; nil while
+	// none is. A batch goes out on another one only once they are all
+	// answered (see parkOffConn).
+	on *conn
 	// stored is the seq of the newest batch the broker stored.
 	stored uint64
 	// held stops the sender from sending the topic's batches while

@@ -321,7 +321,7 @@ func (p *Producer) cutAnyLocked() *batch {
 		return nil
 	}
 	for _, t := range p.topics {
-		if !t.accumulating() || t.held || t.resending > 0 {
+		if !t.accumulating() || t.waiting() {
 			continue
 		}
 		if b := p.cutLocked(t, p.pressed); b != nil {

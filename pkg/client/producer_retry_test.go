@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/malachi-log/malachi/internal/wire"
 )
@@ -166,5 +167,101 @@ func TestProducerRetriesRunOut(t *testing.T) {
 	defer mu.Unlock()
 	if !errors.Is(errs[0], ErrNoQuorum) || attempts != 3 {
 		t.Fatalf("promise got %v after %d attempts, want no_quorum after 3", errs[0], attempts)
+	}
+}
+
+// stallLoss is a Metrics hook that holds up the report of the first
+// produce that failed (its answer lost with the connection) until
+// release is closed. The producer reports an attempt before it takes its
+// outcome, so meanwhile the failed batch is still in flight as far as the
+// producer knows, as it is when the goroutine awaiting it is slow to run.
+type stallLoss struct {
+	once    sync.Once
+	stalled chan struct{} // closed when the first loss is held up
+	release chan struct{}
+}
+
+func (m *stallLoss) OnRequest(e RequestEvent) {
+	if e.Op != "produce" || e.Err == nil {
+		return
+	}
+	m.once.Do(func() {
+		close(m.stalled)
+		<-m.release
+	})
+}
+
+func (m *stallLoss) OnConnect(ConnectEvent) {}
+
+// TestProducerNoOvertakeAcrossRedial: a batch taken for sending while an
+// older batch of its topic is still in flight on a connection that broke
+// does not go out ahead of it on the connection dialled next: it waits
+// until the older batch's loss is taken, and both are then stored, in
+// order, and every promise reports success. Sending it at once would store
+// it first, and the older batch could then only fail.
+func TestProducerNoOvertakeAcrossRedial(t *testing.T) {
+	var s produceStore
+	lost := make(chan struct{})
+	f := startFake(t, func(fc *fakeConn, corr uint32, req wire.Request) {
+		pr, ok := produceOf(fc, corr, req)
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.seen++; s.seen == 1 {
+			close(lost) // never answered: the test drops the connection
+			return
+		}
+		s.acceptLocked(fc, corr, pr)
+	})
+	m := &stallLoss{stalled: make(chan struct{}), release: make(chan struct{})}
+	c := dialFake(t, f, WithRetry(5, 1), WithMetrics(m))
+	p := NewProducer(c, ProducerOptions{Linger: -1})
+	var errs [2]error
+	produce := func(i int, v string) {
+		p.Produce(t.Context(), "t", Record{Key: []byte("k"), Value: []byte(v)}, func(_ Record, err error) { errs[i] = err })
+	}
+	produce(0, "a")
+	awaitClosed(t, lost, "a to reach the node")
+	f.dropAll()
+	awaitClosed(t, m.stalled, "a's loss to be reported")
+	produce(1, "b")
+	// b either goes out on a new connection or is set aside to wait for a.
+	parked := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		ts := p.topics["t"]
+		return ts != nil && len(ts.parked) > 0
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for _, requests := s.result(); requests < 2 && !parked(); _, requests = s.result() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("b neither sent nor set aside")
+		}
+	}
+	close(m.release)
+	if err := p.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || errs[1] != nil {
+		t.Errorf("promises got %v, want both stored", errs)
+	}
+	if stored, _ := s.result(); !slices.Equal(stored, []string{"a", "b"}) {
+		t.Fatalf("node stored %q, want [a b]", stored)
+	}
+}
+
+// awaitClosed waits for ch to be closed, failing the test after a deadline.
+func awaitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }

@@ -78,21 +78,30 @@ func (p *Producer) nextToSend() *batch {
 }
 
 // waitsLocked reports whether b must wait, parked with its topic, rather
-// than go out now: while the topic is held for retries; while a batch of
-// it that is sent again is in flight, so that nothing newer can be stored
-// before it has been; and, for a batch sent again, while anything of its
-// topic is in flight. Batches sent again thus go out one at a time, and
-// the rest of the topic after them: a second refusal of one of them
-// cannot find a newer batch stored meanwhile, which would fail it rather
-// than retry it. Once the producer stops, nothing waits.
+// than go out now: while its topic waits (waiting); and, for a batch sent
+// again, while anything of its topic is in flight. Batches sent again
+// thus go out one at a time, and the rest of the topic after them: a
+// second refusal of one of them cannot find a newer batch stored
+// meanwhile, which would fail it rather than retry it. Once the producer
+// stops, nothing waits.
 //
 // REQUIRES: p.mu held.
 func (p *Producer) waitsLocked(b *batch) bool {
 	if p.stop.Err() != nil {
 		return false
 	}
-	t := b.topic
-	return t.held || t.resending > 0 || b.attempts > 0 && t.inflight > 0
+	return b.topic.waiting() || b.attempts > 0 && b.topic.inflight > 0
+}
+
+// waiting reports whether t's batches must wait rather than go out: while
+// t is held for retries; while a batch of it that is sent again is in
+// flight, so that nothing newer can be stored before it has been; and
+// while older batches are parked, so that nothing newer goes ahead of
+// them.
+//
+// REQUIRES: p.mu held.
+func (t *topicState) waiting() bool {
+	return t.held || t.resending > 0 || len(t.parked) > 0
 }
 
 // parkLocked sets b aside with its topic, in seal order, until
@@ -124,6 +133,9 @@ func untakeLocked(b *batch) {
 	if b.attempts > 0 {
 		b.topic.resending--
 	}
+	if b.topic.inflight == 0 {
+		b.topic.on = nil
+	}
 }
 
 // parkAfterWait looks again at a batch the sender took before it waited
@@ -139,9 +151,38 @@ func (p *Producer) parkAfterWait(b *batch) bool {
 		takeLocked(b)
 		return false
 	}
+	p.parkTakenLocked(b)
+	return true
+}
+
+// parkOffConn sets b aside, rather than send it on cn, while batches of
+// its topic are in flight on another connection. That one broke: their
+// answers are lost, but the goroutines awaiting them may not have taken
+// the loss yet, so the topic is not held for retries. Sent now on cn, b
+// would be stored ahead of them, and they could then only fail. Parked,
+// it goes out after they are answered, behind those sent again. It
+// reports whether b was parked; otherwise cn is the topic's connection.
+func (p *Producer) parkOffConn(b *batch, cn *conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := b.topic
+	if t.on == nil || t.on == cn || p.stop.Err() != nil {
+		t.on = cn
+		return false
+	}
+	untakeLocked(b)
+	p.parkTakenLocked(b)
+	return true
+}
+
+// parkTakenLocked parks b, which the sender took and has just counted out
+// of flight, and moves its topic on: that may have been the last of its
+// batches in flight.
+//
+// REQUIRES: p.mu held.
+func (p *Producer) parkTakenLocked(b *batch) {
 	parkLocked(b)
 	p.settleLocked(b.topic)
-	return true
 }
 
 // settleLocked moves a topic on once one of its batches is no longer in
@@ -162,11 +203,16 @@ func (p *Producer) settleLocked(t *topicState) {
 // send writes one batch, holding an in-flight slot, and leaves a goroutine
 // waiting for its answer. A batch that could not be written because no
 // connection could be had is retried here, before anything later is sent,
-// so the retry keeps the order.
+// so the retry keeps the order. A batch whose topic still has batches in
+// flight on a connection that broke is parked instead (parkOffConn).
 func (p *Producer) send(b *batch) {
 	for attempt := 1; ; attempt++ {
 		cn, err := p.c.conn(p.stop)
 		if err == nil {
+			if p.parkOffConn(b, cn) {
+				p.freeSlot()
+				return
+			}
 			req, err := p.request(b, cn)
 			if err != nil {
 				p.fail(b, err)
