@@ -48,13 +48,8 @@ func (b *Broker) readSegmentPooled(ctx context.Context, seg metadata.Segment, fr
 }
 
 func (b *Broker) readSegmentInto(ctx context.Context, seg metadata.Segment, from uint64, maxBytes int, upTo uint64, pooled bool) ([]byte, *storage.ReadBuf, uint64, error) {
-	if seg.Active && replicated(seg) {
-		// The reader's plan may predate the segment's seal: sealed, it is
-		// served to its seal by any whole copy, this node's included,
-		// whose replica state the seal dropped.
-		if cur, ok := b.segmentByID(seg.ID); ok {
-			seg = cur
-		}
+	if b.holds(seg) && !b.copyComplete(seg) {
+		seg = b.current(seg)
 	}
 	if b.holds(seg) && b.copyComplete(seg) {
 		bound, _ := b.readBound(seg, upTo)
@@ -99,6 +94,9 @@ func (b *Broker) readSegmentInto(ctx context.Context, seg metadata.Segment, from
 	for _, node := range nodes {
 		var ans dataplane.ReadAnswer
 		ans, err = b.readRemote(ctx, node, seg, from, maxBytes, upTo)
+		if err == nil && len(ans.Batches) == 0 && !emptyMeansEnd(seg, node, from, ans.Sealed) && notEnd == nil {
+			seg = b.current(seg) // once: a seal the plan predates may make it the end
+		}
 		if err == nil && len(ans.Batches) == 0 && !emptyMeansEnd(seg, node, from, ans.Sealed) {
 			err = fmt.Errorf("%w: node-%d has nothing of segment %d from %d on, but its copy cannot say the segment ends there",
 				ErrMetadataUnavailable, node, seg.ID, from)
@@ -111,12 +109,35 @@ func (b *Broker) readSegmentInto(ctx context.Context, seg metadata.Segment, from
 			primaryErr = err
 		}
 	}
-	if notEnd != nil {
+	switch {
+	case seg.Active && errors.Is(primaryErr, storage.ErrNotFound):
+		// The primary has not created its file yet: nothing of the
+		// segment is durable, whatever a follower's copy answered.
+		err = primaryErr
+	case notEnd != nil:
 		// A copy answered but could not vouch for the end; the copies
 		// tried after it failing otherwise does not make the end known.
 		err = notEnd
 	}
 	return nil, nil, from, b.deletedMeanwhile(seg, activeUnanswered(seg, err, primaryErr))
+}
+
+// current is seg as the metadata has it now when the reader's plan has
+// it active and replicated, else seg: the plan may predate its seal.
+// Sealed, it is served to its seal by any whole copy, this node's
+// included, whose replica state the seal dropped; and an empty answer
+// at or past the seal is its end. Looked up only where the plan's view
+// makes a read fail (a copy here that cannot serve, an empty answer
+// that cannot be the end), not on every read: a lookup takes the
+// metadata's read lock, which its apply needs.
+func (b *Broker) current(seg metadata.Segment) metadata.Segment {
+	if !seg.Active || !replicated(seg) {
+		return seg
+	}
+	if cur, ok := b.segmentByID(seg.ID); ok {
+		return cur
+	}
+	return seg
 }
 
 // emptyMeansEnd reports whether node's empty answer to a read of

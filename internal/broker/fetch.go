@@ -93,7 +93,8 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 // something, the request's wait passes, the node closes or ctx ends. read
 // advances pos.entries; at is the topic's watch as taken before the read.
 // On ctx's end it returns the position reached with ctx's error; on other
-// errors the zero position.
+// errors the zero position. A read answering errEndUnknown found nothing
+// yet: the poll waits on, and answers that error if it ends so.
 func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *position, at seen) (bool, error)) (position, error) {
 	pos, err := b.startPosition(req)
 	if err != nil {
@@ -119,11 +120,21 @@ func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *posi
 			w.herdRead(herd)
 			inHerd = false
 		}
-		if err != nil {
+		// An empty page with a range whose end is unknown is waited on
+		// like one at the end (a failover's seal fires the watch), and
+		// answers errEndUnknown if the wait passes so, never "nothing
+		// new". A scan bound that moved the cursor reads on at once.
+		unknown := errors.Is(err, errEndUnknown)
+		if err != nil && !unknown {
 			return position{}, err
 		}
 		remaining := deadline.Sub(b.cfg.Clock.Now())
-		if found || remaining <= 0 || b.closed.Load() {
+		switch {
+		case unknown && (remaining <= 0 || b.closed.Load()):
+			return position{}, err
+		case unknown && found:
+			continue
+		case found || remaining <= 0 || b.closed.Load():
 			return pos, nil
 		}
 		t := b.cfg.Clock.NewTimer(remaining)
@@ -335,7 +346,9 @@ func (bg *budget) hard() int {
 // readPage reads up to maxRecords records across the reader's ranges (see
 // pageRead.fill): each range visited gets an equal share of the page, so
 // one busy range cannot starve the others, and a page over many ranges
-// still reads in large pieces.
+// still reads in large pieces. A page that holds nothing while a range
+// stopped for want of a known end answers errEndUnknown with the entries
+// it reached (a scan bound may have moved them).
 func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at seen) ([]Record, []cursor.Entry, bool, error) {
 	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
@@ -362,7 +375,7 @@ func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at 
 	if err != nil {
 		return nil, nil, false, err
 	}
-	return out, pr.set.list(), pr.cut, nil
+	return out, pr.set.list(), pr.cut, pr.endUnknown(len(out))
 }
 
 // readSize sizes one store read to the records the page still wants (a

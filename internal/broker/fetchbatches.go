@@ -99,7 +99,8 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 // whole, and the page ends at the first batch it has no room for.
 //
 // The batches lie in pooled buffers that the returned hold keeps (nil when
-// the page is empty); its taker releases it.
+// the page is empty); its taker releases it. An empty page answers as
+// readPage's does.
 func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, bool, *readHold, error) {
 	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
@@ -140,7 +141,7 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 		if err != nil {
 			return nil, nil, false, nil, err
 		}
-		return nil, pr.set.list(), pr.cut, nil, nil
+		return nil, pr.set.list(), pr.cut, nil, pr.endUnknown(0)
 	}
 	return out, pr.set.list(), pr.cut, pr.hold, nil
 }

@@ -44,6 +44,33 @@ type pageRead struct {
 	// hold keeps the pooled buffers a page of batches was read into
 	// (readBatchPage); nil for a page of records.
 	hold *readHold
+	// unknown is why the first range the page stopped for want of a
+	// known end stopped (stopUnknown); nil when none did.
+	unknown error
+}
+
+// errEndUnknown answers a page that holds no records while some range
+// of it stopped where no copy could say whether more is committed (its
+// primary gone, a follower's copy at the watermark it learned, before
+// the failover): an empty page there would read as caught up (R3).
+// Retriable: once the range fails over, its end is known again.
+var errEndUnknown = fmt.Errorf("%w: the page is empty and no copy could say where one of its ranges ends", ErrMetadataUnavailable)
+
+// stopUnknown records that a range's read stopped for want of a known
+// end, err saying why; the other ranges read on.
+func (pr *pageRead) stopUnknown(err error) {
+	if pr.unknown == nil {
+		pr.unknown = err
+	}
+}
+
+// endUnknown is the answer to a page that read out: errEndUnknown when
+// it holds nothing and a range stopped for want of a known end, else nil.
+func (pr *pageRead) endUnknown(out int) error {
+	if out > 0 || pr.unknown == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %v", errEndUnknown, pr.unknown)
 }
 
 // scanFactor bounds the bytes one page reads to this many times the
@@ -94,6 +121,10 @@ type walkEnd struct {
 	skipped bool
 	// took: the walk added to the page; spent: it used up its budget.
 	took, spent bool
+	// unknown: the walk stopped where no copy could vouch for the end of
+	// what it read (pageRead.stopUnknown); the range is neither dry nor
+	// read again in this page.
+	unknown bool
 }
 
 // fill reads a page: a first pass visits the ranges in turn from first,
@@ -113,6 +144,7 @@ func (pr *pageRead) fill(plans []*plan, first int, spent func() bool, visit rang
 			return err
 		}
 		switch {
+		case end.unknown:
 		case end.dry && !end.skipped:
 			dry, at = append(dry, p), append(at, end.at)
 		case !end.dry:
@@ -186,6 +218,9 @@ type sourceReader[T any] func(pr *pageRead, p *plan, src *source, entries []curs
 // those the entries mark done, and advances the entries past what it read.
 // It works on the entries of the range's lineage only (see entrySet), and
 // skips the store read of a range known to be idle at the reader's offset.
+// A read refused for want of a known end (metadata_unavailable) stops the
+// range where it got to, keeping what it read, which is committed: below
+// a watermark a copy vouched for (stopUnknown).
 func walkRange[T any](pr *pageRead, p *plan, bg *budget, out []T, read sourceReader[T]) ([]T, walkEnd, error) {
 	ids := p.lineage
 	entries := pr.set.take(ids)
@@ -226,15 +261,25 @@ func walkRange[T any](pr *pageRead, p *plan, bg *budget, out []T, read sourceRea
 				}
 				if listed {
 					// Not deleted, yet no copy here or elsewhere holds
-					// it: refused, retriably, never an empty page that
-					// reads as caught up.
-					return nil, walkEnd{}, fmt.Errorf("%w: segment %d is listed but no copy of it was found", ErrMetadataUnavailable, gone.seg)
+					// it: the range stops here, retriably, never an
+					// empty page that reads as caught up.
+					pr.stopUnknown(fmt.Errorf("segment %d is listed but no copy of it was found", gone.seg))
+					end.unknown = true
+					break
 				}
 				if fresh == nil {
 					break
 				}
 				p, i = fresh, -1
 				continue
+			}
+			if errors.Is(err, ErrMetadataUnavailable) {
+				if next > start {
+					entries = cursor.Advance(entries, src.id, p.slice.Start, sliceBits, next, pr.lin.isAncestor)
+				}
+				pr.stopUnknown(err)
+				end.unknown = true
+				break
 			}
 			if err != nil {
 				return nil, walkEnd{}, err

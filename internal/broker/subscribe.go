@@ -168,12 +168,15 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 // read reads the next page within credit records, and says how many
 // records it holds; a v2 page ends inside a batch rather than pass it.
 // cut says the page's scan bound ended it: read again at once. at is the
-// topic's watch as taken before the read.
+// topic's watch as taken before the read. A page empty while a range's
+// end is unknown (errEndUnknown) is no error here: like an empty page,
+// nothing is pushed, and the stream waits for the watch (a failover's
+// seal fires it), an ack or its refresh timer before it reads again.
 func (s *Subscription) read(ctx context.Context, credit int, at seen) (page Page, n int, cut bool, err error) {
 	before := s.pos.entries
 	if s.maxBytes <= 0 {
 		recs, entries, cut, err := s.b.readPage(ctx, s.pos, credit, at)
-		if err != nil {
+		if err != nil && !errors.Is(err, errEndUnknown) {
 			return Page{}, 0, false, err
 		}
 		s.pos.entries = entries
@@ -182,7 +185,7 @@ func (s *Subscription) read(ctx context.Context, credit int, at seen) (page Page
 		return page, len(recs), cut, nil
 	}
 	batches, entries, cut, hold, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
-	if err != nil {
+	if err != nil && !errors.Is(err, errEndUnknown) {
 		return Page{}, 0, false, err
 	}
 	s.pos.entries = entries
