@@ -72,36 +72,11 @@ func TestClusterSealThePlanPredatesEndsTheRead(t *testing.T) {
 	ctx := t.Context()
 	const topic = "staleremote"
 	tc.createEverywhere(tc.nodes[0], topic, 1)
-	for i := range 3 {
-		if _, err := tc.nodes[0].b.Produce(ctx, topic, []broker.Record{rec("k", fmt.Sprint(i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seg := activeSegment(t, tc.nodes[0].b, topic)
-	if len(seg.Replicas) != 2 {
-		t.Fatalf("segment %d: replicas %v; want two", seg.ID, seg.Replicas)
-	}
-	primary, follower := nodeNamed(t, tc, seg.Replicas[0]), nodeNamed(t, tc, seg.Replicas[1])
-	var reader *clusterNode
-	for _, nd := range tc.nodes {
-		if nd != primary && nd != follower {
-			reader = nd
-		}
-	}
-	eventually(t, 10*time.Second, "the follower to serve the acknowledged records", func() error {
-		if end, err := follower.b.ServedBound(seg.ID, ^uint64(0)); err != nil || end != 3 {
-			return fmt.Errorf("serves to %d, %v", end, err)
-		}
-		return nil
-	})
-	p, err := reader.b.Fetch(ctx, broker.FetchRequest{Topic: topic, Max: 10})
-	if err != nil || len(p.Records) != 3 {
-		t.Fatalf("first page: %d records, %v", len(p.Records), err)
-	}
+	seg, primary, follower, reader, p := readThreeThroughANonHolder(t, tc, topic)
 	gates[follower.id-1].closed.Store(true) // the follower's copy stays unsealed in its store
 	splitAndWait(t, tc, topic, seg, 3, reader.b, follower.b)
 	tc.stop(primary)
-	p, err = reader.b.Fetch(ctx, broker.FetchRequest{Topic: topic, Cursor: p.Cursor, Max: 10})
+	p, err := reader.b.Fetch(ctx, broker.FetchRequest{Topic: topic, Cursor: p.Cursor, Max: 10})
 	if err != nil || len(p.Records) != 0 {
 		t.Fatalf("a reader caught up on a segment sealed since its plan: %d records, %v; want an empty page", len(p.Records), err)
 	}
@@ -153,17 +128,33 @@ func TestClusterPrimaryNotFoundStandsOverAnEmptyFollower(t *testing.T) {
 	for _, nd := range tc.nodes {
 		eventually(t, 10*time.Second, fmt.Sprintf("%s on node %d", topic, nd.id), func() error { return hasTopics(nd.b, topic) })
 	}
+	seg, primary, _, reader, p := readThreeThroughANonHolder(t, tc, topic)
+	if err := primary.b.DeleteLocalFile(seg.ID); err != nil {
+		t.Fatal(err)
+	}
+	p, err := reader.b.Fetch(ctx, broker.FetchRequest{Topic: topic, Cursor: p.Cursor, Max: 10})
+	if err != nil || len(p.Records) != 0 {
+		t.Fatalf("the primary has no file, a follower nothing past the reader: %d records, %v; want an empty page", len(p.Records), err)
+	}
+}
+
+// readThreeThroughANonHolder produces three records into topic, whose
+// active segment must have two replicas, waits until its follower serves
+// them, and reads them through the third node, which holds no copy. It
+// answers the segment, its primary, follower and reader, and the page.
+func readThreeThroughANonHolder(t *testing.T, tc *testCluster, topic string) (seg broker.SegmentDescription, primary, follower, reader *clusterNode, p broker.Page) {
+	t.Helper()
+	ctx := t.Context()
 	for i := range 3 {
 		if _, err := tc.nodes[0].b.Produce(ctx, topic, []broker.Record{rec("k", fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	seg := activeSegment(t, tc.nodes[0].b, topic)
+	seg = activeSegment(t, tc.nodes[0].b, topic)
 	if len(seg.Replicas) != 2 {
 		t.Fatalf("segment %d: replicas %v; want two", seg.ID, seg.Replicas)
 	}
-	primary, follower := nodeNamed(t, tc, seg.Replicas[0]), nodeNamed(t, tc, seg.Replicas[1])
-	var reader *clusterNode
+	primary, follower = nodeNamed(t, tc, seg.Replicas[0]), nodeNamed(t, tc, seg.Replicas[1])
 	for _, nd := range tc.nodes {
 		if nd != primary && nd != follower {
 			reader = nd
@@ -179,11 +170,5 @@ func TestClusterPrimaryNotFoundStandsOverAnEmptyFollower(t *testing.T) {
 	if err != nil || len(p.Records) != 3 {
 		t.Fatalf("first page: %d records, %v", len(p.Records), err)
 	}
-	if err := primary.b.DeleteLocalFile(seg.ID); err != nil {
-		t.Fatal(err)
-	}
-	p, err = reader.b.Fetch(ctx, broker.FetchRequest{Topic: topic, Cursor: p.Cursor, Max: 10})
-	if err != nil || len(p.Records) != 0 {
-		t.Fatalf("the primary has no file, a follower nothing past the reader: %d records, %v; want an empty page", len(p.Records), err)
-	}
+	return seg, primary, follower, reader, p
 }
