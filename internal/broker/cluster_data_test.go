@@ -18,6 +18,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/broker"
 	"github.com/malachi-log/malachi/internal/keyspace"
+	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/vfs"
 	"github.com/malachi-log/malachi/pkg/client"
 )
@@ -26,12 +27,29 @@ import (
 // of tc knows it.
 func (tc *testCluster) createEverywhere(nd *clusterNode, topic string, ranges int) {
 	tc.t.Helper()
-	eventually(tc.t, 20*time.Second, "create "+topic, func() error { return nd.b.CreateTopic(tc.t.Context(), topic, 0, ranges) })
+	createRetried(tc.t, nd.b, topic, ranges)
 	for _, o := range tc.nodes {
 		if o.b != nil {
 			eventually(tc.t, 10*time.Second, fmt.Sprintf("%s on node %d", topic, o.id), func() error { return hasTopics(o.b, topic) })
 		}
 	}
+}
+
+// createRetried creates topic through b, trying again while the
+// attempts fail. An attempt answered metadata_unavailable may still have
+// been applied, so already_exists after a failed attempt is that
+// attempt's success; on the first attempt it is a test's mistake.
+func createRetried(t testing.TB, b *broker.Broker, topic string, ranges int) {
+	t.Helper()
+	failed := false
+	eventually(t, 20*time.Second, "create "+topic, func() error {
+		err := b.CreateTopic(t.Context(), topic, 0, ranges)
+		if failed && errors.Is(err, metadata.ErrAlreadyExists) {
+			return nil
+		}
+		failed = failed || err != nil
+		return err
+	})
 }
 
 // readAll fetches topic from the start through b until want records were

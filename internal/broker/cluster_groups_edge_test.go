@@ -82,7 +82,7 @@ func TestGroupsEdgeNodeGroupLimitsHoldAcrossVnodes(t *testing.T) {
 	var topics []string
 	for v := range 4 {
 		name := inVnode("quota", v)
-		eventually(t, 20*time.Second, "create "+name, func() error { return nd.b.CreateTopic(t.Context(), name, 0, 2) })
+		createRetried(t, nd.b, name, 2)
 		topics = append(topics, name)
 	}
 	mallory := broker.Identity{User: "mallory", Perms: []string{"consume"}}

@@ -16,7 +16,7 @@ import (
 func groupTopic(t *testing.T, tc *testCluster, prefix string) (string, []uint64) {
 	t.Helper()
 	name := inVnode0(prefix)
-	eventually(t, 20*time.Second, "create "+name, func() error { return tc.nodes[0].b.CreateTopic(t.Context(), name, 0, 8) })
+	createRetried(t, tc.nodes[0].b, name, 8)
 	for _, nd := range tc.nodes {
 		eventually(t, 10*time.Second, fmt.Sprintf("%s on node %d", name, nd.id), func() error { return hasTopics(nd.b, name) })
 	}
@@ -225,7 +225,7 @@ func BenchmarkClusterMemberHeartbeat(b *testing.B) {
 	tc := startCluster(b, 3)
 	tc.waitVoters(3)
 	name := inVnode0("bench")
-	eventually(b, 20*time.Second, "create "+name, func() error { return tc.nodes[0].b.CreateTopic(b.Context(), name, 0, 8) })
+	createRetried(b, tc.nodes[0].b, name, 8)
 	leader := tc.leaderOf(tc.nodes[0], "vnode-0")
 	other := tc.nodes[0]
 	if other == leader {

@@ -23,9 +23,9 @@ func TestCopyCallAnswersOnlySealedUndamagedCopiesWithinBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	segs := d.Ranges[0].Segments
-	sealed, active := segs[0], segs[len(segs)-1]
-	if sealed.Active || !active.Active {
-		t.Fatalf("want a sealed first and an active last segment: %+v", segs)
+	sealed, active := tc.wholeSealed(n1.b, "copycall"), segs[len(segs)-1]
+	if !active.Active {
+		t.Fatalf("want an active last segment: %+v", segs)
 	}
 	holder := tc.node(sealed.Replicas[len(sealed.Replicas)-1])
 	call := func(seg, from, max uint64) (dataplane.CopyAnswer, error) {

@@ -21,18 +21,15 @@ import (
 var idleHeal = broker.HealConfig{DeadAfter: time.Hour, Interval: time.Hour, ScrubInterval: time.Hour}
 
 // rebuildSetup is a three-node cluster with one sealed segment of topic
-// held by all three, and the holder that will rebuild: the last listed.
+// held whole by all three, and the holder that will rebuild: the last
+// listed.
 func rebuildSetup(t *testing.T, topic string) (*testCluster, broker.SegmentDescription, *clusterNode, []string) {
 	t.Helper()
 	tc := startHealCluster(t, 3, 2<<10, idleHeal)
 	n1 := tc.nodes[0]
 	tc.createEverywhere(n1, topic, 1)
 	want := produceSealed(t, n1.b, topic, 40)
-	seg := sealedSegments(t, n1.b, topic)[0]
-	if len(seg.Replicas) != 3 {
-		t.Fatalf("segment %d has replicas %v, want three", seg.ID, seg.Replicas)
-	}
-	eventually(t, 20*time.Second, "every copy sealed and whole", func() error { return tc.copiesWhole(seg) })
+	seg := tc.wholeSealed(n1.b, topic)
 	return tc, seg, tc.node(seg.Replicas[2]), want
 }
 

@@ -3,7 +3,6 @@ package broker_test
 import (
 	"fmt"
 	"testing"
-	"time"
 )
 
 // A write acknowledged by a node must be visible to the next request on
@@ -15,7 +14,7 @@ import (
 func TestClusterFollowerReadsItsOwnMetadataWrites(t *testing.T) {
 	tc := startCluster(t, 3)
 	ctx := t.Context()
-	eventually(t, 20*time.Second, "first create", func() error { return tc.nodes[0].b.CreateTopic(ctx, inVnode0("warm"), 0, 1) })
+	createRetried(t, tc.nodes[0].b, inVnode0("warm"), 1)
 	tc.waitVoters(3)
 	leader := tc.leaderOf(tc.nodes[0], "vnode-0")
 	var follower *clusterNode

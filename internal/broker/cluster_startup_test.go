@@ -48,7 +48,7 @@ func (tc *testCluster) openWith(nd *clusterNode, cfg broker.Config, within time.
 func TestClusterNodeRestartsWhileItsPeersAreDown(t *testing.T) {
 	tc := startCluster(t, 2)
 	ctx := t.Context()
-	eventually(t, 20*time.Second, "create kept", func() error { return tc.nodes[1].b.CreateTopic(ctx, "kept", 0, 1) })
+	createRetried(t, tc.nodes[1].b, "kept", 1)
 	tc.waitVoters(2)
 	for _, nd := range tc.nodes {
 		eventually(t, 10*time.Second, fmt.Sprintf("kept on node %d", nd.id), func() error { return hasTopics(nd.b, "kept") })
@@ -103,7 +103,7 @@ func TestClusterBootstrapCutShortAfterTheLogWasCreated(t *testing.T) {
 		t.Fatalf("restart after a first start cut short before the bootstrap was recorded: %v", err)
 	}
 	defer b.Close()
-	eventually(t, 20*time.Second, "create on the finished bootstrap", func() error { return b.CreateTopic(t.Context(), "t", 0, 1) })
+	createRetried(t, b, "t", 1)
 }
 
 // Node 1 was started without Join (it bootstrapped the cluster) and loses
@@ -117,8 +117,7 @@ func TestClusterBootstrapCutShortAfterTheLogWasCreated(t *testing.T) {
 // it as node 1's replica.
 func TestClusterWipedBootstrapNodeStaysOutOfTheOldCluster(t *testing.T) {
 	tc := startCluster(t, 3)
-	ctx := t.Context()
-	eventually(t, 20*time.Second, "create old-topic", func() error { return tc.nodes[1].b.CreateTopic(ctx, "old-topic", 0, 1) })
+	createRetried(t, tc.nodes[1].b, "old-topic", 1)
 	tc.waitVoters(3)
 	wiped := tc.nodes[0]
 	tc.stop(wiped)

@@ -20,7 +20,7 @@ import (
 func TestClusterTTLStampedOnceAndFilteredEverywhere(t *testing.T) {
 	tc := startCluster(t, 3)
 	ctx := context.Background()
-	eventually(t, 20*time.Second, "create ttl", func() error { return tc.nodes[0].b.CreateTopic(ctx, "ttl", 0, 1) })
+	createRetried(t, tc.nodes[0].b, "ttl", 1)
 	for _, nd := range tc.nodes {
 		eventually(t, 10*time.Second, fmt.Sprintf("topic on node %d", nd.id), func() error { return hasTopics(nd.b, "ttl") })
 	}
