@@ -252,7 +252,7 @@ func TestClusterMetadataThroughAnyNode(t *testing.T) {
 	ctx := t.Context()
 	for i, nd := range tc.nodes {
 		name := fmt.Sprintf("orders-%d", i+1)
-		eventually(t, 20*time.Second, "create "+name, func() error { return nd.b.CreateTopic(ctx, name, 0, 1) })
+		createRetried(t, nd.b, name, 1)
 	}
 	for _, nd := range tc.nodes {
 		eventually(t, 10*time.Second, fmt.Sprintf("topics on node %d", nd.id), func() error {
@@ -390,7 +390,7 @@ func TestClusterMetadataThroughAnyNode(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	tc := startCluster(t, 3)
 	ctx := t.Context()
-	eventually(t, 20*time.Second, "create before", func() error { return tc.nodes[0].b.CreateTopic(ctx, "before", 0, 1) })
+	createRetried(t, tc.nodes[0].b, "before", 1)
 	tc.waitVoters(3)
 
 	leader := tc.leaderOf(tc.nodes[0], "vnode-0")
@@ -401,7 +401,7 @@ func TestClusterFailover(t *testing.T) {
 	for _, nd := range survivors {
 		name := inVnode0(fmt.Sprintf("after-leader-%d", nd.id))
 		committed = append(committed, name)
-		eventually(t, 20*time.Second, "create "+name, func() error { return nd.b.CreateTopic(ctx, name, 0, 1) })
+		createRetried(t, nd.b, name, 1)
 		t.Logf("create through node %d done %v after vnode-0's leader began to stop", nd.id, time.Since(stopped))
 	}
 
@@ -421,7 +421,7 @@ func TestClusterFailover(t *testing.T) {
 	for _, nd := range tc.nodes {
 		eventually(t, 30*time.Second, fmt.Sprintf("node %d caught up", nd.id), func() error { return hasTopics(nd.b, committed...) })
 	}
-	eventually(t, 20*time.Second, "create after the restart", func() error { return leader.b.CreateTopic(ctx, "after-restart", 0, 1) })
+	createRetried(t, leader.b, "after-restart", 1)
 
 	// Node 3 loses its data directory and comes back under its id.
 	wiped := tc.nodes[2]

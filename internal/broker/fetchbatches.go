@@ -8,6 +8,7 @@ import (
 
 	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/keyspace"
+	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/storage/segment"
 )
@@ -165,7 +166,8 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 				bg.full = true
 				break
 			}
-			buf, rb, _, err := b.readSegmentPooled(pr.ctx, seg, start, min(bg.bytes, segmentRead), ^uint64(0))
+			asked, left := min(bg.bytes, segmentRead), bg.bytes
+			buf, rb, _, err := b.readSegmentPooled(pr.ctx, seg, start, asked, ^uint64(0))
 			pr.hold.add(rb)
 			switch {
 			case seg.Active && errors.Is(err, storage.ErrNotFound):
@@ -186,6 +188,15 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 			if pr.scanned(len(buf), bg) {
 				return start, false, out, nil
 			}
+			if asked == left && left-bg.bytes == len(buf) && len(buf) < asked && b.nextWontFit(seg, start, bg) {
+				// The read had the whole budget and every byte of it was
+				// taken as stored, so it stopped short at a batch larger
+				// than what is left: reading that batch now would only
+				// leave it for a later page.
+				bg.full = true
+				pr.refused = max(pr.refused, bg.bytes+1)
+				break
+			}
 		}
 		if bg.spent() || seg.Active {
 			return start, false, out, nil
@@ -193,6 +204,26 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 		start = max(start, seg.End)
 	}
 	return max(start, src.trimmed), !src.active, out, nil
+}
+
+// nextWontFit says the batch of seg at offset next, which a read that
+// stopped short of its budget left out, would be left again by the next
+// read: the budget took a batch already, no batch can pass its record
+// bound (a stored batch holds fewer records than bytes), and seg holds a
+// durable batch from next on, so the read stopped at a batch that did
+// not fit, not at the end. A copy bounded by a watermark it learns from
+// others is never answered for here: it reads on as before.
+func (b *Broker) nextWontFit(seg metadata.Segment, next uint64, bg *budget) bool {
+	switch {
+	case !bg.took || bg.spent() || bg.hard() < segment.MaxBatchSize:
+		return false
+	case !seg.Active:
+		return next < seg.End
+	case replicated(seg) || !b.holds(seg):
+		return false
+	}
+	_, durable, err := b.store.Ends(storage.SegmentID(seg.ID))
+	return err == nil && next < durable
 }
 
 // batchFilter decides, batch by batch, what of one source a reader gets.
@@ -240,15 +271,18 @@ func newBatchFilter(p *plan, src *source, entries []cursor.Entry, lin lineage, n
 // fits bg.firstBytes; after that, a batch that would overrun the byte
 // budget marks the budget full and is left for the next page.
 func (f *batchFilter) add(buf []byte, start uint64, bg *budget, out []RangeBatch) ([]RangeBatch, uint64, error) {
-	batches, err := segment.SplitBatches(buf)
-	if err != nil {
-		return out, start, err
-	}
-	for _, batch := range batches {
-		h, err := segment.ParseHeader(batch)
+	// Walked in place rather than split first: a page over many ranges
+	// holds hundreds of small batches, and each header is parsed once.
+	for rest := buf; len(rest) > 0; {
+		h, err := segment.ParseHeader(rest)
 		if err != nil {
 			return out, start, err
 		}
+		if h.Length > len(rest) {
+			return out, start, segment.ErrShortBatch
+		}
+		batch := rest[:h.Length:h.Length]
+		rest = rest[h.Length:]
 		f.last = len(batch)
 		// A batch without the expiry flag costs nothing more here; one
 		// whose records have all expired is passed over like another

@@ -15,7 +15,7 @@ import (
 // opens.
 type readCountFS struct {
 	vfs.FS
-	read atomic.Int64
+	read, calls atomic.Int64
 }
 
 type readCountFile struct {
@@ -34,6 +34,7 @@ func (c *readCountFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.Fil
 func (f *readCountFile) ReadAt(p []byte, off int64) (int, error) {
 	n, err := f.File.ReadAt(p, off)
 	f.fs.read.Add(int64(n))
+	f.fs.calls.Add(1)
 	return n, err
 }
 
@@ -124,5 +125,80 @@ func TestFetchBatchesLargeBatchesReadAboutWhatIsReturned(t *testing.T) {
 	t.Logf("read %d bytes to return %d", read, stored)
 	if read > 2*int64(stored) {
 		t.Fatalf("read %d bytes to return %d", read, stored)
+	}
+}
+
+// A range's read that stops short of its share stops at a batch that did
+// not fit what is left of it: reading that batch again would only leave
+// it for a later page. With small batches of mixed sizes over many ranges
+// (most visits end so), every visit that takes batches costs one read of
+// the store, and the pages still hold every record once, in order.
+func TestFetchBatchesShareEndsWithoutReadingTheBatchLeft(t *testing.T) {
+	const (
+		ranges   = 32
+		perRange = 60
+		maxBytes = 256 << 10 // a share of 16 KiB per range
+	)
+	fs := &readCountFS{FS: vfs.NewMem()}
+	b, err := Open(context.Background(), Config{DataDir: "/data", FS: fs, FetchMaxBytes: maxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.CreateTopic(ctx, "t", 8, ranges); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, _ := b.Routes("t")
+	for i := 0; i < perRange; i++ {
+		var batches []RangeBatch
+		for k, rr := range routes {
+			// 1 to 6 KiB, a different size per range and round.
+			value := bytes.Repeat([]byte("v"), 1<<10*(1+(i*7+k*3)%6))
+			batch, err := segment.EncodeBatch(nil, 0, []Record{{Value: value, Timestamp: int64(i)}}, segment.CodecNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batches = append(batches, RangeBatch{Range: rr.Range, Batch: batch})
+		}
+		if _, err := produceBatches(t, b, "t", batches); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	got := map[uint64][]int64{}
+	var cursor *string
+	for page := 0; page < 8; page++ { // every range still has records to read
+		calls := fs.calls.Load()
+		p, err := b.FetchBatches(ctx, FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Cursor: cursor}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = fs.calls.Load() - calls
+		cursor = p.Cursor
+		// Each visit appends its batches in one run.
+		visits := 0
+		for i, rb := range p.Batches {
+			if i == 0 || p.Batches[i-1].Range != rb.Range {
+				visits++
+			}
+			recs, err := segment.DecodeRecords(rb.Batch, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				got[rb.Range] = append(got[rb.Range], r.Timestamp)
+			}
+		}
+		if calls > int64(visits) {
+			t.Fatalf("page %d: %d reads of the store for %d visits of ranges", page, calls, visits)
+		}
+	}
+	for rr, ts := range got {
+		for i, x := range ts {
+			if x != int64(i) {
+				t.Fatalf("range %d: records of rounds %v, want 0, 1, 2, ...", rr, ts)
+			}
+		}
 	}
 }

@@ -16,9 +16,10 @@ import (
 //     lists) across pages and readers, and refreshes a range's plan only
 //     when a read of it reaches the end of what the plan knows, instead of
 //     copying every range's segment list out of the metadata per page;
-//   - entrySet groups a reader's cursor entries by source range, so reading
-//     a range looks at and advances its own lineage's entries only, instead
-//     of scanning and re-sorting one entry per range for every range read;
+//   - entrySet keeps a reader's cursor entries in canonical order and finds
+//     a range's by binary search, so reading a range looks at and advances
+//     its own lineage's entries only, in place, instead of scanning and
+//     re-sorting one entry per range for every range read or page answered;
 //   - a range found at its durable end is remembered with the topic's
 //     append generation, and skipped without a store read until something
 //     is appended: pages fill from ranges that have data.
@@ -240,29 +241,45 @@ func (p *plan) withSegments(segs []metadata.Segment) *plan {
 	return &q
 }
 
-// entrySet is a reader's cursor entries grouped by source. Reading a range
-// takes the entries of its sources, advances them, and puts them back;
-// what every other range's entries say is left untouched, as the cursor
-// functions would leave it.
+// entrySet is a reader's cursor entries, kept in canonical order for the
+// whole page. Reading a range takes the entries of its sources, advances
+// them, and puts them back; what every other range's entries say is left
+// untouched, as the cursor functions would leave it. A source's entries
+// are one run of the order, found by binary search; a put that keeps each
+// source's count (the usual case: a range's one entry moves on) writes
+// them in place, so a page over a thousand ranges neither groups its
+// cursor into a table nor sorts it again to answer (both grew with the
+// ranges, not with the records read).
 type entrySet struct {
-	by map[uint64][]cursor.Entry
-	n  int
+	all []cursor.Entry // canonical order; the set's own copy
 }
 
 func newEntrySet(entries []cursor.Entry) *entrySet {
-	s := &entrySet{by: make(map[uint64][]cursor.Entry, len(entries))}
-	for _, e := range entries {
-		s.by[e.Source] = append(s.by[e.Source], e)
+	all := slices.Clone(entries)
+	if !slices.IsSortedFunc(all, cursor.Compare) {
+		// Stable: equal entries keep the order they came in, so a set
+		// answers the same list for the same cursor every time.
+		slices.SortStableFunc(all, cursor.Compare)
 	}
-	s.n = len(entries)
-	return s
+	return &entrySet{all: all}
+}
+
+// run returns the bounds of source id's entries in s.all.
+func (s *entrySet) run(id uint64) (lo, hi int) {
+	lo, _ = slices.BinarySearchFunc(s.all, id, func(e cursor.Entry, id uint64) int { return cmp.Compare(e.Source, id) })
+	hi = lo
+	for hi < len(s.all) && s.all[hi].Source == id {
+		hi++
+	}
+	return lo, hi
 }
 
 // take returns the entries of the given sources, in canonical order.
 func (s *entrySet) take(ids []uint64) []cursor.Entry {
 	var out []cursor.Entry
 	for _, id := range ids {
-		out = append(out, s.by[id]...)
+		lo, hi := s.run(id)
+		out = append(out, s.all[lo:hi]...)
 	}
 	return cursor.Canonical(out)
 }
@@ -270,24 +287,59 @@ func (s *entrySet) take(ids []uint64) []cursor.Entry {
 // put replaces the entries of the given sources with entries (each of
 // which must be of one of them).
 func (s *entrySet) put(ids []uint64, entries []cursor.Entry) {
+	if s.putInPlace(ids, entries) {
+		return
+	}
+	// A source's count changed (a reader's first entry of a range, an
+	// ancestor's entries folded into the range's): its run is cut out
+	// and the new entries go in at their place, the set's own slice
+	// growing as appends do.
 	for _, id := range ids {
-		s.n -= len(s.by[id])
-		delete(s.by, id)
+		lo, hi := s.run(id)
+		s.all = slices.Delete(s.all, lo, hi)
 	}
 	for _, e := range entries {
-		s.by[e.Source] = append(s.by[e.Source], e)
+		at, _ := slices.BinarySearchFunc(s.all, e, cursor.Compare)
+		for at < len(s.all) && cursor.Compare(s.all[at], e) == 0 {
+			at++ // after its equals, as a stable sort would place it
+		}
+		s.all = slices.Insert(s.all, at, e)
 	}
-	s.n += len(entries)
 }
 
-// list returns every entry in canonical order.
-func (s *entrySet) list() []cursor.Entry {
-	out := make([]cursor.Entry, 0, s.n)
-	for _, es := range s.by {
-		out = append(out, es...)
+// putInPlace is put when every source keeps its number of entries, and
+// entries are canonical: each source's run is overwritten where it lies.
+// It says whether it did so; if not, s is unchanged.
+func (s *entrySet) putInPlace(ids []uint64, entries []cursor.Entry) bool {
+	n := 0
+	for _, id := range ids {
+		lo, hi := s.run(id)
+		n += hi - lo
 	}
-	slices.SortFunc(out, func(a, b cursor.Entry) int {
-		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.SliceStart, b.SliceStart), cmp.Compare(a.SliceBits, b.SliceBits))
-	})
-	return out
+	if n != len(entries) || !slices.IsSortedFunc(entries, cursor.Compare) {
+		return false
+	}
+	for i := 0; i < len(entries); {
+		j := i + 1
+		for j < len(entries) && entries[j].Source == entries[i].Source {
+			j++
+		}
+		lo, hi := s.run(entries[i].Source)
+		if hi-lo != j-i || !slices.Contains(ids, entries[i].Source) {
+			return false
+		}
+		i = j
+	}
+	for i := 0; i < len(entries); {
+		lo, hi := s.run(entries[i].Source)
+		copy(s.all[lo:hi], entries[i:i+hi-lo])
+		i += hi - lo
+	}
+	return true
+}
+
+// list returns every entry in canonical order. The set is not used after
+// it: the slice is its own.
+func (s *entrySet) list() []cursor.Entry {
+	return s.all
 }

@@ -80,11 +80,22 @@ func compareEntries(a, b Entry) int {
 	return cmp.Compare(a.SliceBits, b.SliceBits)
 }
 
+// Compare orders entries canonically: by Source, then SliceStart, then
+// SliceBits; Offset is not compared.
+func Compare(a, b Entry) int { return compareEntries(a, b) }
+
 // Canonical returns a new slice holding entries sorted by (Source,
 // SliceStart, SliceBits), with entries equal in those three fields merged into
 // one carrying their highest Offset. The input is not modified.
 func Canonical(entries []Entry) []Entry {
 	out := slices.Clone(entries)
+	if isCanonical(out) {
+		// The usual input (a decoded cursor, a page's entries): a
+		// reader's cursor holds an entry per range, and sorting a
+		// thousand sorted entries on every page cost more than the
+		// check.
+		return out
+	}
 	slices.SortFunc(out, func(a, b Entry) int {
 		if c := compareEntries(a, b); c != 0 {
 			return c
@@ -92,6 +103,17 @@ func Canonical(entries []Entry) []Entry {
 		return cmp.Compare(b.Offset, a.Offset) // highest Offset first survives
 	})
 	return slices.CompactFunc(out, func(a, b Entry) bool { return compareEntries(a, b) == 0 })
+}
+
+// isCanonical says entries are strictly increasing in canonical order:
+// sorted, with no two equal in (Source, SliceStart, SliceBits).
+func isCanonical(entries []Entry) bool {
+	for i := 1; i < len(entries); i++ {
+		if compareEntries(entries[i-1], entries[i]) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Encode returns the canonical, authenticated text form of c. It does not

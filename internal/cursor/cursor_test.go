@@ -1,6 +1,7 @@
 package cursor
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -373,4 +374,45 @@ func TestCursorSizeWithManyRanges(t *testing.T) {
 			t.Fatalf("%d ranges: decode: %d entries, %v", tc.ranges, len(got.Entries), err)
 		}
 	}
+}
+
+// TestPropCanonical checks Canonical against its definition (sort by
+// source, slice start and slice bits; of entries equal in those, keep the
+// highest offset), on entries drawn in any order and on entries already
+// sorted, with and without duplicates: the sorted input takes a shortcut
+// that must give the same answer, never a slice that shares the input.
+func TestPropCanonical(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(0, 30).Draw(t, "n")
+		in := make([]Entry, 0, n)
+		for range n {
+			in = append(in, e(rapid.Uint64Range(0, 4).Draw(t, "source"), rapid.Uint64Range(0, 3).Draw(t, "idx")<<2,
+				2, rapid.Uint64Range(0, 9).Draw(t, "offset")))
+		}
+		if rapid.Bool().Draw(t, "presorted") {
+			slices.SortFunc(in, Compare)
+		}
+		orig := slices.Clone(in)
+		want := slices.Clone(in)
+		slices.SortStableFunc(want, func(a, b Entry) int {
+			if c := Compare(a, b); c != 0 {
+				return c
+			}
+			return cmp.Compare(b.Offset, a.Offset)
+		})
+		want = slices.CompactFunc(want, func(a, b Entry) bool { return Compare(a, b) == 0 })
+		got := Canonical(in)
+		if !slices.Equal(got, want) {
+			t.Fatalf("Canonical(%v) = %v, want %v", orig, got, want)
+		}
+		if !slices.Equal(in, orig) {
+			t.Fatalf("Canonical modified its input: %v, was %v", in, orig)
+		}
+		if len(got) > 0 {
+			got[0].Offset++
+			if in[0] == got[0] {
+				t.Fatal("Canonical's answer shares the input's array")
+			}
+		}
+	})
 }

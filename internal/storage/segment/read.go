@@ -37,8 +37,15 @@ const maxReadAhead = 256 << 10
 //
 // Both are bounded by maxReadAhead past the interval's walk; a batch
 // larger than that costs a second pread of its remainder only (readSpan).
-func (s *Segment) readChunk(maxBytes int, pos, next, limit int64) int {
+// When the batch at pos is the one the read starts with (at), there is
+// no walk to allow for: a reader that took whole batches stands at a
+// batch's base, which is often an indexed one, and the interval's
+// allowance was then read past the end of what it asked for and dropped.
+func (s *Segment) readChunk(maxBytes int, pos, next, limit int64, at bool) int {
 	walk := s.interval + 2*HeaderSize
+	if at {
+		walk = 0
+	}
 	if next <= pos || next > limit {
 		next = limit
 	}

@@ -143,3 +143,41 @@ func TestReadBatchLargerThanReadAheadReadOnce(t *testing.T) {
 		}
 	}
 }
+
+// A reader that took whole batches stands at a batch's base; when that
+// batch is an indexed one, the read starts there and has no headers to
+// walk, so it asks the file for what it returns (up to the batch that
+// would not fit) and not an interval more. From a base the index does not
+// hold, the walk's allowance is read as before, and the answer is the
+// same.
+func TestReadFromIndexedBatchReadsNoWalk(t *testing.T) {
+	fs := &countFS{FS: vfs.NewMem()}
+	s := newSeg(t, fs, 0, Options{})
+	var batches [][]byte
+	for i := range 12 {
+		batches = append(batches, bigBatch(t, uint64(i*10), 10, 600)) // about 6 KiB each, every one indexed
+	}
+	appendSync(t, s, batches...)
+	if len(batches[0]) < s.interval {
+		t.Fatalf("test batches of %d bytes are not each indexed (interval %d)", len(batches[0]), s.interval)
+	}
+	maxBytes := 3*len(batches[0]) + len(batches[0])/2
+	buf, next, reads, read := readCounted(t, fs, s, 40, maxBytes)
+	want := bytes.Join(batches[4:7], nil)
+	if !bytes.Equal(buf, want) || next != 70 {
+		t.Fatalf("got %d bytes, next %d; want batches 4-6 (%d bytes), next 70", len(buf), next, len(want))
+	}
+	if reads != 1 || read > int64(maxBytes) {
+		t.Fatalf("%d preads of %d bytes for a read of at most %d", reads, read, maxBytes)
+	}
+
+	// From inside batch 4 the read walks from the indexed batch, and
+	// still gets whole batches from 4 on.
+	buf, next, reads, read = readCounted(t, fs, s, 45, maxBytes)
+	if !bytes.Equal(buf, want) || next != 70 || reads != 1 {
+		t.Fatalf("inside: got %d bytes, next %d, %d preads", len(buf), next, reads)
+	}
+	if read <= int64(maxBytes) {
+		t.Fatalf("inside: read %d bytes, no room for the walk", read)
+	}
+}
