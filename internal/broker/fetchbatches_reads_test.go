@@ -49,17 +49,8 @@ func TestFetchBatchesLargeBatchesReadAboutWhatIsReturned(t *testing.T) {
 		rounds   = 3
 		maxBytes = 1 << 20
 	)
-	fs := &readCountFS{FS: vfs.NewMem()}
-	b, err := Open(context.Background(), Config{DataDir: "/data", FS: fs, FetchMaxBytes: maxBytes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	fs, b, routes := countedReadsTopic(t, ranges, maxBytes)
 	ctx := context.Background()
-	if err := b.CreateTopic(ctx, "t", 8, ranges); err != nil {
-		t.Fatal(err)
-	}
-	_, routes, _ := b.Routes("t")
 	if len(routes) != ranges {
 		t.Fatalf("%d routes, want %d", len(routes), ranges)
 	}
@@ -139,17 +130,8 @@ func TestFetchBatchesShareEndsWithoutReadingTheBatchLeft(t *testing.T) {
 		perRange = 60
 		maxBytes = 256 << 10 // a share of 16 KiB per range
 	)
-	fs := &readCountFS{FS: vfs.NewMem()}
-	b, err := Open(context.Background(), Config{DataDir: "/data", FS: fs, FetchMaxBytes: maxBytes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	fs, b, routes := countedReadsTopic(t, ranges, maxBytes)
 	ctx := context.Background()
-	if err := b.CreateTopic(ctx, "t", 8, ranges); err != nil {
-		t.Fatal(err)
-	}
-	_, routes, _ := b.Routes("t")
 	for i := 0; i < perRange; i++ {
 		var batches []RangeBatch
 		for k, rr := range routes {
@@ -201,4 +183,22 @@ func TestFetchBatchesShareEndsWithoutReadingTheBatchLeft(t *testing.T) {
 			}
 		}
 	}
+}
+
+// countedReadsTopic opens a broker on an in-memory disk that counts its
+// reads, with pages of at most maxBytes, and creates topic "t" of ranges
+// ranges; the broker closes with the test.
+func countedReadsTopic(t *testing.T, ranges, maxBytes int) (*readCountFS, *Broker, []RouteRange) {
+	t.Helper()
+	fs := &readCountFS{FS: vfs.NewMem()}
+	b, err := Open(context.Background(), Config{DataDir: "/data", FS: fs, FetchMaxBytes: maxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.CreateTopic(context.Background(), "t", 8, ranges); err != nil {
+		t.Fatal(err)
+	}
+	_, routes, _ := b.Routes("t")
+	return fs, b, routes
 }
