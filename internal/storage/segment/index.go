@@ -62,14 +62,23 @@ func (x *Index) Lookup(off uint64) (pos int64, ok bool) {
 // before it: with batches larger than the interval, every batch is
 // indexed and [pos, next) is exactly the batch holding off.
 func (x *Index) LookupSpan(off uint64) (pos, next int64, ok bool) {
+	pos, next, ok, _ = x.lookupSpanAt(off)
+	return pos, next, ok
+}
+
+// lookupSpanAt is LookupSpan also saying whether the indexed batch at pos
+// has base offset off (at): a read from off then starts with it, with no
+// headers to walk.
+func (x *Index) lookupSpanAt(off uint64) (pos, next int64, ok, at bool) {
 	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].Offset > off })
 	if i < len(x.entries) {
 		next = x.entries[i].Pos
 	}
 	if i == 0 {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
-	return x.entries[i-1].Pos, next, true
+	e := x.entries[i-1]
+	return e.Pos, next, true, e.Offset == off
 }
 
 // SeekTime returns where a walk of batch headers must start to find the

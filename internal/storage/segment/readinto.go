@@ -1,10 +1,5 @@
 package segment
 
-import (
-	"cmp"
-	"slices"
-)
-
 // Buffers lends a read the memory it reads into. Get returns a buffer of
 // at least n bytes (its contents are not assumed zero); Put takes back one
 // the read no longer needs, which the read then never touches again.
@@ -36,8 +31,7 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 	defer s.io.RUnlock()
 	s.mu.RLock()
 	d := s.durable
-	pos, nextPos, ok := s.idx.LookupSpan(from)
-	at := ok && indexedAt(&s.idx, from)
+	pos, nextPos, ok, at := s.idx.lookupSpanAt(from)
 	s.mu.RUnlock()
 	if !ok {
 		pos, nextPos = FileHeaderSize, 0
@@ -80,11 +74,4 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 		out, held = small[:cut:cut], small
 	}
 	return out, held, next, nil
-}
-
-// indexedAt says an indexed batch has base offset off: the lookup of off
-// lands on the batch a read from off starts with.
-func indexedAt(x *Index, off uint64) bool {
-	_, found := slices.BinarySearchFunc(x.entries, off, func(e IndexEntry, off uint64) int { return cmp.Compare(e.Offset, off) })
-	return found
 }
