@@ -70,7 +70,7 @@ func (s *Store) journalBody(round []request, groups []*group, of []int) (b []byt
 	for _, g := range groups {
 		g.pos = g.log.WriteEnd()
 	}
-	b = s.jr.begin()
+	b = s.jr.begin(journalBodySize(round, of))
 	for i, r := range round {
 		switch {
 		case r.tomb:
@@ -94,6 +94,24 @@ func (s *Store) journalBody(round []request, groups []*group, of []int) (b []byt
 		}
 	}
 	return b, any
+}
+
+// journalBodySize is how many bytes journalBody writes for round.
+func journalBodySize(round []request, of []int) int {
+	n := 0
+	for i, r := range round {
+		switch {
+		case r.tomb:
+			n += recordHeaderLen
+		case r.cut:
+			n += recordHeaderLen + 8
+		case r.create:
+			n += recordHeaderLen + 4
+		case of[i] >= 0:
+			n += recordHeaderLen + len(r.batch)
+		}
+	}
+	return n
 }
 
 func failGroups(groups []*group, err error) {

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -119,6 +120,12 @@ func appendRecordHeader(b []byte, kind byte, id SegmentID, pos int64, n int) []b
 	b = binary.LittleEndian.AppendUint64(b, uint64(pos))
 	return binary.LittleEndian.AppendUint32(b, uint32(n))
 }
+
+// maxKeptRound is the largest round buffer kept for the next round. At
+// 1,024 ranges, rounds of 4-16 MiB are common (a round's segment writes
+// take long, so the next round gathers more); reallocated for each, such
+// a round cost a fifth of the node's time in copies and page clearing.
+const maxKeptRound = 32 << 20
 
 // sealRound fills in the round header reserved at the start of b.
 func sealRound(b []byte, salt, seq uint64) {
@@ -242,9 +249,12 @@ func newSalt() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// begin starts a round's bytes: the header is filled in by write.
-func (j *journal) begin() []byte {
-	return append(j.buf[:0], make([]byte, roundHeaderLen)...)
+// begin starts a round's bytes, with room for n more: the header is
+// filled in by write. A round of many ranges' batches runs to megabytes;
+// grown by appends, its buffer was copied over and over.
+func (j *journal) begin(n int) []byte {
+	b := slices.Grow(j.buf[:0], roundHeaderLen+n)
+	return append(b, make([]byte, roundHeaderLen)...)
 }
 
 // write writes the round b (from begin) after the current file's rounds.
@@ -255,7 +265,7 @@ func (j *journal) write(b []byte) error {
 	}
 	j.size += int64(len(b))
 	j.round++
-	if cap(b) <= 8<<20 {
+	if cap(b) <= maxKeptRound {
 		j.buf = b[:0] // reuse, but do not pin huge buffers
 	}
 	return nil
