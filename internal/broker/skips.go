@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -41,11 +42,7 @@ func (s *skips) add(o skips) {
 // offsets (whatever the key), so the count is then an upper bound, capped
 // per source by what the source deleted over the offsets passed.
 func (b *Broker) skipsBetween(topicID uint64, before, after []cursor.Entry) skips {
-	bySource := make(map[uint64][]cursor.Entry, len(before))
-	for _, o := range before {
-		bySource[o.Source] = append(bySource[o.Source], o)
-	}
-	moved, fresh := movedEntries(bySource, after)
+	moved, fresh := movedEntries(bySource(before), after)
 	if len(moved) == 0 && len(fresh) == 0 {
 		return skips{}
 	}
@@ -93,11 +90,12 @@ type move struct {
 // that moved forward. An entry with no such entry before is the reader's
 // first position in that source: it missed nothing there, and it is
 // returned in fresh (it may mark an ancestor done: finishedEntries).
-// before is grouped by source, so a page costs O(entries).
-func movedEntries(before map[uint64][]cursor.Entry, after []cursor.Entry) (moved []move, fresh []cursor.Entry) {
+// before is sorted by source (bySource), so a page costs O(entries log
+// entries) and allocates nothing more.
+func movedEntries(before []cursor.Entry, after []cursor.Entry) (moved []move, fresh []cursor.Entry) {
 	for _, e := range after {
 		from, found, same := uint64(0), false, false
-		for _, o := range before[e.Source] {
+		for _, o := range sourceEntries(before, e.Source) {
 			if o.SliceStart <= e.SliceStart && entryEnd(o) >= entryEnd(e) {
 				from, found = max(from, o.Offset), true
 			}
@@ -111,6 +109,29 @@ func movedEntries(before map[uint64][]cursor.Entry, after []cursor.Entry) (moved
 		}
 	}
 	return moved, fresh
+}
+
+// bySource returns entries sorted by source: as they are when canonical,
+// which a reader's position keeps them (a map per page cost more than the
+// rest of the count at a thousand ranges), else a sorted copy.
+func bySource(entries []cursor.Entry) []cursor.Entry {
+	order := func(a, b cursor.Entry) int { return cmp.Compare(a.Source, b.Source) }
+	if slices.IsSortedFunc(entries, order) {
+		return entries
+	}
+	out := slices.Clone(entries)
+	slices.SortStableFunc(out, order)
+	return out
+}
+
+// sourceEntries returns the entries of src in sorted, sorted by source.
+func sourceEntries(sorted []cursor.Entry, src uint64) []cursor.Entry {
+	i, _ := slices.BinarySearchFunc(sorted, src, func(e cursor.Entry, s uint64) int { return cmp.Compare(e.Source, s) })
+	j := i
+	for j < len(sorted) && sorted[j].Source == src {
+		j++
+	}
+	return sorted[i:j]
 }
 
 // finishedEntries are the entries of before whose source the page read
