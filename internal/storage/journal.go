@@ -8,7 +8,6 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -253,7 +252,10 @@ func newSalt() uint64 {
 // filled in by write. A round of many ranges' batches runs to megabytes;
 // grown by appends, its buffer was copied over and over.
 func (j *journal) begin(n int) []byte {
-	b := slices.Grow(j.buf[:0], roundHeaderLen+n)
+	b := j.buf[:0]
+	if need := roundHeaderLen + n; cap(b) < need {
+		b = make([]byte, 0, need) // exactly: nothing to copy over
+	}
 	return append(b, make([]byte, roundHeaderLen)...)
 }
 
