@@ -113,6 +113,10 @@ type healState struct {
 	// behind: listed copies of sealed segments found unsealed below the
 	// seal, since when (unix ms); past a grace they count as damaged.
 	behind map[uint64]int64
+	// unsealed: listed copies of sealed segments that hold the whole
+	// segment but are not sealed (their seal timed out), since when
+	// (unix ms); past a grace their seal is tried again.
+	unsealed map[uint64]int64
 	// missing: sealed copies the metadata lists this node for and its
 	// store lacks, since when (unix ms); past a grace they count as
 	// damaged.
@@ -160,6 +164,7 @@ func (h *healState) init(cfg HealConfig, now int64) error {
 	h.unknown = map[uint64]int64{}
 	h.damaged = map[uint64]heal.Verdict{}
 	h.behind = map[uint64]int64{}
+	h.unsealed = map[uint64]int64{}
 	h.missing = map[uint64]int64{}
 	h.serve, h.scrubRead = serve, scrub
 	return nil

@@ -401,7 +401,7 @@ func (b *Broker) rollReplicatedLocked(h *head) error {
 // lacks).
 func (b *Broker) sealCopy(seg metadata.Segment) {
 	h := b.replicas()
-	if h == nil || !replicated(seg) || !b.holds(seg) {
+	if h == nil || !replicated(seg) || !b.holds(seg) || skipSealCopy.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(b.life, b.cluster.cfg.MetadataTimeout)

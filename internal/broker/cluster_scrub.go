@@ -68,8 +68,9 @@ func (b *Broker) scrubLoop(ctx context.Context) {
 // wait before the next step.
 func (b *Broker) scrubStep(ctx context.Context, s *heal.Scrubber) time.Duration {
 	now := b.nowMs()
-	copies, seals, behind := b.localSealedCopies()
+	copies, seals, behind, unsealed := b.localSealedCopies()
 	b.noteBehind(now, behind)
+	b.sealAgain(now, unsealed)
 	if err := s.Track(now, copies); err != nil {
 		b.log.Error("scrub: too many copies to track", "err", err)
 		return scrubIdle
@@ -114,8 +115,10 @@ func (b *Broker) scrubStep(ctx context.Context, s *heal.Scrubber) time.Duration 
 // localSealedCopies are the sealed copies this node holds and the
 // metadata lists it for, with their seals; behind are the copies it is
 // listed for whose segment is sealed but which stopped below the seal
-// unsealed (they missed the end of the segment; see sealCopy).
-func (b *Broker) localSealedCopies() (copies []heal.LocalCopy, seals map[uint64]heal.Seal, behind []uint64) {
+// unsealed (they missed the end of the segment; see sealCopy), and
+// unsealed those that reach the seal but were not sealed (sealCopy
+// failed or timed out).
+func (b *Broker) localSealedCopies() (copies []heal.LocalCopy, seals map[uint64]heal.Seal, behind, unsealed []uint64) {
 	self := clusterNodeName(b.cluster.cfg.NodeID)
 	seals = map[uint64]heal.Seal{}
 	for _, info := range b.store.List() {
@@ -131,9 +134,24 @@ func (b *Broker) localSealedCopies() (copies []heal.LocalCopy, seals map[uint64]
 			seals[id] = sealOf(seg)
 		case info.DurableEnd < seg.End:
 			behind = append(behind, id)
+		default:
+			unsealed = append(unsealed, id)
 		}
 	}
-	return copies, seals, behind
+	return copies, seals, behind, unsealed
+}
+
+// sealAgain seals the copies that have stayed whole but unsealed for the
+// grace: a seal that timed out is tried once when the metadata sealed the
+// segment, and such a copy would otherwise be neither scrubbed nor
+// counted behind until the node restarts. The grace leaves a seal just
+// applied by the metadata time to land.
+func (b *Broker) sealAgain(now int64, unsealed []uint64) {
+	for _, id := range b.pastGrace(b.cluster.heal.unsealed, now, unsealed) {
+		if seg, ok := b.segmentByID(id); ok && !seg.Active {
+			b.sealCopy(seg)
+		}
+	}
 }
 
 // noteBehind marks damaged (short) the copies that have stayed behind

@@ -14,6 +14,10 @@ import (
 // plane.
 var skipContentOnSeal atomic.Bool
 
+// skipSealCopy, set only by tests, makes holders skip sealing their
+// copies, as when SealCopy timed out.
+var skipSealCopy atomic.Bool
+
 // recordSealContent fills in what a failover's seal could not know: once
 // this node's copy of seg is sealed at the recorded end, its footer's
 // records, bytes, expiry and content hash go to the control plane

@@ -15,6 +15,14 @@ func (b *Broker) SealContentHashes(id uint64) (recorded, local uint64) {
 	return recorded, local
 }
 
+// SkipSealCopy makes holders leave their copies of sealed segments
+// unsealed, as a SealCopy that timed out does; the returned func restores
+// them.
+func SkipSealCopy() func() {
+	skipSealCopy.Store(true)
+	return func() { skipSealCopy.Store(false) }
+}
+
 // SkipContentOnSeal makes holders leave a failover seal's content to the
 // scrub; the returned func restores them.
 func SkipContentOnSeal() func() {
