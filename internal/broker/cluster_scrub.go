@@ -146,13 +146,18 @@ func (b *Broker) localSealedCopies() (copies []heal.LocalCopy, seals map[uint64]
 // segment, and such a copy would otherwise be neither scrubbed nor
 // counted behind until the node restarts. The grace leaves a seal just
 // applied by the metadata time to land.
+// Each may wait up to a metadata timeout, so a step takes a few at most.
 func (b *Broker) sealAgain(now int64, unsealed []uint64) {
-	for _, id := range b.pastGrace(b.cluster.heal.unsealed, now, unsealed) {
+	due := b.pastGrace(b.cluster.heal.unsealed, now, unsealed)
+	for _, id := range due[:min(len(due), sealAgainPerStep)] {
 		if seg, ok := b.segmentByID(id); ok && !seg.Active {
 			b.sealCopy(seg)
 		}
 	}
 }
+
+// sealAgainPerStep bounds the seals one scrub step tries again.
+const sealAgainPerStep = 8
 
 // noteBehind marks damaged (short) the copies that have stayed behind
 // their seal for two metadata timeouts: long enough for batches still in
