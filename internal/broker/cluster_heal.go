@@ -114,9 +114,13 @@ type healState struct {
 	// seal, since when (unix ms); past a grace they count as damaged.
 	behind map[uint64]int64
 	// unsealed: listed copies of sealed segments that hold the whole
-	// segment but are not sealed (their seal timed out), since when
-	// (unix ms); past a grace their seal is tried again.
-	unsealed map[uint64]int64
+	// segment but are not sealed, and whose seal timed out or found the
+	// disk full (resealable), since when (unix ms), or since the last
+	// try; past a grace their seal is tried again. A seal refused for
+	// safety (below the watermark, behind) is never in resealable: the
+	// host has dropped the state that refused it.
+	unsealed   map[uint64]int64
+	resealable map[uint64]struct{}
 	// missing: sealed copies the metadata lists this node for and its
 	// store lacks, since when (unix ms); past a grace they count as
 	// damaged.
@@ -165,6 +169,7 @@ func (h *healState) init(cfg HealConfig, now int64) error {
 	h.damaged = map[uint64]heal.Verdict{}
 	h.behind = map[uint64]int64{}
 	h.unsealed = map[uint64]int64{}
+	h.resealable = map[uint64]struct{}{}
 	h.missing = map[uint64]int64{}
 	h.serve, h.scrubRead = serve, scrub
 	return nil

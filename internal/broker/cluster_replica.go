@@ -401,12 +401,19 @@ func (b *Broker) rollReplicatedLocked(h *head) error {
 // lacks).
 func (b *Broker) sealCopy(seg metadata.Segment) {
 	h := b.replicas()
-	if h == nil || !replicated(seg) || !b.holds(seg) || skipSealCopy.Load() {
+	if h == nil || !replicated(seg) || !b.holds(seg) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(b.life, b.cluster.cfg.MetadataTimeout)
 	defer cancel()
-	err := h.SealCopy(ctx, seg.ID, seg.End)
+	var err error
+	if skipSealCopy.Load() {
+		h.Drop(seg.ID)
+		err = fmt.Errorf("sealing skipped by a test: %w", context.DeadlineExceeded)
+	} else {
+		err = h.SealCopy(ctx, seg.ID, seg.End)
+	}
+	b.noteResealable(seg.ID, err)
 	switch {
 	case err == nil:
 		if !skipContentOnSeal.Load() {

@@ -146,13 +146,54 @@ func (b *Broker) localSealedCopies() (copies []heal.LocalCopy, seals map[uint64]
 // segment, and such a copy would otherwise be neither scrubbed nor
 // counted behind until the node restarts. The grace leaves a seal just
 // applied by the metadata time to land.
-// Each may wait up to a metadata timeout, so a step takes a few at most.
+// Only a seal that timed out or found the disk full is tried again (see
+// heal.resealable); a copy found damaged or being healed is left to the
+// heal. Each try may wait up to a metadata timeout, so a step makes a
+// few, and a copy tried waits the grace again before its next.
 func (b *Broker) sealAgain(now int64, unsealed []uint64) {
-	due := b.pastGrace(b.cluster.heal.unsealed, now, unsealed)
-	for _, id := range due[:min(len(due), sealAgainPerStep)] {
-		if seg, ok := b.segmentByID(id); ok && !seg.Active {
-			b.sealCopy(seg)
+	h := &b.cluster.heal
+	h.mu.Lock()
+	retry := unsealed[:0:0]
+	for _, id := range unsealed {
+		if _, ok := h.resealable[id]; ok {
+			retry = append(retry, id)
 		}
+	}
+	for id := range h.resealable {
+		if !slices.Contains(unsealed, id) {
+			delete(h.resealable, id) // sealed, deleted or no longer listed
+		}
+	}
+	h.mu.Unlock()
+	tried := 0
+	for _, id := range b.pastGrace(h.unsealed, now, retry) {
+		seg, ok := b.segmentByID(id)
+		if tried == sealAgainPerStep || !ok || seg.Active || b.copyDamaged(seg) || b.healBusy(id, now) {
+			continue
+		}
+		b.sealCopy(seg)
+		tried++
+		h.mu.Lock()
+		if _, ok := h.unsealed[id]; ok {
+			h.unsealed[id] = b.nowMs()
+		}
+		h.mu.Unlock()
+	}
+}
+
+// noteResealable records whether the scrub may try the seal of this
+// node's copy of id again after err (see heal.resealable).
+func (b *Broker) noteResealable(id uint64, err error) {
+	h := &b.cluster.heal
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.resealable == nil {
+		return // the heal is not running
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, storage.ErrNoSpace) {
+		h.resealable[id] = struct{}{}
+	} else {
+		delete(h.resealable, id)
 	}
 }
 
