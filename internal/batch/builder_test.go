@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"unsafe"
 )
 
 // randomRecords covers the encoding's corners: nil and empty keys, values
@@ -300,34 +299,244 @@ func TestScratchServesItsSize(t *testing.T) {
 	}
 }
 
-// TestBuilderGrowMakesRoomOnce: after Grow(n), records adding up to n
-// bytes go into the buffer Grow made, and the batch is EncodeBatch's.
-func TestBuilderGrowMakesRoomOnce(t *testing.T) {
-	key, value := []byte("key"), bytes.Repeat([]byte{'v'}, 100)
-	per := RecordSize(0, 1, FieldSize(len(key))+FieldSize(len(value))+FieldSize(5)+FieldSize(8))
-	const n = 300
-	var b Builder
-	b.Grow(n * per)
-	first := unsafe.SliceData(b.buf)
-	recs := make([]Record, n)
+// buildChunked adds recs to a chunked Builder, checking that its RawLen
+// follows a contiguous one's, and finishes it with FinishTo after prefix
+// (to, true) or with Finish.
+func buildChunked(t testing.TB, recs []Record, codec Codec, maxRatio int, prefix []byte, to bool) []byte {
+	t.Helper()
+	var b, ref Builder
+	b.Chunked()
 	for i := range recs {
-		b.Add(int64(i), 0, key, value, 1)
-		b.AddHeaderString("trace", value[:8])
-		recs[i] = Record{Timestamp: int64(i), Key: key, Value: value, Headers: []Header{{Key: []byte("trace"), Value: value[:8]}}}
+		b.AddRecord(&recs[i])
+		ref.AddRecord(&recs[i])
+		if b.RawLen() != ref.RawLen() || b.Len() != i+1 {
+			t.Fatalf("after record %d: chunked RawLen %d Len %d, contiguous RawLen %d", i, b.RawLen(), b.Len(), ref.RawLen())
+		}
 	}
-	if unsafe.SliceData(b.buf) != first {
-		t.Fatalf("the buffer grew after Grow(%d)", n*per)
+	ref.Reset()
+	if !to {
+		out, err := b.Finish(codec, maxRatio)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
 	}
-	got, err := b.Finish(CodecNone, 0)
+	out, err := b.FinishTo(bytes.Clone(prefix), codec, maxRatio)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := EncodeBatch(nil, 0, recs, CodecNone)
-	if err != nil {
-		t.Fatal(err)
+	if !bytes.Equal(out[:len(prefix)], prefix) {
+		t.Fatal("FinishTo changed the bytes before the batch")
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("batch of %d bytes differs from EncodeBatch's %d", len(got), len(want))
+	if b.Len() != 0 || b.RawLen() != 0 {
+		t.Fatalf("FinishTo left %d records, %d bytes", b.Len(), b.RawLen())
 	}
-	Release(got)
+	return out[len(prefix):]
+}
+
+// TestChunkedMatchesContiguous: a chunked Builder, finished with Finish or
+// FinishTo, writes the bytes a contiguous one's Finish writes, for random
+// records (some larger than a chunk, some compressing past the ratio
+// bound), every codec; so does a contiguous Builder's FinishTo.
+func TestChunkedMatchesContiguous(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	prefix := []byte("earlier batches of the request")
+	for _, codec := range allCodecs {
+		for _, n := range []int{1, 2, 17, 500, 3000} {
+			recs := randomRecords(rng, n)
+			if n >= 17 {
+				recs[n/2].Value = bytes.Repeat([]byte{'z'}, 40<<10) // compresses over 1024 times with zstd
+				recs[n/3].Value = make([]byte, 5000)
+				for i := range recs[n/3].Value {
+					recs[n/3].Value[i] = byte(rng.IntN(256))
+				}
+			}
+			for _, ratio := range []int{0, 1024} {
+				t.Run(fmt.Sprintf("%v/%d/%d", codec, n, ratio), func(t *testing.T) {
+					want := build(t, recs, codec, ratio)
+					for _, to := range []bool{false, true} {
+						if got := buildChunked(t, recs, codec, ratio, prefix, to); !bytes.Equal(got, want) {
+							t.Fatalf("chunked (FinishTo %v): batch of %d bytes differs from the contiguous one of %d", to, len(got), len(want))
+						}
+					}
+					var b Builder
+					for i := range recs {
+						b.AddRecord(&recs[i])
+					}
+					got, err := b.FinishTo(bytes.Clone(prefix), codec, ratio)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got[len(prefix):], want) {
+						t.Fatalf("contiguous FinishTo: batch of %d bytes differs from Finish's %d", len(got)-len(prefix), len(want))
+					}
+					if codec == CodecNone {
+						appendTwice(t, recs, want, prefix)
+					}
+					Release(want)
+				})
+			}
+		}
+	}
+}
+
+// appendTwice checks that AppendBatch writes want, the batch of recs,
+// after prefix, from a chunked and from a contiguous Builder, and again,
+// leaving the Builder as it was: Finish then writes want too.
+func appendTwice(t *testing.T, recs []Record, want, prefix []byte) {
+	t.Helper()
+	for _, chunked := range []bool{true, false} {
+		var b Builder
+		if chunked {
+			b.Chunked()
+		}
+		for i := range recs {
+			b.AddRecord(&recs[i])
+		}
+		if err := b.Check(CodecNone); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			got := b.AppendBatch(bytes.Clone(prefix))
+			if !bytes.Equal(got[:len(prefix)], prefix) || !bytes.Equal(got[len(prefix):], want) {
+				t.Fatalf("chunked %v: AppendBatch wrote %d bytes, want %d after the prefix", chunked, len(got)-len(prefix), len(want))
+			}
+		}
+		got, err := b.Finish(CodecNone, 0)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("chunked %v: Finish after AppendBatch: %v, or other bytes", chunked, err)
+		}
+	}
+}
+
+// TestChunkedHoldsLittle: a chunked Builder holds one FirstChunkSize chunk
+// for a few records; as it fills, its chunks are at most maxChunkSize
+// (unless a record needs more) and the room it holds unused stays within
+// about what it has filled (plus a first chunk, and the ends of chunks a
+// record did not fit in).
+func TestChunkedHoldsLittle(t *testing.T) {
+	var b Builder
+	b.Chunked()
+	value := bytes.Repeat([]byte{'v'}, 120)
+	held := func() (int, int) {
+		n, largest := cap(b.buf), cap(b.buf)
+		for _, c := range b.chunks {
+			n += cap(c)
+			largest = max(largest, cap(c))
+		}
+		return n, largest
+	}
+	for i := range 5 {
+		b.Add(int64(i), 0, []byte("key"), value, 0)
+	}
+	if n, _ := held(); n != FirstChunkSize {
+		t.Fatalf("5 records hold %d bytes of chunks, want %d", n, FirstChunkSize)
+	}
+	for i := range 20_000 {
+		b.Add(int64(i), 0, []byte("key"), value, 0)
+		n, largest := held()
+		if largest > maxChunkSize {
+			t.Fatalf("a chunk of %d bytes, more than %d", largest, maxChunkSize)
+		}
+		if n > 2*(b.RawLen()+FirstChunkSize) {
+			t.Fatalf("%d bytes of chunks hold %d bytes of records", n, b.RawLen())
+		}
+	}
+	b.Add(0, 0, nil, make([]byte, 100<<10), 0)
+	if _, largest := held(); largest > maxChunkSize {
+		t.Fatalf("a record of 100 KiB, the largest chunk %d bytes", largest)
+	}
+	for i, c := range b.chunks {
+		if len(c) != cap(c) {
+			t.Fatalf("chunk %d of %d holds %d of its %d bytes: records span chunks", i, len(b.chunks), len(c), cap(c))
+		}
+	}
+	// Records a little over half a chunk left each chunk half empty
+	// when a record had to fit whole.
+	b.Reset()
+	for i := range 200 {
+		b.Add(int64(i), 0, nil, make([]byte, 8300), 0)
+		if n, _ := held(); n > b.RawLen()+maxChunkSize {
+			t.Fatalf("%d bytes of chunks hold %d bytes of 8,300-byte records", n, b.RawLen())
+		}
+	}
+	b.Reset()
+	if b.RawLen() != 0 || !b.chunked {
+		t.Fatalf("Reset left %d bytes, chunked %v", b.RawLen(), b.chunked)
+	}
+}
+
+// TestFinishToErrors: FinishTo refuses what Finish refuses, leaves dst as
+// it was, and leaves the Builder empty and usable; Check reports it first,
+// and AppendBatch appends nothing.
+func TestFinishToErrors(t *testing.T) {
+	for _, chunked := range []bool{false, true} {
+		for _, tc := range []struct {
+			name  string
+			codec Codec
+			add   func(b *Builder)
+			want  error
+		}{
+			{"empty", CodecNone, func(*Builder) {}, ErrInvalid},
+			{"missing header", CodecNone, func(b *Builder) { b.Add(0, 0, nil, nil, 2); b.AddHeader(nil, nil) }, ErrInvalid},
+			{"codec", Codec(7), func(b *Builder) { b.Add(0, 0, nil, nil, 0) }, ErrInvalid},
+			{"too large", CodecNone, func(b *Builder) { b.Add(0, 0, nil, make([]byte, MaxBatchSize), 0) }, ErrTooLarge},
+		} {
+			var b Builder
+			if chunked {
+				b.Chunked()
+			}
+			tc.add(&b)
+			if err := b.Check(tc.codec); !errors.Is(err, tc.want) {
+				t.Errorf("chunked %v, %s: Check %v, want %v", chunked, tc.name, err, tc.want)
+			}
+			if tc.codec == CodecNone {
+				if out := b.AppendBatch([]byte("before")); string(out) != "before" {
+					t.Errorf("chunked %v, %s: AppendBatch appended %d bytes", chunked, tc.name, len(out)-6)
+				}
+			}
+			dst := []byte("before")
+			out, err := b.FinishTo(dst, tc.codec, 0)
+			if !errors.Is(err, tc.want) || string(out) != "before" {
+				t.Errorf("chunked %v, %s: %q, %v; want %v", chunked, tc.name, out, err, tc.want)
+			}
+			b.Add(5, 0, []byte("k"), []byte("v"), 0)
+			out, err = b.FinishTo(out, CodecNone, 0)
+			want, _ := EncodeBatch([]byte("before"), 0, []Record{{Timestamp: 5, Key: []byte("k"), Value: []byte("v")}}, CodecNone)
+			if err != nil || !bytes.Equal(out, want) {
+				t.Fatalf("chunked %v, %s: after the error: %v, or the builder encodes differently", chunked, tc.name, err)
+			}
+		}
+	}
+	var b Builder
+	b.Add(0, 0, nil, nil, 0)
+	b.Chunked()
+	if _, err := b.Finish(CodecNone, 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Chunked after a record: Finish %v", err)
+	}
+}
+
+// TestChunkedAllocs: adding records to a warm chunked builder and
+// finishing it into a buffer of room enough allocates nothing.
+func TestChunkedAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items under the race detector")
+	}
+	key, value := []byte("key"), bytes.Repeat([]byte{'v'}, 128)
+	var b Builder
+	b.Chunked()
+	dst := make([]byte, 0, 64<<10)
+	allocs := testing.AllocsPerRun(100, func() {
+		for range 300 {
+			b.Add(1_700_000_000_000, 0, key, value, 1)
+			b.AddHeaderString("trace", value[:8])
+		}
+		out, err := b.FinishTo(dst[:0], CodecNone, 0)
+		if err != nil || &out[0] != &dst[:1][0] {
+			t.Fatalf("%v, or the batch left dst", err)
+		}
+	})
+	if allocs > 0 {
+		t.Fatalf("%v allocations per batch", allocs)
+	}
 }

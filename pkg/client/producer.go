@@ -82,11 +82,14 @@ type ProducerOptions struct {
 	// a record counts its encoded key, value and headers, and one produced
 	// with a promise counts as well the copy kept for the promise (about
 	// 100 bytes, its key, value and headers again, and 40 bytes a
-	// header), so that the bound holds the memory the buffer takes
-	// whether records have promises or not. Produce blocks while a record
-	// would take the buffer past it. A record larger than the bound is
-	// taken alone, once the buffer is empty. A Produce whose context ends
-	// while it waits fails its record with ErrBufferFull.
+	// header); with wire v2, a record that starts a range's batch counts
+	// as well the batch's first buffer and bookkeeping (about 1.3 KiB).
+	// The bound thus holds the memory the buffer takes whether records
+	// have promises or not, and however thinly they spread over topics
+	// and ranges. Produce blocks while a record would take the buffer
+	// past it. A record larger than the bound is taken alone, once the
+	// buffer is empty. A Produce whose context ends while it waits fails
+	// its record with ErrBufferFull.
 	MaxBufferedBytes int
 	// OnBatch, when set, is called once for every produce request the
 	// producer resolves, on the goroutine that runs promises, right after
@@ -316,17 +319,19 @@ type batch struct {
 	lim   wireInfo
 	caps  v2Caps
 	parts []part
-	// out holds the finished batches (or finishErr why they are not);
-	// when finished is set, a goroutine is compressing them and closes
-	// it when done.
+	// out holds the finished batches, in buf (or finishErr why they are
+	// not); when finished is set, a goroutine is compressing them and
+	// closes it when done.
 	out       []wire.RangeBatch
+	buf       []byte
 	finishErr error
 	finished  chan struct{}
 	// v2 says what went out last: produce_batches.
 	v2 bool
 }
 
-// part is one stored batch of a wire v2 request: a range and its builder.
+// part is one stored batch of a wire v2 request: a range and its builder
+// (chunked).
 type part struct {
 	idx int // in the batch's table
 	b   *batchfmt.Builder
@@ -377,21 +382,24 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 		cost += keptSize(&rec)
 	}
 	var (
-		table    *routeTable
+		dest     *v2Dest
 		routeErr error
 	)
 	info := p.c.wireInfo()
 	if info.version >= 2 && size <= info.maxBatchBytes {
+		var table *routeTable
 		table, routeErr = p.c.routes(ctx, topic)
 		if errors.Is(routeErr, errNoV2) {
-			table, routeErr = nil, nil // the connection changed: wire v1
+			routeErr = nil // the connection changed: wire v1
 		} else if routeErr != nil {
 			routeErr = opError("produce", topic, routeErr)
+		} else {
+			dest = &v2Dest{table: table, info: info, idx: table.index(rec.Key), size: size}
 		}
 	}
 	p.mu.Lock()
 	if routeErr == nil {
-		routeErr = p.waitRoomLocked(ctx, topic, cost)
+		cost, routeErr = p.waitRoomLocked(ctx, topic, cost, dest)
 	}
 	if p.closed || routeErr != nil {
 		p.refuseLocked(topic, rec, promise, routeErr)
@@ -400,22 +408,29 @@ func (p *Producer) Produce(ctx context.Context, topic string, rec Record, promis
 	p.buffered++
 	p.bufferedBytes += cost
 	t := p.topicLocked(topic)
-	if table != nil {
-		p.addV2Locked(t, &rec, promise, size, cost, table, info)
+	if dest != nil {
+		p.addV2Locked(t, &rec, promise, cost, dest)
 	} else {
 		p.addV1Locked(t, rec, promise, cost)
 	}
 	p.mu.Unlock()
 }
 
-// waitRoomLocked waits until a record of size bytes fits in the buffer,
-// the producer is closed, or ctx ends.
+// waitRoomLocked waits until a record of cost bytes, going to dest with
+// wire v2, fits in the buffer, the producer is closed, or ctx ends. It
+// returns what the record costs the buffer, with the part it opens, if
+// any (placeLocked, which leaves dest.into set as things stand when it
+// returns).
 //
 // REQUIRES: p.mu held; it is held again on return.
-func (p *Producer) waitRoomLocked(ctx context.Context, topic string, size int) error {
-	for !p.closed && p.fullLocked(size) {
+func (p *Producer) waitRoomLocked(ctx context.Context, topic string, cost int, dest *v2Dest) (int, error) {
+	for !p.closed {
+		size := cost + p.placeLocked(topic, dest)
+		if !p.fullLocked(size) {
+			return size, nil
+		}
 		if goid() == p.promiser.Load() {
-			return fmt.Errorf("produce to %q: buffer full: %w", topic, ErrInPromise)
+			return cost, fmt.Errorf("produce to %q: buffer full: %w", topic, ErrInPromise)
 		}
 		// Room comes only as batches are answered: a batch still filling
 		// (a buffer smaller than MaxBatchBytes fills before it does)
@@ -432,10 +447,10 @@ func (p *Producer) waitRoomLocked(ctx context.Context, topic string, size int) e
 			p.mu.Lock()
 		case <-ctx.Done():
 			p.mu.Lock()
-			return fmt.Errorf("produce to %q: %w: %w", topic, ErrBufferFull, context.Cause(ctx))
+			return cost, fmt.Errorf("produce to %q: %w: %w", topic, ErrBufferFull, context.Cause(ctx))
 		}
 	}
-	return nil
+	return cost, nil
 }
 
 // fullLocked reports whether a record of size bytes must wait for room.
@@ -735,19 +750,41 @@ func (p *Producer) enqueueLocked(t *topicState, b *batch) {
 	}
 }
 
-// finish finishes the batches of b's parts into b.out.
+// finish compresses the batches of b's parts into b.out, one after the
+// other in one buffer, b.buf, and hands the parts' chunks back. b.bytes
+// counts a header's room and more for each, and a batch that compressing
+// does not shrink goes as it is, so the buffer does not grow.
 func (b *batch) finish(codec Codec) {
-	out := make([]wire.RangeBatch, 0, len(b.parts))
-	for _, pt := range b.parts {
-		bb, err := finishBatch(pt.b, codec)
+	buf := batchfmt.Buffer(b.bytes)
+	ends := make([]int, len(b.parts))
+	for i, pt := range b.parts {
+		var err error
+		buf, err = pt.b.FinishTo(buf, batchfmt.Codec(codec), maxCompressionRatio)
 		if err != nil {
-			releaseBatches(out)
-			b.finishErr = err
+			for _, rest := range b.parts[i+1:] {
+				rest.b.Reset()
+			}
+			batchfmt.Release(buf)
+			b.parts, b.finishErr = nil, batchError(err)
 			return
 		}
-		out = append(out, wire.RangeBatch{Range: b.table.ranges[pt.idx].Range, Batch: bb})
+		ends[i] = len(buf)
 	}
-	b.parts, b.out = nil, out
+	out := make([]wire.RangeBatch, len(b.parts))
+	start := 0
+	for i, pt := range b.parts {
+		out[i] = wire.RangeBatch{Range: b.table.ranges[pt.idx].Range, Batch: buf[start:ends[i]:ends[i]]}
+		start = ends[i]
+	}
+	b.parts, b.out, b.buf = nil, out, buf
+}
+
+// batchError is the error of a batch Finish refuses.
+func batchError(err error) error {
+	if errors.Is(err, batchfmt.ErrTooLarge) {
+		return fmt.Errorf("%w: %w", ErrRequestTooLarge, err)
+	}
+	return fmt.Errorf("malachi: %w", err)
 }
 
 // failLocked fails one record without sending it, after the records

@@ -1,8 +1,8 @@
 package client
 
 import (
-	"math"
 	"time"
+	"unsafe"
 
 	batchfmt "github.com/malachi-log/malachi/internal/batch"
 )
@@ -25,6 +25,18 @@ import (
 // fill half of MaxBufferedRecords or MaxBufferedBytes (unless nothing is),
 // so that a buffer full of requests in flight does not leave each range a
 // few records to send next.
+//
+// A part encodes its records into small pooled chunks (a chunked
+// batchfmt.Builder). A request writes its uncompressed batches from them
+// straight into its frame, each time it is sent (partsRequest), and hands
+// them back once answered; a compressed request finishes its batches from
+// them into one buffer at seal time. At many ranges a record thus lands in
+// a small, recently used chunk rather than in one of as many large, partly
+// filled buffers, which cost a producer at 1,024 ranges more in page
+// faults and TLB misses than its encoding. A part's first chunk, and its
+// bookkeeping, count in the buffer's bytes (partCost), so that parts of a
+// few records each, over many topics and ranges, stay within
+// MaxBufferedBytes too.
 
 // accum is a topic's wire v2 records not yet in a request, built for one
 // route table and one negotiation.
@@ -35,10 +47,6 @@ type accum struct {
 	// open holds, per range of table, the part taking its records: nil
 	// until the range takes one, and again once its part is full.
 	open []*rpart
-	// last holds, per range of table, the size of the records section
-	// of the range's last part taken into a request: the likely size of
-	// its next, made room for at once (presize).
-	last []int32
 	// parts holds every part not yet in a request, in the order they
 	// were opened, which keeps each range's parts in order and puts the
 	// oldest first.
@@ -55,8 +63,8 @@ type accum struct {
 
 // rpart is one range's stored batch while it accumulates records.
 type rpart struct {
-	idx int // in the accum's table
-	b   *batchfmt.Builder
+	idx int              // in the accum's table
+	b   batchfmt.Builder // chunked
 	kept
 	// opened is when its first record was produced (see batch.opened).
 	opened     time.Time
@@ -69,39 +77,65 @@ type rpart struct {
 // size is what p adds to a produce_batches request.
 func (pt *rpart) size() int { return pt.b.RawLen() + batchOverhead }
 
-// addV2Locked encodes rec, of size encoded bytes at most and cost
-// buffered bytes, into its range's part in t's accumulation. It reads the
-// clock only as a monotonic offset from the part's opening, and keeps rec
-// only if it has a promise: a record without one costs its encoding and
-// little else.
-func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, error), size, cost int, table *routeTable, info *wireInfo) {
+// partCost is what a part holds besides its records' encoding, counted
+// in the buffered bytes of the record that opens it: its first chunk, its
+// bookkeeping and its places in the accumulation's lists.
+const partCost = batchfmt.FirstChunkSize + int(unsafe.Sizeof(rpart{})) + 2*int(unsafe.Sizeof(&rpart{}))
+
+// v2Dest is where Produce puts a wire v2 record: range idx of table, as
+// negotiated in info; size bounds its encoding. into is the part that
+// takes it, nil if it opens one (placeLocked).
+type v2Dest struct {
+	table *routeTable
+	info  *wireInfo
+	idx   int
+	size  int
+	into  *rpart
+}
+
+// placeLocked finds the part a record for d goes into in topic's
+// accumulation, d.into: the range's open part, if built for d's routes and
+// negotiation and with room for it; nil if the record opens a part. It
+// returns what the record adds to the buffer besides its own cost:
+// partCost if it opens a part, else nothing.
+func (p *Producer) placeLocked(topic string, d *v2Dest) int {
+	if d == nil {
+		return 0
+	}
+	d.into = nil
+	t := p.last
+	if t == nil || t.name != topic {
+		t = p.topics[topic]
+	}
+	if t == nil || t.acc == nil {
+		return partCost
+	}
+	a := t.acc
+	if a.table != d.table || a.lim != *d.info {
+		return partCost
+	}
+	if pt := a.open[d.idx]; pt != nil && pt.b.RawLen()+d.size <= a.caps.partBytes {
+		d.into = pt
+		return 0
+	}
+	return partCost
+}
+
+// addV2Locked encodes rec, of cost buffered bytes (partCost included if it
+// opens a part), into d.into, or into a part it opens for d's range in t's
+// accumulation; p.mu has been held since placeLocked found d.into. It
+// reads the clock only as a monotonic offset from the part's opening, and
+// keeps rec only if it has a promise: a record without one costs its
+// encoding and little else.
+func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, error), cost int, d *v2Dest) {
 	if t.fill != nil {
 		p.sealLocked(t) // wire v1 records produced before: they go first
 	}
-	a := t.acc
-	if a != nil && (a.table != table || a.lim != *info) {
-		p.drainLocked(t)
-		a = nil
-	}
-	if a == nil {
-		n := len(table.ranges)
-		a = &accum{table: table, lim: *info, caps: p.v2Caps(info), open: make([]*rpart, n), last: make([]int32, n)}
-		t.acc = a
-	}
-	i := table.index(rec.Key)
-	pt := a.open[i]
-	if pt != nil && pt.b.RawLen()+size > a.caps.partBytes {
-		p.closePartLocked(t, pt) // full for this record
-		pt = nil
-	}
+	pt := d.into
 	if pt == nil {
-		now := time.Now()
-		pt = &rpart{idx: i, b: new(batchfmt.Builder), opened: now, openedNano: now.UnixNano()}
-		pt.b.Grow(p.presize(a, i))
-		a.open[i] = pt
-		a.parts = append(a.parts, pt)
-		p.armLocked(t)
+		pt = p.openPartLocked(t, d)
 	}
+	a := t.acc
 	var ms int64
 	if rec.Timestamp.IsZero() {
 		since := time.Since(pt.opened)
@@ -113,7 +147,7 @@ func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, 
 		ms = max(rec.Timestamp.UnixMilli(), 0)
 	}
 	before := pt.b.RawLen()
-	addRecord(pt.b, rec, ms)
+	addRecord(&pt.b, rec, ms)
 	pt.keep(*rec, promise, cost)
 	p.accN++
 	p.accBytes += cost
@@ -132,16 +166,29 @@ func (p *Producer) addV2Locked(t *topicState, rec *Record, promise func(Record, 
 	}
 }
 
-// presize is the room a new part of range i gets at once: half as much
-// again as the range's last part, since parts vary, so that a steady
-// stream fills it without growing it step by step (each step a copy of
-// the part so far; at 1,024 ranges the steps were a third of a producer's
-// CPU). It is at most a part's cap, and at most an equal share of
-// MaxBufferedBytes per range, so that parts presized after a burst hold
-// no more memory in all than the buffer bound.
-func (p *Producer) presize(a *accum, i int) int {
-	last := int(a.last[i])
-	return min(last+last/2, a.caps.partBytes, p.opt.MaxBufferedBytes/len(a.last))
+// openPartLocked opens a part for d's range in t's accumulation, which it
+// makes for d's routes and negotiation if t has none for them, and ends
+// the range's open part (full for the record).
+func (p *Producer) openPartLocked(t *topicState, d *v2Dest) *rpart {
+	a := t.acc
+	if a != nil && (a.table != d.table || a.lim != *d.info) {
+		p.drainLocked(t)
+		a = nil
+	}
+	if a == nil {
+		a = &accum{table: d.table, lim: *d.info, caps: p.v2Caps(d.info), open: make([]*rpart, len(d.table.ranges))}
+		t.acc = a
+	}
+	if old := a.open[d.idx]; old != nil {
+		p.closePartLocked(t, old)
+	}
+	now := time.Now()
+	pt := &rpart{idx: d.idx, opened: now, openedNano: now.UnixNano()}
+	pt.b.Chunked()
+	a.open[d.idx] = pt
+	a.parts = append(a.parts, pt)
+	p.armLocked(t)
+	return pt
 }
 
 // closePartLocked ends pt's intake: the range's next record opens a new
@@ -284,14 +331,14 @@ func (p *Producer) takeLocked(t *topicState, b *batch, pt *rpart) {
 	}
 	p.accN -= pt.n
 	p.accBytes -= pt.held
-	a.last[pt.idx] = int32(min(pt.b.RawLen(), math.MaxInt32))
-	b.parts = append(b.parts, part{idx: pt.idx, b: pt.b})
+	b.parts = append(b.parts, part{idx: pt.idx, b: &pt.b})
 	b.bytes += pt.size()
 	b.n += pt.n
 	b.values += pt.values
 	b.held += pt.held
 	b.recs = append(b.recs, pt.recs...)
 	b.promises = append(b.promises, pt.promises...)
+	pt.kept = kept{} // b has them; the part lives on only for its builder
 }
 
 // accumulating reports whether t has records not yet in a request. An

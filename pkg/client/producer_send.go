@@ -1,10 +1,12 @@
 package client
 
 import (
+	"encoding/binary"
 	"errors"
 	"slices"
 	"time"
 
+	batchfmt "github.com/malachi-log/malachi/internal/batch"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
@@ -240,28 +242,46 @@ func (p *Producer) send(b *batch) {
 // request is the produce request of b on cn: produce_batches for a batch
 // built for wire v2 when cn speaks it as negotiated when the batch was
 // built, else a wire v1 produce (a v2 batch is decoded back to records
-// for it, which keeps each key's records in order). Batches are finished
-// (header, CRC) here when uncompressed; compressed ones were started at
-// seal time.
+// for it, which keeps each key's records in order). Uncompressed batches
+// are written from their parts' chunks straight into each request frame
+// (partsRequest), which a retry writes again; compressed ones were
+// finished at seal time.
 func (p *Producer) request(b *batch, cn *conn) (wire.Request, error) {
 	if b.table == nil {
 		return wire.ProduceRequest{Topic: str(b.topic.name), Records: b.wrecs}, nil
 	}
 	if b.finished != nil {
 		<-b.finished
-	} else if b.parts != nil {
-		b.finish(CompressionNone) // once: a retry sends the same batches
 	}
 	if b.finishErr != nil {
 		return nil, b.finishErr
 	}
-	out := b.out
 	b.v2 = cn.v2 && cn.wire == b.lim
-	if b.v2 {
-		return wire.ProduceBatchesRequest{Topic: str(b.topic.name), Batches: out}, nil
+	if b.finished == nil {
+		for _, pt := range b.parts {
+			if err := pt.b.Check(batchfmt.CodecNone); err != nil {
+				return nil, batchError(err)
+			}
+		}
+		if b.v2 {
+			return partsRequest{b}, nil
+		}
+	} else if b.v2 {
+		return wire.ProduceBatchesRequest{Topic: str(b.topic.name), Batches: b.out}, nil
 	}
-	recs := make([]Record, 0, b.n)
-	for _, rb := range out {
+	var recs []Record
+	if b.finished == nil {
+		buf := make([]byte, 0, b.bytes) // the records alias it
+		for _, pt := range b.parts {
+			start := len(buf)
+			buf = pt.b.AppendBatch(buf)
+			var err error
+			if recs, err = decodeBatch(buf[start:], 0, recs); err != nil {
+				return nil, err // our own encoding: cannot happen
+			}
+		}
+	}
+	for _, rb := range b.out {
 		var err error
 		if recs, err = decodeBatch(rb.Batch, 0, recs); err != nil {
 			return nil, err // our own encoding: cannot happen
@@ -275,11 +295,65 @@ func (p *Producer) request(b *batch, cn *conn) (wire.Request, error) {
 	return wire.ProduceRequest{Topic: str(b.topic.name), Records: wrecs}, nil
 }
 
+// partsRequest is the produce_batches request of an uncompressed batch b:
+// its payload is written from b's parts, the chunks their records were
+// encoded into, so that a batch is copied once on its way out, into the
+// frame. It is ProduceBatchesRequest's payload: the topic, then the list
+// of batches, each its range and its bytes as a blob (docs/wire.md).
+type partsRequest struct{ b *batch }
+
+func (partsRequest) APIKey() uint16 { return wire.KeyProduceBatches }
+
+func (r partsRequest) AppendPayload(dst []byte) []byte {
+	b := r.b
+	// Room for it all at once: appended chunk by chunk, the frame would
+	// otherwise grow (and be copied) in many steps.
+	n := len(b.topic.name) + 16
+	for _, pt := range b.parts {
+		n += 8 + 4 + batchfmt.HeaderSize + pt.b.RawLen()
+	}
+	dst = slices.Grow(dst, n)
+	// The topic and an empty list, whose count the parts' then replaces.
+	dst = wire.ProduceBatchesRequest{Topic: str(b.topic.name)}.AppendPayload(dst)
+	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(len(b.parts)))
+	for _, pt := range b.parts {
+		dst = binary.BigEndian.AppendUint64(dst, b.table.ranges[pt.idx].Range)
+		at := len(dst)
+		dst = pt.b.AppendBatch(append(dst, 0, 0, 0, 0))
+		binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
+	}
+	return dst
+}
+
 // release frees what b needed only until it was answered: its encoded
-// records, kept until then for a retry.
+// records, kept until then for a retry, or its parts' chunks if it was
+// never finished. While its batches are being compressed (a batch
+// resolved without being sent, on Close), that goroutine still reads the
+// chunks and writes the buffer: they are freed once it is done.
 func (b *batch) release() {
-	releaseBatches(b.out)
-	b.out, b.wrecs, b.arena = nil, nil, nil
+	b.wrecs, b.arena = nil, nil
+	if f := b.finished; f != nil {
+		select {
+		case <-f:
+		default:
+			go func() {
+				<-f
+				b.free()
+			}()
+			return
+		}
+	}
+	b.free()
+}
+
+// free hands b's finished batches, or its parts' chunks, back to the
+// pools.
+func (b *batch) free() {
+	for _, pt := range b.parts {
+		pt.b.Reset()
+	}
+	batchfmt.Release(b.buf)
+	b.parts, b.out, b.buf = nil, nil, nil
 }
 
 // fail ends the send of a batch that holds an in-flight slot.
