@@ -14,52 +14,12 @@ import (
 // node holds the first request unanswered, so the buffer only fills.
 func TestProducerV2PromisesHeapBound(t *testing.T) {
 	h, c := newHoldFirstV2(t, nil)
-	const (
-		maxBytes = 16 << 20
-		factor   = 3
-	)
-	var m0, m1 runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&m0)
-	p := NewProducer(c, ProducerOptions{MaxBufferedBytes: maxBytes, MaxInFlight: 1})
 	promise := func(Record, error) {}
-	p.Produce(t.Context(), "t", Record{Key: []byte("k"), Value: []byte("v")}, promise)
-	release := h.waitHeld(t)
-	// Once the buffer is full, a Produce whose context has ended adds
-	// nothing to it: its record fails with ErrBufferFull.
-	done, cancel := context.WithCancel(t.Context())
-	cancel()
-	n, buffered := 1, 0
-	for ; ; n++ {
-		if n > DefaultMaxBufferedRecords {
-			t.Fatalf("%d records buffered and the buffer is not full", n)
-		}
-		p.mu.Lock()
-		before := p.bufferedBytes
-		p.mu.Unlock()
-		p.Produce(done, "t", Record{Key: []byte("key-" + strconv.Itoa(n%26)), Value: []byte("12345678")}, promise)
-		p.mu.Lock()
-		grew := p.bufferedBytes > before
-		buffered = p.bufferedBytes
-		p.mu.Unlock()
-		if !grew {
-			break
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&m1)
-	grown := int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
-	t.Logf("%d records, %d bytes buffered (bound %d); the heap grew %d bytes, %.2f times the bound", n, buffered, maxBytes, grown, float64(grown)/maxBytes)
-	if buffered > maxBytes {
-		t.Errorf("%d bytes buffered, bound %d", buffered, maxBytes)
-	}
-	if grown > factor*maxBytes {
-		t.Errorf("the heap grew %d bytes with the buffer full, more than %d times MaxBufferedBytes (%d)", grown, factor, maxBytes)
-	}
-	release()
-	if err := p.Close(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	n, buffered, grown := fillHeld(t, h, c, 16<<20, promise, func(n int) (string, []byte) {
+		return "t", []byte("key-" + strconv.Itoa(n%26))
+	})
+	checkHeapBound(t, buffered, grown, 16<<20)
+	t.Logf("%d records", n)
 }
 
 // TestProducerV2ThinPartsHeapBound: records spread over many topics and
@@ -69,36 +29,46 @@ func TestProducerV2PromisesHeapBound(t *testing.T) {
 // otherwise pass many times over. The node holds the first request
 // unanswered, so the buffer only fills.
 func TestProducerV2ThinPartsHeapBound(t *testing.T) {
-	const (
-		topics   = 32
-		ranges   = 1024
-		maxBytes = 2 << 20
-		factor   = 3
-	)
+	const topics, ranges = 32, 1024
 	h, c := newHoldFirstV2(t, spanRoutes(ranges, 16))
 	for i := range topics {
 		if _, err := c.routes(t.Context(), "t"+strconv.Itoa(i)); err != nil {
 			t.Fatal(err) // the client's routes are its own, not the buffer's
 		}
 	}
+	n, buffered, grown := fillHeld(t, h, c, 2<<20, nil, func(n int) (string, []byte) {
+		return "t" + strconv.Itoa(n%topics), []byte("key-" + strconv.Itoa(n))
+	})
+	checkHeapBound(t, buffered, grown, 2<<20)
+	t.Logf("%d records over %d topics of %d ranges", n, topics, ranges)
+}
+
+// fillHeld produces, with MaxBufferedBytes maxBytes, one record that the
+// node h holds unanswered and then records to where(n) until the buffer
+// takes no more; it answers how many, the bytes buffered, and how much
+// the heap grew meanwhile. Once the buffer is full, a Produce whose
+// context has ended adds nothing to it: its record fails with
+// ErrBufferFull. The producer is closed when the test ends.
+func fillHeld(t *testing.T, h *holdFirstV2, c *Client, maxBytes int, promise func(Record, error), where func(n int) (string, []byte)) (n, buffered int, grown int64) {
+	t.Helper()
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
 	p := NewProducer(c, ProducerOptions{MaxBufferedBytes: maxBytes, MaxInFlight: 1})
-	p.Produce(t.Context(), "t0", Record{Key: []byte("first"), Value: []byte("v")}, nil)
+	topic, _ := where(0)
+	p.Produce(t.Context(), topic, Record{Key: []byte("first"), Value: []byte("v")}, promise)
 	release := h.waitHeld(t)
 	done, cancel := context.WithCancel(t.Context())
 	cancel()
-	n, buffered := 1, 0
-	for ; ; n++ {
+	for n = 1; ; n++ {
 		if n > DefaultMaxBufferedRecords {
 			t.Fatalf("%d records buffered and the buffer is not full", n)
 		}
 		p.mu.Lock()
 		before := p.bufferedBytes
 		p.mu.Unlock()
-		key := []byte("key-" + strconv.Itoa(n))
-		p.Produce(done, "t"+strconv.Itoa(n%topics), Record{Key: key, Value: []byte("12345678")}, nil)
+		topic, key := where(n)
+		p.Produce(done, topic, Record{Key: key, Value: []byte("12345678")}, promise)
 		p.mu.Lock()
 		grew := p.bufferedBytes > before
 		buffered = p.bufferedBytes
@@ -109,16 +79,25 @@ func TestProducerV2ThinPartsHeapBound(t *testing.T) {
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
-	grown := int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
-	t.Logf("%d records over %d topics of %d ranges, %d bytes buffered (bound %d); the heap grew %d bytes, %.2f times the bound", n, topics, ranges, buffered, maxBytes, grown, float64(grown)/maxBytes)
+	t.Cleanup(func() {
+		release()
+		if err := p.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return n, buffered, int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
+}
+
+// checkHeapBound checks that a full buffer stays within MaxBufferedBytes
+// and holds a heap within three times it.
+func checkHeapBound(t *testing.T, buffered int, grown int64, maxBytes int) {
+	t.Helper()
+	const factor = 3
+	t.Logf("%d bytes buffered (bound %d); the heap grew %d bytes, %.2f times the bound", buffered, maxBytes, grown, float64(grown)/float64(maxBytes))
 	if buffered > maxBytes {
 		t.Errorf("%d bytes buffered, bound %d", buffered, maxBytes)
 	}
-	if grown > factor*maxBytes {
+	if grown > factor*int64(maxBytes) {
 		t.Errorf("the heap grew %d bytes with the buffer full, more than %d times MaxBufferedBytes (%d)", grown, factor, maxBytes)
-	}
-	release()
-	if err := p.Close(t.Context()); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -26,28 +26,6 @@ func partValue(seq, i int) []byte {
 	return append(v, bytes.Repeat([]byte("abcdefgh"), n/8)...)
 }
 
-// checkPartValues asserts that the node stored, for every key of want,
-// the values of seq 0..want[key]-1 in order, and nothing else.
-func checkPartValues(t *testing.T, recs []batchfmt.Record, want map[string]int) {
-	t.Helper()
-	next := map[string]int{}
-	for i, r := range recs {
-		seq, _, _ := bytes.Cut(r.Value, []byte("|"))
-		if string(seq) != strconv.Itoa(next[string(r.Key)]) {
-			t.Fatalf("record %d: key %s seq %s, want %d", i, r.Key, seq, next[string(r.Key)])
-		}
-		next[string(r.Key)]++
-	}
-	for k, n := range want {
-		if next[k] != n {
-			t.Errorf("key %s: %d records stored, want %d", k, next[k], n)
-		}
-	}
-	if len(next) != len(want) {
-		t.Errorf("%d keys stored, want %d", len(next), len(want))
-	}
-}
-
 // TestProducerV2PartsEveryCodec: with every codec, records over many
 // ranges, some larger than a part's chunks, are encoded into each range's
 // part and finished into their requests as the node checks them (CRC,
@@ -96,7 +74,7 @@ func TestProducerV2PartsEveryCodec(t *testing.T) {
 				t.Errorf("%d promises ran, %d with an error; want %d, none", promised, failed, n)
 			}
 			fv.mu.Lock()
-			checkPartValues(t, fv.records, want)
+			checkKeyOrder(t, fv.records, want)
 			fv.mu.Unlock()
 			mu.Lock()
 			defer mu.Unlock()
@@ -241,7 +219,7 @@ func TestProducerV2ResendWritesSameBatches(t *testing.T) {
 			}
 			fv.mu.Lock()
 			defer fv.mu.Unlock()
-			checkPartValues(t, fv.records, want)
+			checkKeyOrder(t, fv.records, want)
 		})
 	}
 }
