@@ -235,6 +235,21 @@ func (r ProduceBatchesRequest) AppendPayload(dst []byte) []byte {
 	return appendRangeBatches(appendNStr(dst, r.Topic), r.Batches)
 }
 
+// AppendProduceBatchesPayload appends ProduceBatchesRequest's payload
+// for n batches, the i-th for range rangeOf(i), appended in place by
+// appendBatch(i, dst): for a producer that writes each batch straight
+// into the frame rather than into a buffer of its own first.
+func AppendProduceBatchesPayload(dst []byte, topic *string, n int, rangeOf func(int) uint64, appendBatch func(int, []byte) []byte) []byte {
+	dst = appendU32(appendNStr(dst, topic), uint32(n))
+	for i := range n {
+		dst = appendU64(dst, rangeOf(i))
+		at := len(dst)
+		dst = appendBatch(i, appendU32(dst, 0))
+		binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
+	}
+	return dst
+}
+
 // Decode reuses the capacity of r.Batches.
 func (r *ProduceBatchesRequest) Decode(payload []byte) error {
 	d := decoder{b: payload}

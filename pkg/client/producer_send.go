@@ -1,7 +1,6 @@
 package client
 
 import (
-	"encoding/binary"
 	"errors"
 	"slices"
 	"time"
@@ -298,8 +297,7 @@ func (p *Producer) request(b *batch, cn *conn) (wire.Request, error) {
 // partsRequest is the produce_batches request of an uncompressed batch b:
 // its payload is written from b's parts, the chunks their records were
 // encoded into, so that a batch is copied once on its way out, into the
-// frame. It is ProduceBatchesRequest's payload: the topic, then the list
-// of batches, each its range and its bytes as a blob (docs/wire.md).
+// frame.
 type partsRequest struct{ b *batch }
 
 func (partsRequest) APIKey() uint16 { return wire.KeyProduceBatches }
@@ -312,17 +310,9 @@ func (r partsRequest) AppendPayload(dst []byte) []byte {
 	for _, pt := range b.parts {
 		n += 8 + 4 + batchfmt.HeaderSize + pt.b.RawLen()
 	}
-	dst = slices.Grow(dst, n)
-	// The topic and an empty list, whose count the parts' then replaces.
-	dst = wire.ProduceBatchesRequest{Topic: str(b.topic.name)}.AppendPayload(dst)
-	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(len(b.parts)))
-	for _, pt := range b.parts {
-		dst = binary.BigEndian.AppendUint64(dst, b.table.ranges[pt.idx].Range)
-		at := len(dst)
-		dst = pt.b.AppendBatch(append(dst, 0, 0, 0, 0))
-		binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
-	}
-	return dst
+	return wire.AppendProduceBatchesPayload(slices.Grow(dst, n), str(b.topic.name), len(b.parts),
+		func(i int) uint64 { return b.table.ranges[b.parts[i].idx].Range },
+		func(i int, dst []byte) []byte { return b.parts[i].b.AppendBatch(dst) })
 }
 
 // release frees what b needed only until it was answered: its encoded
