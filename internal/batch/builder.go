@@ -317,19 +317,21 @@ func (b *Builder) AddRecord(r *Record) {
 // disagrees with the headers added, a negative expiry, an unknown codec,
 // or a batch beyond MaxBatchSize (ErrTooLarge).
 func (b *Builder) Finish(codec Codec, maxRatio int) ([]byte, error) {
+	if b.chunked {
+		out, err := b.FinishTo(getScratch(HeaderSize+b.RawLen()), codec, maxRatio)
+		if err != nil {
+			Release(out)
+			return nil, err
+		}
+		return out, nil
+	}
 	n, sum, err := b.end(codec)
 	if err != nil {
 		b.Reset()
 		return nil, err
 	}
-	var out []byte
-	if b.chunked {
-		out = b.appendRaw(append(getScratch(HeaderSize+b.RawLen()), make([]byte, HeaderSize)...))
-		b.Reset()
-	} else {
-		out = b.buf
-		*b = Builder{}
-	}
+	out := b.buf
+	*b = Builder{}
 	rawLen := len(out) - HeaderSize
 	if codec != CodecNone {
 		c, err := compress(getScratch(HeaderSize + rawLen/2 + 64)[:HeaderSize], out[HeaderSize:], codec)
