@@ -3,6 +3,8 @@ package batch
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/malachi-log/malachi/internal/slab"
 )
 
 // Builder encodes one batch record by record, as the records arrive, at
@@ -84,11 +86,14 @@ func (b *Builder) Chunked() {
 // Reset empties b, handing its buffers back to the pools; records added
 // since the last Finish are dropped. Its mode stays.
 func (b *Builder) Reset() {
-	if b.owned {
+	switch {
+	case b.chunked:
+		putChunk(b.buf)
+		for _, c := range b.chunks {
+			putChunk(c)
+		}
+	case b.owned:
 		putScratch(b.buf)
-	}
-	for _, c := range b.chunks {
-		putScratch(c)
 	}
 	clear(b.chunks)
 	*b = Builder{chunked: b.chunked, chunks: b.chunks[:0]}
@@ -162,7 +167,11 @@ func (b *Builder) note(tombstone bool, expiry int64) {
 // room in the chunks.
 func (b *Builder) start(ts int64) {
 	if cap(b.buf) == 0 {
-		b.buf, b.owned = getScratch(FirstChunkSize), true
+		if b.chunked {
+			b.buf = slab.Get(FirstChunkSize)
+		} else {
+			b.buf, b.owned = getScratch(FirstChunkSize), true
+		}
 	}
 	if b.chunked {
 		b.buf = b.buf[:0]
@@ -196,9 +205,19 @@ func (b *Builder) nextChunk() {
 		b.chunks = append(b.chunks, b.buf)
 		b.prev += len(b.buf)
 	} else {
-		putScratch(b.buf)
+		putChunk(b.buf)
 	}
-	b.buf = getScratch(max(size, FirstChunkSize))
+	b.buf = slab.Get(max(size, FirstChunkSize))
+}
+
+// putChunk hands back a chunk of a chunked Builder. Chunks come from the
+// slab, from huge pages (see internal/slab for why), unless it had none to
+// give: those go to the scratch pools. Slab memory is not collected, so
+// every chunk taken must come back here, which Reset does.
+func putChunk(c []byte) {
+	if cap(c) > 0 && !slab.Put(c) {
+		putScratch(c)
+	}
 }
 
 // put writes p at the end of a chunked Builder's records section, filling

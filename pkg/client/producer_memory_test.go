@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+
+	"github.com/malachi-log/malachi/internal/slab"
 )
 
 // TestProducerV2PromisesHeapBound: a buffer full of small records, each
@@ -46,14 +48,16 @@ func TestProducerV2ThinPartsHeapBound(t *testing.T) {
 // fillHeld produces, with MaxBufferedBytes maxBytes, one record that the
 // node h holds unanswered and then records to where(n) until the buffer
 // takes no more; it answers how many, the bytes buffered, and how much
-// the heap grew meanwhile. Once the buffer is full, a Produce whose
-// context has ended adds nothing to it: its record fails with
-// ErrBufferFull. The producer is closed when the test ends.
+// the heap grew meanwhile, with the parts' chunks mapped apart from it.
+// Once the buffer is full, a Produce whose context has ended adds nothing
+// to it: its record fails with ErrBufferFull. The producer is closed when
+// the test ends.
 func fillHeld(t *testing.T, h *holdFirstV2, c *Client, maxBytes int, promise func(Record, error), where func(n int) (string, []byte)) (n, buffered int, grown int64) {
 	t.Helper()
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
+	_, chunks0 := slab.Stats()
 	p := NewProducer(c, ProducerOptions{MaxBufferedBytes: maxBytes, MaxInFlight: 1})
 	topic, _ := where(0)
 	p.Produce(t.Context(), topic, Record{Key: []byte("first"), Value: []byte("v")}, promise)
@@ -79,13 +83,17 @@ func fillHeld(t *testing.T, h *holdFirstV2, c *Client, maxBytes int, promise fun
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
+	offHeap := 0
+	if _, chunks1 := slab.Stats(); slab.OffHeap {
+		offHeap = chunks1 - chunks0 // the parts' chunks, mapped apart from the heap
+	}
 	t.Cleanup(func() {
 		release()
 		if err := p.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 	})
-	return n, buffered, int64(m1.HeapAlloc) - int64(m0.HeapAlloc)
+	return n, buffered, int64(m1.HeapAlloc) - int64(m0.HeapAlloc) + int64(offHeap)
 }
 
 // checkHeapBound checks that a full buffer stays within MaxBufferedBytes

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	batchfmt "github.com/malachi-log/malachi/internal/batch"
+	"github.com/malachi-log/malachi/internal/slab"
 	"github.com/malachi-log/malachi/internal/wire"
 )
 
@@ -51,6 +52,7 @@ func TestProducerV2PartsEveryCodec(t *testing.T) {
 				fv.handle(fc, corr, req)
 			}
 			c := dialFake(t, startFakeWith(t, fakeOptions{versions: fv.versions(wire.DefaultMaxFrame)}, handle))
+			chunks := chunksInUse()
 			p := NewProducer(c, ProducerOptions{Compression: codec, Linger: 2 * time.Millisecond, MaxInFlight: 4, MaxBufferedBytes: 4 << 20})
 			const n = 20_000
 			want := map[string]int{}
@@ -73,6 +75,7 @@ func TestProducerV2PartsEveryCodec(t *testing.T) {
 			if promised != n || failed != 0 {
 				t.Errorf("%d promises ran, %d with an error; want %d, none", promised, failed, n)
 			}
+			checkChunksBack(t, chunks)
 			fv.mu.Lock()
 			checkKeyOrder(t, fv.records, want)
 			fv.mu.Unlock()
@@ -94,6 +97,7 @@ func TestProducerV2PartsEveryCodec(t *testing.T) {
 // the others with ErrClosed.
 func TestProducerV2CloseWhileCompressing(t *testing.T) {
 	h, c := newHoldFirstV2(t, spanRoutes(256, 16))
+	chunks := chunksInUse()
 	p := NewProducer(c, ProducerOptions{Compression: CompressionZstd, Linger: -1, MaxInFlight: 1, MaxBatchBytes: 64 << 10})
 	const n = 20_000
 	var wg sync.WaitGroup
@@ -141,6 +145,33 @@ func TestProducerV2CloseWhileCompressing(t *testing.T) {
 	t.Logf("promises: %v", results)
 	if results["stored"] == 0 || results["closed"] == 0 || results["stored"]+results["closed"] != n {
 		t.Fatalf("promises: %v; want some stored, the rest ErrClosed, %d in all", results, n)
+	}
+	checkChunksBack(t, chunks)
+}
+
+// chunksInUse answers the bytes of the process's chunks given out, for
+// checkChunksBack. (Tests of this package run one at a time.)
+func chunksInUse() int {
+	_, n := slab.Stats()
+	return n
+}
+
+// checkChunksBack checks that every chunk a producer took has come back:
+// chunks are not collected, so one a producer drops stays taken. It waits
+// for parts whose compression is still running: they are handed back
+// once it ends.
+func checkChunksBack(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, n := slab.Stats()
+		if n <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of chunks still taken after the producer ended (%d before it)", n, before)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
