@@ -68,7 +68,10 @@ func (b *Builder) RawLen() int {
 
 // Chunked switches b, which must hold no records, to the chunked mode (see
 // Builder); it stays chunked. On a Builder holding records it does nothing
-// but make Finish fail.
+// but make Finish fail. A chunked Builder's chunks come from internal/slab,
+// whose memory is not collected: a chunked Builder that holds records
+// must be finished (FinishTo, Finish) or Reset before it is dropped, or its
+// chunks stay taken for good.
 func (b *Builder) Chunked() {
 	if b.chunked {
 		return

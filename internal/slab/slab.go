@@ -7,7 +7,7 @@
 // pages. On a virtual machine a TLB miss walks the guest's page tables and
 // the host's, and with 4 KiB pages nearly every record of a 1,024-range
 // producer paid one: taking its chunks from huge pages cut the client's CPU
-// per record by a third (docs/perf.md, "Chunks from huge pages"). The Go
+// per record by about 40% (docs/perf.md, "Chunks from huge pages"). The Go
 // heap does not ask for huge pages (the runtime dropped MADV_HUGEPAGE), and
 // most machines leave transparent huge pages to the programs that ask
 // (enabled=madvise), so the chunks come from mappings of our own.
@@ -16,9 +16,11 @@
 // memory it is not collected, so a chunk its owner drops stays taken. The
 // pool is bounded for that reason (Limit bytes mapped; beyond it Get
 // allocates on the heap), and a region is unmapped once all its chunks are
-// back, but for one of each size kept for the next burst. Putting a chunk twice, or a
-// slice that is not a chunk's whole, panics: either would hand the same
-// memory to two owners.
+// back, but for one of each size kept for the next burst (a region of
+// which some chunks are still taken stays mapped whole). Putting back a
+// chunk that is free, or a slice that is not a chunk's whole, panics:
+// either would hand the same memory to two owners. (A stale second Put of
+// a chunk given out again meanwhile cannot be told from its new owner's.)
 //
 // Under the race detector, which watches only the Go heap, and on systems
 // other than Linux, the regions are heap memory (map_heap.go): the same
