@@ -76,14 +76,15 @@ type pool struct {
 	empty   [classes]int        // of those, the ones with no chunk given out
 	mapped  int
 	inUse   int
-	limit   int  // most bytes mapped
-	heap    bool // mapping failed once: the heap serves from now on
+	large   map[uintptr][]byte // Large's buffers, by base address
+	limit   int                // most bytes mapped
+	heap    bool               // mapping failed once: the heap serves from now on
 }
 
 var the = newPool(Limit)
 
 func newPool(limit int) *pool {
-	return &pool{regions: make(map[uintptr]*region), limit: limit}
+	return &pool{regions: make(map[uintptr]*region), large: make(map[uintptr][]byte), limit: limit}
 }
 
 // Get returns an empty slice of capacity n rounded up to a power of two
@@ -153,7 +154,7 @@ func (p *pool) mapLocked(k uint8) *region {
 	if p.mapped+RegionSize > p.limit {
 		return nil
 	}
-	mem, err := mapRegion()
+	mem, err := mapRegion(RegionSize)
 	if err != nil {
 		p.heap = true // no mappings here: the heap serves from now on
 		return nil
@@ -223,3 +224,46 @@ func (p *pool) unmapLocked(c int, r *region) {
 
 // base is the address of b's first byte (of its capacity, if empty).
 func base(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// Large returns an empty buffer of capacity n rounded up to a multiple of
+// RegionSize, from a mapping of its own on huge pages, for one owner that
+// hands it back with FreeLarge: a buffer of megabytes refilled over and
+// over (the node journal's round) otherwise takes a TLB miss every 4 KiB.
+// Beyond Limit, or where regions cannot be mapped, it is heap memory.
+func Large(n int) []byte { return the.Large(n) }
+
+// FreeLarge hands back a buffer of Large, whose bytes are used no more;
+// any other slice, nil included, is left alone.
+func FreeLarge(b []byte) { the.freeLarge(b) }
+
+func (p *pool) Large(n int) []byte {
+	size := (max(n, 1) + RegionSize - 1) &^ (RegionSize - 1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.heap || p.mapped+size > p.limit {
+		return make([]byte, 0, n)
+	}
+	mem, err := mapRegion(size)
+	if err != nil {
+		p.heap = true
+		return make([]byte, 0, n)
+	}
+	p.large[base(mem)] = mem
+	p.mapped += size
+	return mem[:0]
+}
+
+func (p *pool) freeLarge(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	mem, ok := p.large[base(b)]
+	if !ok {
+		return
+	}
+	delete(p.large, base(b))
+	p.mapped -= len(mem)
+	unmapRegion(mem)
+}

@@ -175,3 +175,36 @@ func TestPackagePool(t *testing.T) {
 		t.Fatalf("in use %d, then %d, then %d", before, during, after)
 	}
 }
+
+// TestLargeBuffers takes large buffers, checks their size and alignment
+// and that Stats counts them, and hands them back; FreeLarge ignores
+// anything else.
+func TestLargeBuffers(t *testing.T) {
+	p := newPool(Limit)
+	a, b := p.Large(1), p.Large(3*RegionSize+5)
+	if cap(a) != RegionSize || cap(b) != 4*RegionSize || len(a) != 0 || len(b) != 0 {
+		t.Fatalf("caps %d and %d, lens %d and %d", cap(a), cap(b), len(a), len(b))
+	}
+	if base(a)%RegionSize != 0 || base(b)%RegionSize != 0 {
+		t.Fatal("a large buffer is not aligned to a region")
+	}
+	a = append(a, bytes.Repeat([]byte{1}, RegionSize)...)
+	b = append(b, bytes.Repeat([]byte{2}, 4*RegionSize)...)
+	if bytes.Count(a, []byte{1}) != RegionSize {
+		t.Fatal("the buffers overlap")
+	}
+	if mapped, _ := p.stats(); mapped != 5*RegionSize {
+		t.Fatalf("mapped %d, want %d", mapped, 5*RegionSize)
+	}
+	p.freeLarge(make([]byte, 10))
+	p.freeLarge(nil)
+	p.freeLarge(b[:0])
+	p.freeLarge(a)
+	if mapped, _ := p.stats(); mapped != 0 {
+		t.Fatalf("mapped %d after both came back", mapped)
+	}
+	small := newPool(RegionSize)
+	if c := small.Large(RegionSize + 1); cap(c) != RegionSize+1 || len(small.large) != 0 {
+		t.Fatalf("beyond the limit: cap %d, %d mapped buffers", cap(c), len(small.large))
+	}
+}

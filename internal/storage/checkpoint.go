@@ -249,6 +249,7 @@ func (s *Store) closeJournal() {
 		return
 	}
 	_ = s.jr.f.Close()
+	s.jr.release()
 	s.ckpt <- checkpoint{path: s.jr.path(), seq: s.jr.seq, segs: dirtySegs(s.jr.dirty)}
 	close(s.ckpt)
 	<-s.ckptDone
