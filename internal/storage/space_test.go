@@ -166,6 +166,27 @@ func TestNoSpaceOnCreateRecordWaitsForSpace(t *testing.T) {
 	}
 }
 
+// A Close while a create's journal record waits for space ends the
+// create with an error, and the store closes: Close retires the segment
+// being created, which the create's own cleanup must not retire again.
+func TestCloseWhileCreateWaitsForSpace(t *testing.T) {
+	var full atomic.Bool
+	fs := vfs.NewFaulty(vfs.NewMem(), nil)
+	s, err := Open(Config{Dir: "/data", FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.SetRule(noSpaceOnJournal(&full, 10))
+	full.Store(true)
+	created := make(chan error, 1)
+	go func() { created <- s.Create(1, 0) }()
+	waitDisk(t, s, DiskFull)
+	_ = s.Close()
+	if err := <-created; err == nil {
+		t.Fatal("a create that never became durable succeeded")
+	}
+}
+
 // A failed fsync stays fatal, full disk or not: the store fails for good
 // and says its disk is failing.
 func TestSyncErrorReportsFailing(t *testing.T) {

@@ -579,8 +579,12 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 	sg.h = &handle{log: log, refs: 1}
 	if journaled {
 		if err := s.journalCreateLocked(sg, base, owner); err != nil {
-			sg.h.refs--
-			s.retireLocked(sg)
+			// A Close while the record waited (for space) has retired
+			// every segment, this one too.
+			if sg.h != nil {
+				sg.h.refs--
+				s.retireLocked(sg)
+			}
 			delete(s.segs, id)
 			return err
 		}
