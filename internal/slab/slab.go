@@ -229,7 +229,7 @@ func base(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))
 // RegionSize, from a mapping of its own on huge pages, for one owner that
 // hands it back with FreeLarge: a buffer of megabytes refilled over and
 // over (the node journal's round) otherwise takes a TLB miss every 4 KiB.
-// Beyond Limit, or where regions cannot be mapped, it is heap memory.
+// Beyond Limit, or where it cannot be mapped, it is heap memory.
 func Large(n int) []byte { return the.Large(n) }
 
 // FreeLarge hands back a buffer of Large, whose bytes are used no more;
@@ -245,8 +245,7 @@ func (p *pool) Large(n int) []byte {
 	}
 	mem, err := mapRegion(size)
 	if err != nil {
-		p.heap = true
-		return make([]byte, 0, n)
+		return make([]byte, 0, n) // this size only: chunks may still map
 	}
 	p.large[base(mem)] = mem
 	p.mapped += size

@@ -251,15 +251,21 @@ func newSalt() uint64 {
 
 // begin starts a round's bytes, with room for n more: the header is
 // filled in by write. A round of many ranges' batches runs to megabytes;
-// grown by appends, its buffer was copied over and over. The buffer is
-// on huge pages (slab.Large): the round's batches are copied into it, a
-// fresh 4 KiB page every few batches, and a TLB miss on each cost the
-// node about a seventh of its CPU per record. It is the journal's one
-// buffer, held until a bigger round needs more, or until close.
+// grown by appends, its buffer was copied over and over. A buffer of a
+// huge page or more is on huge pages (slab.Large): the round's batches
+// are copied into it, a fresh 4 KiB page every few batches, and a TLB
+// miss on each cost the node about a seventh of its CPU per record. A
+// smaller round takes heap memory, so that a store of small rounds (a
+// test's, say) does not fill a huge page for them. It is the journal's
+// one buffer, held until a bigger round needs more, or until close.
 func (j *journal) begin(n int) []byte {
 	if need := roundHeaderLen + n; cap(j.buf) < need {
 		slab.FreeLarge(j.buf)
-		j.buf = slab.Large(need) // nothing to copy over
+		if need >= slab.RegionSize/2 {
+			j.buf = slab.Large(need)
+		} else {
+			j.buf = make([]byte, 0, need) // exactly: nothing to copy over
+		}
 	}
 	return append(j.buf[:0], make([]byte, roundHeaderLen)...)
 }
