@@ -1,13 +1,16 @@
 // Package slab hands out byte chunks of 1 to 16 KiB carved from 2 MiB
 // regions of memory mapped apart from the Go heap, which the kernel is
-// asked to back with transparent huge pages.
+// asked to back with transparent huge pages, and large buffers (Large)
+// mapped likewise.
 //
 // Why: a producer writing to many ranges appends each record to one of as
 // many partly filled chunks, so that consecutive records land on different
 // pages. On a virtual machine a TLB miss walks the guest's page tables and
-// the host's, and with 4 KiB pages nearly every record of a 1,024-range
-// producer paid one: taking its chunks from huge pages cut the client's CPU
-// per record by about 40% (docs/perf.md, "Chunks from huge pages"). The Go
+// the host's, and the first touch of a page faults to the host; with 4 KiB
+// pages nearly every record of a 1,024-range producer paid the one or the
+// other: taking its chunks from huge pages cut the client's CPU per record
+// by about 40% over 2,000,000 records (docs/perf.md, "Chunks from huge
+// pages"; less over longer runs, where first touches weigh less). The Go
 // heap does not ask for huge pages (the runtime dropped MADV_HUGEPAGE), and
 // most machines leave transparent huge pages to the programs that ask
 // (enabled=madvise), so the chunks come from mappings of our own.
