@@ -251,8 +251,8 @@ func newSalt() uint64 {
 
 // begin starts a round's bytes, with room for n more: the header is
 // filled in by write. A round of many ranges' batches runs to megabytes;
-// grown by appends, its buffer was copied over and over. A buffer of a
-// huge page or more is on huge pages (slab.Large): the round's batches
+// grown by appends, its buffer was copied over and over. A buffer of
+// 1 MiB or more is on huge pages (slab.Large): the round's batches
 // are copied into it, a fresh 4 KiB page every few batches, and a TLB
 // miss on each cost the node about a seventh of its CPU per record. A
 // smaller round takes heap memory, so that a store of small rounds (a
@@ -270,7 +270,8 @@ func (j *journal) begin(n int) []byte {
 	return append(j.buf[:0], make([]byte, roundHeaderLen)...)
 }
 
-// release hands the round buffer back, at close.
+// release hands the round buffer back: at close, and after a round larger
+// than is kept.
 func (j *journal) release() {
 	slab.FreeLarge(j.buf)
 	j.buf = nil
