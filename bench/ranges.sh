@@ -5,7 +5,8 @@
 #
 # Usage: bench/ranges.sh          (about 3-6 minutes on 2 cores)
 #
-# Besides records/s, the table gives the CPU time the node and the bench
+# Besides records/s, and each as a share of one range's in the same run
+# (when RANGES starts with 1), the table gives the CPU time the node and the bench
 # client spent per record, produce and consume, in µs: on a machine
 # shared with other work it moves far less than throughput does.
 #
@@ -77,6 +78,12 @@ else
 fi
 
 ROWS=()
+# BASE_P and BASE_C hold one range's records/s per mode, once measured:
+# each row gives its rates as a share of them (the issue's targets are
+# ratios to one range, so both sides come from the same run).
+declare -A BASE_P=() BASE_C=()
+# pct RATE BASE: RATE as a whole percentage of BASE, or - without one.
+pct() { if [[ -n ${2:-} ]]; then awk -v a="$1" -v b="$2" 'BEGIN{printf "%.0f%%", 100 * a / b}'; else echo -; fi; }
 for r in $RANGES; do
 	for mode in $MODES; do
 		rm -rf "$WORK/data"
@@ -93,12 +100,16 @@ for r in $RANGES; do
 		fi
 		stop_node
 		pc=$(cat "$WORK/cpu.p.$r.$mode") cc=$(cat "$WORK/cpu.c.$r.$mode")
+		if [[ $r == 1 ]]; then
+			BASE_P[$mode]=$p BASE_C[$mode]=$c
+		fi
+		share="$(pct "$p" "${BASE_P[$mode]:-}") / $(pct "$c" "${BASE_C[$mode]:-}")"
 		log "ranges $r, $mode: produce $p rec/s, consume $c rec/s, sync p50/p99 $sync us, CPU us/rec (node + client) produce $pc, consume $cc"
-		ROWS+=("| $r | $mode | $(printf "%'.0f" "$p") | $(printf "%'.0f" "$c") | $sync | $pc | $cc |")
+		ROWS+=("| $r | $mode | $(printf "%'.0f" "$p") | $(printf "%'.0f" "$c") | $share | $sync | $pc | $cc |")
 	done
 done
 
 echo
-echo "| ranges | storage | produce rec/s | consume rec/s | sync produce p50 / p99 µs | produce CPU µs/rec, node + client | consume CPU µs/rec, node + client |"
-echo "|---:|---|---:|---:|---:|---:|---:|"
+echo "| ranges | storage | produce rec/s | consume rec/s | produce / consume, of 1 range | sync produce p50 / p99 µs | produce CPU µs/rec, node + client | consume CPU µs/rec, node + client |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${ROWS[@]}"
