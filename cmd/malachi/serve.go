@@ -344,6 +344,17 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		return err
 	}
 	defer closeTracer(cfg.Tracer, logger) // after the broker closes: its last spans are flushed
+	// The client and HTTP ports are bound before broker.Open joins a
+	// cluster: a port another process holds then stops this node before
+	// any other knows it, rather than after it joined (and left again).
+	clientLn, httpLn, err := bindPorts(f.listen, f.http)
+	if err != nil {
+		return err
+	}
+	defer func() { // the servers own them once handed over; a second Close is harmless
+		_ = clientLn.Close()
+		_ = httpLn.Close()
+	}()
 	b, err := broker.Open(ctx, cfg)
 	if err != nil {
 		return err
@@ -373,7 +384,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		TLSOnly:           f.tlsOnly,
 		TLSReloadInterval: f.tlsReloadInterval,
 	}, b)
-	if err := srv.Listen(); err != nil {
+	if err := srv.ListenOn(clientLn); err != nil {
 		return err
 	}
 	if f.tlsCert != "" {
@@ -386,9 +397,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	m := metrics.New(b, srv, mopts)
 	defer m.Close()
 	web := httpapi.New(f.http, b, f.pprof, httpapi.WithMetrics(m.Handler()))
-	if err := web.Listen(); err != nil {
-		return err
-	}
+	web.ListenOn(httpLn)
 	if f.dashboard.resolve(web.Addr(), logger) {
 		dash, err := mountDashboard(f, web, srv.Addr(), b, logger)
 		if err != nil {
@@ -411,6 +420,20 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	srv.Shutdown(shutdownCtx)
 	web.Shutdown(shutdownCtx)
 	return err
+}
+
+// bindPorts binds the client protocol's address and the HTTP one.
+func bindPorts(client, web string) (net.Listener, net.Listener, error) {
+	clientLn, err := net.Listen("tcp", client)
+	if err != nil {
+		return nil, nil, fmt.Errorf("server: listen %s: %w", client, err)
+	}
+	httpLn, err := net.Listen("tcp", web)
+	if err != nil {
+		_ = clientLn.Close()
+		return nil, nil, fmt.Errorf("httpapi: listen %s: %w", web, err)
+	}
+	return clientLn, httpLn, nil
 }
 
 // reloadOnHangup reloads the TLS certificate and key on each SIGHUP

@@ -98,6 +98,10 @@ func (s *Server) Listen() error {
 	return nil
 }
 
+// ListenOn serves on ln, bound by the caller, instead of binding the
+// address: see server.Server.ListenOn.
+func (s *Server) ListenOn(ln net.Listener) { s.ln = ln }
+
 // Addr is the bound address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 

@@ -258,6 +258,19 @@ func (s *Server) Listen() error {
 	return nil
 }
 
+// ListenOn is Listen on ln, bound by the caller (cfg.Addr is not used):
+// a node binds its ports before it joins a cluster, so that a port taken
+// fails it before any other node knows it. The server owns ln from then
+// on, and closes it on error too.
+func (s *Server) ListenOn(ln net.Listener) error {
+	if err := s.prepare(); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	s.ln = ln
+	return nil
+}
+
 // prepare validates the configuration and sets up TLS; the start-up
 // half of Listen, separate so tests can supply their own listener.
 func (s *Server) prepare() error {
