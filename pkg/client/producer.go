@@ -213,7 +213,10 @@ type Producer struct {
 	wake    chan struct{} // the sender has batches (capacity 1)
 	deliver chan struct{} // the promiser has batches (capacity 1)
 	sender  sync.WaitGroup
-	done    chan struct{} // closed when the promiser exits
+	// compressing counts the goroutines compressing batches (enqueueLocked);
+	// Close waits for them, so that what they hold is back when it returns.
+	compressing sync.WaitGroup
+	done        chan struct{} // closed when the promiser exits
 
 	mu sync.Mutex // guards the following
 	// topics holds the topics with a batch filling or unresolved; last is
@@ -326,6 +329,10 @@ type batch struct {
 	buf       []byte
 	finishErr error
 	finished  chan struct{}
+	// freeing is set by release; whichever of release and the
+	// compressing goroutine takes it back (CompareAndSwap) after
+	// finished is closed frees the batch, so that exactly one does.
+	freeing atomic.Bool
 	// v2 says what went out last: produce_batches.
 	v2 bool
 }
@@ -652,7 +659,9 @@ func (p *Producer) sealAllLocked() {
 // Close stops accepting records and flushes. If ctx ends first, batches
 // not yet sent fail with ErrClosed and Close returns ctx's error; batches
 // already sent still get their promises when their answers arrive.
-// Close does not close the Client. Called from a promise, it returns
+// Either way Close returns only once the batches being compressed are
+// (compression is CPU work, not a wait on the node), so that what they
+// hold is handed back. Close does not close the Client. Called from a promise, it returns
 // ErrInPromise at once and closes nothing. Later calls, and calls made
 // while the first still flushes, wait for the first (or for their own
 // ctx) and return what it returned.
@@ -675,6 +684,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	err := p.Flush(ctx)
 	p.cancel()
 	p.sender.Wait()
+	p.compressing.Wait()
 	p.mu.Lock()
 	p.signalLocked(p.deliver) // let the promiser see it may exit
 	p.mu.Unlock()
@@ -743,10 +753,13 @@ func (p *Producer) enqueueLocked(t *topicState, b *batch) {
 		// several topics (or several batches of one) compress in
 		// parallel while earlier ones go out; the sender waits for it.
 		b.finished = make(chan struct{})
-		go func() {
-			defer close(b.finished)
+		p.compressing.Go(func() {
 			b.finish(p.opt.Compression)
-		}()
+			close(b.finished)
+			if b.freeing.CompareAndSwap(true, false) {
+				b.free() // released while compressing: see release
+			}
+		})
 	}
 }
 

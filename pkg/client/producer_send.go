@@ -319,18 +319,19 @@ func (r partsRequest) AppendPayload(dst []byte) []byte {
 // records, kept until then for a retry, or its parts' chunks if it was
 // never finished. While its batches are being compressed (a batch
 // resolved without being sent, on Close), that goroutine still reads the
-// chunks and writes the buffer: they are freed once it is done.
+// chunks and writes the buffer: that goroutine frees them once it is
+// done (enqueueLocked), and Close waits for it.
 func (b *batch) release() {
 	b.wrecs, b.arena = nil, nil
 	if f := b.finished; f != nil {
+		b.freeing.Store(true)
 		select {
 		case <-f:
 		default:
-			go func() {
-				<-f
-				b.free()
-			}()
 			return
+		}
+		if !b.freeing.CompareAndSwap(true, false) {
+			return // the compressing goroutine took it and frees it
 		}
 	}
 	b.free()
