@@ -1,19 +1,25 @@
-// Package slab hands out byte chunks of 1 to 16 KiB carved from 2 MiB
+// Package slab hands out byte chunks of 1 KiB to 2 MiB carved from 2 MiB
 // regions of memory mapped apart from the Go heap, which the kernel is
 // asked to back with transparent huge pages, and large buffers (Large)
 // mapped likewise.
 //
-// Why: a producer writing to many ranges appends each record to one of as
-// many partly filled chunks, so that consecutive records land on different
-// pages. On a virtual machine a TLB miss walks the guest's page tables and
+// Why: on a virtual machine a TLB miss walks the guest's page tables and
 // the host's, and the first touch of a page faults to the host; with 4 KiB
-// pages nearly every record of a 1,024-range producer paid the one or the
-// other: taking its chunks from huge pages cut the client's CPU per record
-// by about 40% over 2,000,000 records (docs/perf.md, "Chunks from huge
-// pages"; less over longer runs, where first touches weigh less). The Go
-// heap does not ask for huge pages (the runtime dropped MADV_HUGEPAGE), and
-// most machines leave transparent huge pages to the programs that ask
-// (enabled=madvise), so the chunks come from mappings of our own.
+// pages both are dear. Two users pay them most:
+//   - A producer writing to many ranges appends each record to one of as
+//     many partly filled chunks, so that consecutive records land on
+//     different pages: taking its chunks from huge pages cut the client's
+//     CPU per record by about 40% over 2,000,000 records (docs/perf.md,
+//     "Chunks from huge pages"; less over longer runs, where first touches
+//     weigh less).
+//   - A node's reads go into pooled buffers (storage.ReadPool); a reader of
+//     many ranges holds many at once, and the first read after a quiet
+//     spell touches fresh pages by the thousand.
+//
+// The Go heap does not ask for huge pages (the runtime dropped
+// MADV_HUGEPAGE), and most machines leave transparent huge pages to the
+// programs that ask (enabled=madvise), so the chunks come from mappings of
+// our own.
 //
 // A chunk is handed back explicitly with Put, and only then: unlike heap
 // memory it is not collected, so a chunk its owner drops stays taken. The
@@ -46,16 +52,19 @@ const (
 	RegionSize = 2 << 20 // a huge page on amd64 and arm64 (4 KiB base pages)
 
 	minShift = 10
-	maxShift = 14
+	maxShift = 21 // a whole region
 	classes  = maxShift - minShift + 1
 	// Limit bounds the bytes mapped: chunks given out, free ones, and
 	// the regions kept empty. It is far above what the producers of one
-	// process hold (each bounds its own buffer, 64 MiB by default).
+	// process hold (each bounds its own buffer, 64 MiB by default), and
+	// what a node's reads hold (their pool keeps 64 MiB free, and the
+	// server bounds the answers in flight).
 	Limit = 1 << 30
 	// keptEmpty is how many regions of each size with no chunk given out
 	// stay mapped for the next burst rather than going back to the
-	// kernel: at most 2 MiB per size idle, and a producer whose one batch
-	// comes and goes does not map and carve a region for each.
+	// kernel: at most 2 MiB per size idle (24 MiB in all), and a producer
+	// whose one batch comes and goes does not map and carve a region for
+	// each.
 	keptEmpty = 1
 )
 
@@ -104,6 +113,20 @@ func (p *pool) Get(n int) []byte {
 		return b
 	}
 	return make([]byte, 0, 1<<k)
+}
+
+// TryGet is Get without the heap: nil when no region can serve n (above
+// MaxSize, past Limit, or no mappings here). For an owner that bounds its
+// own share of the pool, and so must know which of its buffers are
+// chunks.
+func TryGet(n int) []byte { return the.TryGet(n) }
+
+func (p *pool) TryGet(n int) []byte {
+	k := max(bits.Len(uint(max(n, 1)-1)), minShift)
+	if k > maxShift {
+		return nil
+	}
+	return p.get(k)
 }
 
 // Put hands back a chunk Get returned, whose bytes are used no more, and
@@ -198,15 +221,15 @@ func (p *pool) put(b []byte) bool {
 	r.free = append(r.free, i)
 	p.inUse -= int(size)
 	c := int(r.shift) - minShift
-	switch len(r.free) {
-	case 1: // it was full: it has room again
+	if len(r.free) == 1 { // it was full: it has room again
 		p.partial[c] = append(p.partial[c], r)
-	case r.chunks(): // all back: kept for the next burst, or unmapped
+	}
+	if len(r.free) == r.chunks() { // all back (a region of one chunk: both)
 		if p.empty[c] < keptEmpty {
 			p.empty[c]++
-			break
+		} else {
+			p.unmapLocked(c, r)
 		}
-		p.unmapLocked(c, r)
 	}
 	return true
 }

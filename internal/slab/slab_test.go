@@ -13,7 +13,7 @@ func TestChunksAreDisjointAndAligned(t *testing.T) {
 	p := newPool(Limit)
 	var got [][]byte
 	for k := minShift; k <= maxShift; k++ {
-		for i := range 300 {
+		for i := range min(300, 3*RegionSize>>k+1) { // into a fourth region
 			n := 1<<k - i // any size of the class rounds up to it
 			b := p.Get(n)
 			if len(b) != 0 || cap(b) != 1<<k {
@@ -100,6 +100,16 @@ func TestBeyondTheLimitTheHeapServes(t *testing.T) {
 	if big := p.Get(MaxSize + 1); cap(big) != MaxSize+1 || p.put(big) {
 		t.Fatalf("a request above MaxSize: cap %d", cap(big))
 	}
+	if b := p.TryGet(MinSize); b != nil { // a second region: past the limit
+		t.Fatalf("TryGet past the limit: cap %d, want nil", cap(b))
+	}
+	if b := p.TryGet(MaxSize + 1); b != nil {
+		t.Fatalf("TryGet above MaxSize: cap %d, want nil", cap(b))
+	}
+	// All chunks are back; the region kept for the next burst serves.
+	if b := p.TryGet(MaxSize); cap(b) != MaxSize || !p.put(b) {
+		t.Fatal("TryGet within the limit did not hand out a chunk")
+	}
 }
 
 // TestMisusePanics checks that a chunk put twice, or a slice that is not a
@@ -137,7 +147,11 @@ func TestConcurrentOwners(t *testing.T) {
 		wg.Go(func() {
 			var held [][]byte
 			for i := range 20000 {
-				b := p.Get(MinSize << (i % classes))
+				k := i % 6 // mostly small chunks, many to a region
+				if i%16 == 0 {
+					k = i / 16 % classes // every size, up to a whole region
+				}
+				b := p.Get(MinSize << k)
 				b = append(b, bytes.Repeat([]byte{byte(g)}, cap(b))...)
 				held = append(held, b)
 				if len(held) > 64 || i%7 == 0 {

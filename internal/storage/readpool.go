@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/malachi-log/malachi/internal/slab"
 	"github.com/malachi-log/malachi/internal/storage/segment"
 )
 
@@ -21,38 +22,41 @@ import (
 // with the race detector a released buffer is overwritten at once, so a
 // use after release shows as a CRC failure rather than passing unseen.
 
-// Size classes: 4 KiB to 2 MiB, each a power of two or 1.5 times one, so
-// a buffer wastes at most a third of itself.
+// Size classes: powers of two from 4 KiB to 2 MiB, the sizes of the slab's
+// chunks, which the buffers are (see Get).
 const (
 	minClassShift = 12 // 4 KiB
-	maxClassShift = 21 // 2 MiB
-	numClasses    = 2*(maxClassShift-minClassShift) + 1
+	maxClassShift = 21 // 2 MiB, slab.MaxSize
+	numClasses    = maxClassShift - minClassShift + 1
 )
 
 // classOf returns the smallest class whose buffers hold n bytes, and its
 // size; ok is false when n is larger than the largest class.
 func classOf(n int) (class, size int, ok bool) {
-	if n <= 1<<minClassShift {
-		return 0, 1 << minClassShift, true
-	}
-	shift := bits.Len(uint(n - 1)) // 1<<shift >= n > 1<<(shift-1)
+	shift := max(bits.Len(uint(max(n, 1)-1)), minClassShift) // 1<<shift >= n
 	if shift > maxClassShift {
 		return 0, 0, false
 	}
-	half := 3 << (shift - 2) // 1.5 × 1<<(shift-1)
-	if n <= half {
-		return 2*(shift-1-minClassShift) + 1, half, true
-	}
-	return 2 * (shift - minClassShift), 1 << shift, true
+	return shift - minClassShift, 1 << shift, true
 }
 
 // ReadPool holds released read buffers for reuse, at most max bytes of
-// them; past that a released buffer is left to the garbage collector.
+// them; past that a released buffer goes back to the slab or, heap memory,
+// to the garbage collector.
+//
+// Its buffers are slab chunks (see Get), at most offHeapMax bytes of them
+// at once, given out or free; past that they are heap memory. Slab memory
+// is not collected, and a page of reads that nobody releases is allowed
+// (the collector takes its buffers, see broker's readhold.go): the bound
+// keeps such buffers from taking the slab whole, at the price of reads on
+// small pages once they fill it.
 type ReadPool struct {
 	mu   sync.Mutex
 	free [numClasses][][]byte
 	held int64
 	max  int64
+	// offHeap is the bytes of slab chunks taken and not given back.
+	offHeap, offHeapMax int64
 	// poison overwrites each released buffer (see poisonReleased).
 	poison bool
 	stats  ReadPoolStats
@@ -63,19 +67,28 @@ type ReadPoolStats struct {
 	Reused, Allocated, Dropped uint64
 	// Held is the bytes of released buffers the pool keeps.
 	Held int64
+	// OffHeap is the bytes of its buffers that are slab chunks, given out
+	// or held.
+	OffHeap int64
 }
 
-// NewReadPool returns a pool that keeps at most maxBytes of free buffers.
-func NewReadPool(maxBytes int64) *ReadPool {
-	return &ReadPool{max: maxBytes, poison: poisonReleased}
+// NewReadPool returns a pool that keeps at most maxBytes of free buffers,
+// and takes at most offHeapBytes from the slab.
+func NewReadPool(maxBytes, offHeapBytes int64) *ReadPool {
+	return &ReadPool{max: maxBytes, offHeapMax: offHeapBytes, poison: poisonReleased}
 }
 
-// DefaultReadPoolBytes bounds the shared pool the store reads into.
-const DefaultReadPoolBytes = 64 << 20
+// DefaultReadPoolBytes bounds the free buffers of the shared pool the
+// store reads into, and DefaultReadPoolOffHeap its buffers from the slab:
+// four times the free ones, room for the answers in flight besides.
+const (
+	DefaultReadPoolBytes   = 64 << 20
+	DefaultReadPoolOffHeap = 4 * DefaultReadPoolBytes
+)
 
 // sharedReadPool is the pool Store.ReadPooled reads into: one for the
 // process, as the node's reads all share one memory budget.
-var sharedReadPool = NewReadPool(DefaultReadPoolBytes)
+var sharedReadPool = NewReadPool(DefaultReadPoolBytes, DefaultReadPoolOffHeap)
 
 // SharedReadPoolStats reports the shared pool's counters.
 func SharedReadPoolStats() ReadPoolStats { return sharedReadPool.Stats() }
@@ -85,12 +98,16 @@ func (p *ReadPool) Stats() ReadPoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.stats
-	st.Held = p.held
+	st.Held, st.OffHeap = p.held, p.offHeap
 	return st
 }
 
 // Get returns a buffer of len n (contents undefined), from the pool when
-// one of its class is free.
+// one of its class is free, else a chunk of the slab (within offHeapMax):
+// huge pages, so that a burst of reads (a reader of many ranges holds a
+// buffer for each) touches fresh memory a huge page at a time rather than
+// faulting every 4 KiB, which on a virtual machine is most of the cost of
+// the first pages read after a quiet spell (docs/perf.md).
 func (p *ReadPool) Get(n int) []byte {
 	c, size, ok := classOf(n)
 	if !ok {
@@ -107,12 +124,26 @@ func (p *ReadPool) Get(n int) []byte {
 		return b[:n]
 	}
 	p.stats.Allocated++
+	chunk := p.offHeap+int64(size) <= p.offHeapMax
+	if chunk {
+		p.offHeap += int64(size)
+	}
 	p.mu.Unlock()
+	if chunk {
+		if b := slab.TryGet(size); b != nil {
+			return b[:n]
+		}
+		p.mu.Lock()
+		p.offHeap -= int64(size)
+		p.mu.Unlock()
+	}
 	return make([]byte, n, size)
 }
 
 // Put takes b back. Only buffers whose capacity is exactly a class size
-// are kept (those Get made); the caller must not touch b again.
+// are kept (those Get made); the caller must not touch b again. Past the
+// pool's bound a buffer goes back to the slab, or, heap memory, to the
+// collector.
 func (p *ReadPool) Put(b []byte) {
 	c, size, ok := classOf(cap(b))
 	if !ok || size != cap(b) {
@@ -125,13 +156,19 @@ func (p *ReadPool) Put(b []byte) {
 		}
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held+int64(size) > p.max {
-		p.stats.Dropped++
+	if p.held+int64(size) <= p.max {
+		p.free[c] = append(p.free[c], b)
+		p.held += int64(size)
+		p.mu.Unlock()
 		return
 	}
-	p.free[c] = append(p.free[c], b)
-	p.held += int64(size)
+	p.stats.Dropped++
+	p.mu.Unlock()
+	if slab.Put(b[:0]) {
+		p.mu.Lock()
+		p.offHeap -= int64(size)
+		p.mu.Unlock()
+	}
 }
 
 // poisonByte fills released buffers when poisoning: a batch header of

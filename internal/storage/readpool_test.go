@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,29 +14,13 @@ import (
 )
 
 // Every size up to the largest class maps to the smallest class that
-// holds it, and the classes grow by at most 1.5 times.
+// holds it: the power of two at or above it, from 4 KiB.
 func TestReadPoolClasses(t *testing.T) {
-	last := 0
 	for n := 1; n <= 1<<maxClassShift; n += 1 + n/97 {
 		c, size, ok := classOf(n)
-		if !ok || size < n || c < 0 || c >= numClasses {
-			t.Fatalf("classOf(%d) = %d, %d, %v", n, c, size, ok)
-		}
-		if c > 0 {
-			_, below, _ := classOf(size - 1)
-			if below != size {
-				t.Fatalf("classOf(%d) = %d, but %d bytes took class size %d", n, size, size-1, below)
-			}
-		}
-		if size < last {
-			t.Fatalf("class sizes shrink: %d after %d", size, last)
-		}
-		last = size
-	}
-	for c := 1; c < numClasses; c++ {
-		prev := classSize(t, c-1)
-		if s := classSize(t, c); s > prev*3/2 || s <= prev {
-			t.Fatalf("class %d is %d bytes after %d", c, s, prev)
+		want := max(1<<bits.Len(uint(n-1)), 1<<minClassShift)
+		if !ok || size != want || c < 0 || c >= numClasses || 1<<(minClassShift+c) != size {
+			t.Fatalf("classOf(%d) = %d, %d, %v; want size %d", n, c, size, ok, want)
 		}
 	}
 	if _, _, ok := classOf(1<<maxClassShift + 1); ok {
@@ -43,25 +28,12 @@ func TestReadPoolClasses(t *testing.T) {
 	}
 }
 
-func classSize(t *testing.T, c int) int {
-	t.Helper()
-	for n := 1; n <= 1<<maxClassShift; n *= 2 {
-		for _, m := range []int{n, n * 3 / 2} {
-			if got, size, _ := classOf(m); got == c {
-				return size
-			}
-		}
-	}
-	t.Fatalf("no size maps to class %d", c)
-	return 0
-}
-
 // The pool reuses what it is given back, keeps at most its bound, and
 // takes only buffers of a class's exact size.
 func TestReadPoolReusesWithinItsBound(t *testing.T) {
-	p := NewReadPool(64 << 10)
+	p := NewReadPool(64<<10, 1<<20)
 	a := p.Get(5000)
-	if len(a) != 5000 || cap(a) != 6<<10 {
+	if len(a) != 5000 || cap(a) != 8<<10 {
 		t.Fatalf("Get(5000): len %d cap %d", len(a), cap(a))
 	}
 	p.Put(a)
@@ -84,13 +56,35 @@ func TestReadPoolReusesWithinItsBound(t *testing.T) {
 	if p.Stats().Held != st.Held {
 		t.Fatal("the pool kept a buffer it did not make")
 	}
+	p.Put(b)
+}
+
+// The pool's buffers are slab chunks up to its off-heap bound, heap memory
+// past it; those it drops go back to the slab, so the count comes back to
+// what the free buffers hold.
+func TestReadPoolBoundsItsSlabChunks(t *testing.T) {
+	p := NewReadPool(32<<10, 64<<10)
+	var bufs [][]byte
+	for range 6 {
+		bufs = append(bufs, p.Get(16<<10))
+	}
+	if got := p.Stats().OffHeap; got != 64<<10 {
+		t.Fatalf("off heap %d after six 16 KiB buffers, want the bound, 64 KiB", got)
+	}
+	for _, b := range bufs {
+		p.Put(b)
+	}
+	st := p.Stats()
+	if st.Held != 32<<10 || st.OffHeap != 32<<10 {
+		t.Fatalf("after all came back: %+v, want 32 KiB held, all of it off heap", st)
+	}
 }
 
 // A buffer goes back when its last holder releases it; releasing more
 // often than held, or retaining a released buffer, panics rather than hand
 // one reader's bytes to another.
 func TestReadBufCountsItsHolders(t *testing.T) {
-	p := NewReadPool(1 << 20)
+	p := NewReadPool(1<<20, 1<<20)
 	p.poison = true
 	rb := newReadBuf(p, p.Get(4096))
 	copy(rb.b, "batch")
