@@ -59,7 +59,6 @@ func benchFetch(b *testing.B, ranges int, v2 bool) {
 					n += batchRecords(b, rb.Batch)
 				}
 				p.Release() // as the server does once the page is written
-				p.Release() // as the server does once the page is written
 			} else {
 				p, err := br.Fetch(ctx, FetchRequest{Topic: "t", Cursor: cur, Max: 1000})
 				if err != nil {

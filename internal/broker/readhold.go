@@ -9,10 +9,12 @@ import (
 // A v2 page's batches lie, as stored, in buffers the store read them into
 // from its pool (storage.ReadPooled). The page holds those buffers until
 // whoever took it releases it (BatchPage.Release, Page.Release): the
-// server, once the answer is written or dropped. A page that is never
-// released leaves its buffers to the garbage collector, which is safe;
-// one released while its batches are still read is not, and nothing here
-// releases a page its taker may still use.
+// server, once the answer is written or dropped. Every page must be
+// released: the buffers are slab memory, which the garbage collector does
+// not take, so those of a page never released stay taken for the life of
+// the process (the read pool bounds what its slab maps; past that, reads
+// go to heap buffers). A page released while its batches are still read
+// is worse, and nothing here releases a page its taker may still use.
 
 // readHold is one holder's reference on the buffers a page's batches lie
 // in. Several holders (the readers a shared page serves) each have their

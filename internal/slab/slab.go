@@ -55,10 +55,10 @@ const (
 	maxShift = 21 // a whole region
 	classes  = maxShift - minShift + 1
 	// Limit bounds the bytes mapped: chunks given out, free ones, and
-	// the regions kept empty. It is far above what the producers of one
-	// process hold (each bounds its own buffer, 64 MiB by default), and
-	// what a node's reads hold (their pool keeps 64 MiB free, and the
-	// server bounds the answers in flight).
+	// the regions kept empty, by the process's pool. It is far above what
+	// the producers of one process hold (each bounds its own buffer, 64 MiB
+	// by default). A node's reads take their chunks from a pool of their
+	// own (storage.ReadPool).
 	Limit = 1 << 30
 	// keptEmpty is how many regions of each size with no chunk given out
 	// stay mapped for the next burst rather than going back to the
@@ -79,9 +79,13 @@ type region struct {
 // chunks is how many chunks r holds.
 func (r *region) chunks() int { return RegionSize >> r.shift }
 
-// pool is the process's chunks. One mutex guards it: a chunk lives for many
-// records, so Get and Put are far rarer than the writes into chunks.
-type pool struct {
+// Pool is a set of regions and the chunks carved from them, bounded by the
+// bytes it maps. The package's functions use the process's pool; an owner
+// that needs a bound of its own on what its chunks keep mapped (a region
+// stays mapped while any chunk of it is taken) makes its own (NewPool).
+// One mutex guards it: a chunk lives for many records or a whole read, so
+// Get and Put are far rarer than the writes into chunks.
+type Pool struct {
 	mu      sync.Mutex
 	regions map[uintptr]*region // by base address
 	partial [classes][]*region  // regions of each size with free chunks
@@ -93,10 +97,11 @@ type pool struct {
 	heap    bool               // mapping failed once: the heap serves from now on
 }
 
-var the = newPool(Limit)
+var the = NewPool(Limit)
 
-func newPool(limit int) *pool {
-	return &pool{regions: make(map[uintptr]*region), large: make(map[uintptr][]byte), limit: limit}
+// NewPool returns a pool that maps at most limit bytes.
+func NewPool(limit int) *Pool {
+	return &Pool{regions: make(map[uintptr]*region), large: make(map[uintptr][]byte), limit: limit}
 }
 
 // Get returns an empty slice of capacity n rounded up to a power of two
@@ -104,7 +109,8 @@ func newPool(limit int) *pool {
 // within Limit, else heap memory, which Put ignores.
 func Get(n int) []byte { return the.Get(n) }
 
-func (p *pool) Get(n int) []byte {
+// Get is the package's Get for p.
+func (p *Pool) Get(n int) []byte {
 	k := max(bits.Len(uint(max(n, 1)-1)), minShift)
 	if k > maxShift {
 		return make([]byte, 0, n)
@@ -116,12 +122,8 @@ func (p *pool) Get(n int) []byte {
 }
 
 // TryGet is Get without the heap: nil when no region can serve n (above
-// MaxSize, past Limit, or no mappings here). For an owner that bounds its
-// own share of the pool, and so must know which of its buffers are
-// chunks.
-func TryGet(n int) []byte { return the.TryGet(n) }
-
-func (p *pool) TryGet(n int) []byte {
+// MaxSize, past the pool's limit, or no mappings here).
+func (p *Pool) TryGet(n int) []byte {
 	k := max(bits.Len(uint(max(n, 1)-1)), minShift)
 	if k > maxShift {
 		return nil
@@ -134,16 +136,22 @@ func (p *pool) TryGet(n int) []byte {
 // the collector or to the caller's own pool).
 func Put(b []byte) bool { return the.put(b) }
 
+// Put is the package's Put for p's chunks.
+func (p *Pool) Put(b []byte) bool { return p.put(b) }
+
 // Stats reports the bytes mapped and the bytes of chunks given out.
 func Stats() (mapped, inUse int) { return the.stats() }
 
-func (p *pool) stats() (mapped, inUse int) {
+// Stats is the package's Stats for p.
+func (p *Pool) Stats() (mapped, inUse int) { return p.stats() }
+
+func (p *Pool) stats() (mapped, inUse int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.mapped, p.inUse
 }
 
-func (p *pool) get(k int) []byte {
+func (p *Pool) get(k int) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.heap {
@@ -176,7 +184,7 @@ func (p *pool) get(k int) []byte {
 // mapLocked maps a region of 1<<k-byte chunks, all free, within Limit; nil
 // if it cannot. The last chunk is handed out first, so that a region fills
 // from its start.
-func (p *pool) mapLocked(k uint8) *region {
+func (p *Pool) mapLocked(k uint8) *region {
 	if p.mapped+RegionSize > p.limit {
 		return nil
 	}
@@ -197,7 +205,7 @@ func (p *pool) mapLocked(k uint8) *region {
 	return r
 }
 
-func (p *pool) put(b []byte) bool {
+func (p *Pool) put(b []byte) bool {
 	if cap(b) == 0 {
 		return false
 	}
@@ -236,7 +244,7 @@ func (p *pool) put(b []byte) bool {
 
 // unmapLocked gives r, a region of size class c with every chunk back, to
 // the kernel.
-func (p *pool) unmapLocked(c int, r *region) {
+func (p *Pool) unmapLocked(c int, r *region) {
 	for j, q := range p.partial[c] {
 		if q == r {
 			p.partial[c] = append(p.partial[c][:j], p.partial[c][j+1:]...)
@@ -262,7 +270,7 @@ func Large(n int) []byte { return the.Large(n) }
 // any other slice, nil included, is left alone.
 func FreeLarge(b []byte) { the.freeLarge(b) }
 
-func (p *pool) Large(n int) []byte {
+func (p *Pool) Large(n int) []byte {
 	size := (max(n, 1) + RegionSize - 1) &^ (RegionSize - 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -278,7 +286,7 @@ func (p *pool) Large(n int) []byte {
 	return mem[:0]
 }
 
-func (p *pool) freeLarge(b []byte) {
+func (p *Pool) freeLarge(b []byte) {
 	if cap(b) == 0 {
 		return
 	}

@@ -10,7 +10,7 @@ import (
 // with its own byte, and checks each kept its bytes, starts at a multiple
 // of its size inside one region, and that Stats counts them.
 func TestChunksAreDisjointAndAligned(t *testing.T) {
-	p := newPool(Limit)
+	p := NewPool(Limit)
 	var got [][]byte
 	for k := minShift; k <= maxShift; k++ {
 		for i := range min(300, 3*RegionSize>>k+1) { // into a fourth region
@@ -50,7 +50,7 @@ func TestChunksAreDisjointAndAligned(t *testing.T) {
 // every chunk back, and checks that all but the kept one are unmapped, and
 // that a chunk of a kept region is handed out again.
 func TestRegionsGoBackToTheKernel(t *testing.T) {
-	p := newPool(Limit)
+	p := NewPool(Limit)
 	const regions = 3
 	var got [][]byte
 	for range regions * (RegionSize / MaxSize) {
@@ -77,7 +77,7 @@ func TestRegionsGoBackToTheKernel(t *testing.T) {
 // TestBeyondTheLimitTheHeapServes bounds a pool to one region: the chunks
 // past it come from the heap, and Put reports them as not its own.
 func TestBeyondTheLimitTheHeapServes(t *testing.T) {
-	p := newPool(RegionSize)
+	p := NewPool(RegionSize)
 	var own, heap int
 	var got [][]byte
 	for range 2 * RegionSize / MaxSize {
@@ -115,7 +115,7 @@ func TestBeyondTheLimitTheHeapServes(t *testing.T) {
 // TestMisusePanics checks that a chunk put twice, or a slice that is not a
 // chunk's start, is refused loudly rather than handed to a second owner.
 func TestMisusePanics(t *testing.T) {
-	p := newPool(Limit)
+	p := NewPool(Limit)
 	b := p.Get(MinSize)
 	inner := p.Get(4 * MinSize)
 	cases := map[string]func(){
@@ -141,7 +141,7 @@ func TestMisusePanics(t *testing.T) {
 // TestConcurrentOwners has goroutines take, fill, check and hand back
 // chunks of every size at once: no chunk is given to two owners.
 func TestConcurrentOwners(t *testing.T) {
-	p := newPool(Limit)
+	p := NewPool(Limit)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -194,7 +194,7 @@ func TestPackagePool(t *testing.T) {
 // and that Stats counts them, and hands them back; FreeLarge ignores
 // anything else.
 func TestLargeBuffers(t *testing.T) {
-	p := newPool(Limit)
+	p := NewPool(Limit)
 	a, b := p.Large(1), p.Large(3*RegionSize+5)
 	if cap(a) != RegionSize || cap(b) != 4*RegionSize || len(a) != 0 || len(b) != 0 {
 		t.Fatalf("caps %d and %d, lens %d and %d", cap(a), cap(b), len(a), len(b))
@@ -217,7 +217,7 @@ func TestLargeBuffers(t *testing.T) {
 	if mapped, _ := p.stats(); mapped != 0 {
 		t.Fatalf("mapped %d after both came back", mapped)
 	}
-	small := newPool(RegionSize)
+	small := NewPool(RegionSize)
 	if c := small.Large(RegionSize + 1); cap(c) != RegionSize+1 || len(small.large) != 0 {
 		t.Fatalf("beyond the limit: cap %d, %d mapped buffers", cap(c), len(small.large))
 	}

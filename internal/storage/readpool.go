@@ -44,19 +44,21 @@ func classOf(n int) (class, size int, ok bool) {
 // them; past that a released buffer goes back to the slab or, heap memory,
 // to the garbage collector.
 //
-// Its buffers are slab chunks (see Get), at most offHeapMax bytes of them
-// at once, given out or free; past that they are heap memory. Slab memory
-// is not collected, and a page of reads that nobody releases is allowed
-// (the collector takes its buffers, see broker's readhold.go): the bound
-// keeps such buffers from taking the slab whole, at the price of reads on
-// small pages once they fill it.
+// Its buffers are chunks of a slab pool of its own (see Get), which maps
+// at most mapMax bytes; past that they are heap memory. That bound is on
+// what stays mapped, free chunks and partly used regions included, not on
+// the chunks given out: a region stays mapped whole while any chunk of it
+// is taken or held here. Slab memory is not collected, so a buffer whose
+// holders never release it stays taken (see broker's readhold.go); the
+// bound keeps such buffers from growing the node without limit, at the
+// price of reads on small pages once they fill it.
 type ReadPool struct {
 	mu   sync.Mutex
 	free [numClasses][][]byte
 	held int64
 	max  int64
-	// offHeap is the bytes of slab chunks taken and not given back.
-	offHeap, offHeapMax int64
+	// chunks is where new buffers come from.
+	chunks *slab.Pool
 	// poison overwrites each released buffer (see poisonReleased).
 	poison bool
 	stats  ReadPoolStats
@@ -67,28 +69,28 @@ type ReadPoolStats struct {
 	Reused, Allocated, Dropped uint64
 	// Held is the bytes of released buffers the pool keeps.
 	Held int64
-	// OffHeap is the bytes of its buffers that are slab chunks, given out
-	// or held.
-	OffHeap int64
+	// Mapped is the bytes its slab maps, and InUse those of its chunks
+	// given out or held.
+	Mapped, InUse int
 }
 
 // NewReadPool returns a pool that keeps at most maxBytes of free buffers,
-// and takes at most offHeapBytes from the slab.
-func NewReadPool(maxBytes, offHeapBytes int64) *ReadPool {
-	return &ReadPool{max: maxBytes, offHeapMax: offHeapBytes, poison: poisonReleased}
+// and maps at most mapBytes of huge pages for them.
+func NewReadPool(maxBytes int64, mapBytes int) *ReadPool {
+	return &ReadPool{max: maxBytes, chunks: slab.NewPool(mapBytes), poison: poisonReleased}
 }
 
 // DefaultReadPoolBytes bounds the free buffers of the shared pool the
-// store reads into, and DefaultReadPoolOffHeap its buffers from the slab:
-// four times the free ones, room for the answers in flight besides.
+// store reads into, and DefaultReadPoolMapped the huge pages its buffers
+// come from: twice the free ones, room for the answers in flight besides.
 const (
-	DefaultReadPoolBytes   = 64 << 20
-	DefaultReadPoolOffHeap = 4 * DefaultReadPoolBytes
+	DefaultReadPoolBytes  = 64 << 20
+	DefaultReadPoolMapped = 2 * DefaultReadPoolBytes
 )
 
 // sharedReadPool is the pool Store.ReadPooled reads into: one for the
 // process, as the node's reads all share one memory budget.
-var sharedReadPool = NewReadPool(DefaultReadPoolBytes, DefaultReadPoolOffHeap)
+var sharedReadPool = NewReadPool(DefaultReadPoolBytes, DefaultReadPoolMapped)
 
 // SharedReadPoolStats reports the shared pool's counters.
 func SharedReadPoolStats() ReadPoolStats { return sharedReadPool.Stats() }
@@ -98,16 +100,17 @@ func (p *ReadPool) Stats() ReadPoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.stats
-	st.Held, st.OffHeap = p.held, p.offHeap
+	st.Held = p.held
+	st.Mapped, st.InUse = p.chunks.Stats()
 	return st
 }
 
 // Get returns a buffer of len n (contents undefined), from the pool when
-// one of its class is free, else a chunk of the slab (within offHeapMax):
-// huge pages, so that a burst of reads (a reader of many ranges holds a
-// buffer for each) touches fresh memory a huge page at a time rather than
-// faulting every 4 KiB, which on a virtual machine is most of the cost of
-// the first pages read after a quiet spell (docs/perf.md).
+// one of its class is free, else a chunk of its slab (within its mapping
+// bound): huge pages, so that a burst of reads (a reader of many ranges
+// holds a buffer for each) touches fresh memory a huge page at a time
+// rather than faulting every 4 KiB, which on a virtual machine was most
+// of the cost of the first pages read after a quiet spell (docs/perf.md).
 func (p *ReadPool) Get(n int) []byte {
 	c, size, ok := classOf(n)
 	if !ok {
@@ -124,18 +127,9 @@ func (p *ReadPool) Get(n int) []byte {
 		return b[:n]
 	}
 	p.stats.Allocated++
-	chunk := p.offHeap+int64(size) <= p.offHeapMax
-	if chunk {
-		p.offHeap += int64(size)
-	}
 	p.mu.Unlock()
-	if chunk {
-		if b := slab.TryGet(size); b != nil {
-			return b[:n]
-		}
-		p.mu.Lock()
-		p.offHeap -= int64(size)
-		p.mu.Unlock()
+	if b := p.chunks.TryGet(size); b != nil {
+		return b[:n]
 	}
 	return make([]byte, n, size)
 }
@@ -164,11 +158,7 @@ func (p *ReadPool) Put(b []byte) {
 	}
 	p.stats.Dropped++
 	p.mu.Unlock()
-	if slab.Put(b[:0]) {
-		p.mu.Lock()
-		p.offHeap -= int64(size)
-		p.mu.Unlock()
-	}
+	p.chunks.Put(b[:0])
 }
 
 // poisonByte fills released buffers when poisoning: a batch header of

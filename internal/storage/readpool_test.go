@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"math"
-	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,17 +12,20 @@ import (
 	"github.com/malachi-log/malachi/internal/vfs"
 )
 
-// Every size up to the largest class maps to the smallest class that
-// holds it: the power of two at or above it, from 4 KiB.
+// Sizes map to the smallest class that holds them: powers of two from
+// 4 KiB to 2 MiB, and none above.
 func TestReadPoolClasses(t *testing.T) {
-	for n := 1; n <= 1<<maxClassShift; n += 1 + n/97 {
-		c, size, ok := classOf(n)
-		want := max(1<<bits.Len(uint(n-1)), 1<<minClassShift)
-		if !ok || size != want || c < 0 || c >= numClasses || 1<<(minClassShift+c) != size {
-			t.Fatalf("classOf(%d) = %d, %d, %v; want size %d", n, c, size, ok, want)
+	for _, c := range []struct{ n, class, size int }{
+		{1, 0, 4 << 10}, {4 << 10, 0, 4 << 10}, {4<<10 + 1, 1, 8 << 10},
+		{5000, 1, 8 << 10}, {64 << 10, 4, 64 << 10}, {64<<10 + 1, 5, 128 << 10},
+		{256<<10 + 4<<10, 7, 512 << 10}, {2 << 20, 9, 2 << 20},
+	} {
+		class, size, ok := classOf(c.n)
+		if !ok || class != c.class || size != c.size {
+			t.Fatalf("classOf(%d) = %d, %d, %v; want %d, %d", c.n, class, size, ok, c.class, c.size)
 		}
 	}
-	if _, _, ok := classOf(1<<maxClassShift + 1); ok {
+	if _, _, ok := classOf(2<<20 + 1); ok {
 		t.Fatal("a read larger than the largest class was given a class")
 	}
 }
@@ -31,7 +33,7 @@ func TestReadPoolClasses(t *testing.T) {
 // The pool reuses what it is given back, keeps at most its bound, and
 // takes only buffers of a class's exact size.
 func TestReadPoolReusesWithinItsBound(t *testing.T) {
-	p := NewReadPool(64<<10, 1<<20)
+	p := NewReadPool(64<<10, 4<<20)
 	a := p.Get(5000)
 	if len(a) != 5000 || cap(a) != 8<<10 {
 		t.Fatalf("Get(5000): len %d cap %d", len(a), cap(a))
@@ -59,24 +61,34 @@ func TestReadPoolReusesWithinItsBound(t *testing.T) {
 	p.Put(b)
 }
 
-// The pool's buffers are slab chunks up to its off-heap bound, heap memory
-// past it; those it drops go back to the slab, so the count comes back to
-// what the free buffers hold.
-func TestReadPoolBoundsItsSlabChunks(t *testing.T) {
-	p := NewReadPool(32<<10, 64<<10)
-	var bufs [][]byte
-	for range 6 {
-		bufs = append(bufs, p.Get(16<<10))
+// The pool's buffers are chunks of its own slab up to its mapping bound,
+// heap memory past it, and what it maps stays within the bound whatever
+// the mix of sizes and the order they come back in; those it drops go back
+// to the slab.
+func TestReadPoolBoundsWhatItMaps(t *testing.T) {
+	const mapped = 4 << 20 // two regions
+	p := NewReadPool(256<<10, mapped)
+	sizes := []int{4 << 10, 64 << 10, 16 << 10, 256 << 10, 1 << 20}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20 {
+		var bufs [][]byte
+		for range 40 {
+			bufs = append(bufs, p.Get(sizes[rng.IntN(len(sizes))]))
+		}
+		if st := p.Stats(); st.Mapped > mapped {
+			t.Fatalf("round %d: %d bytes mapped, bound %d", round, st.Mapped, mapped)
+		}
+		rng.Shuffle(len(bufs), func(i, j int) { bufs[i], bufs[j] = bufs[j], bufs[i] })
+		for _, b := range bufs {
+			p.Put(b)
+		}
+		st := p.Stats()
+		if st.Mapped > mapped || st.Held > 256<<10 || st.InUse > int(st.Held) {
+			t.Fatalf("round %d, all back: %+v; want at most %d mapped, and no chunk in use but those held", round, st, mapped)
+		}
 	}
-	if got := p.Stats().OffHeap; got != 64<<10 {
-		t.Fatalf("off heap %d after six 16 KiB buffers, want the bound, 64 KiB", got)
-	}
-	for _, b := range bufs {
-		p.Put(b)
-	}
-	st := p.Stats()
-	if st.Held != 32<<10 || st.OffHeap != 32<<10 {
-		t.Fatalf("after all came back: %+v, want 32 KiB held, all of it off heap", st)
+	if p.Stats().Allocated == 0 || p.Stats().Dropped == 0 {
+		t.Fatalf("the rounds neither allocated nor dropped: %+v", p.Stats())
 	}
 }
 
@@ -84,7 +96,7 @@ func TestReadPoolBoundsItsSlabChunks(t *testing.T) {
 // often than held, or retaining a released buffer, panics rather than hand
 // one reader's bytes to another.
 func TestReadBufCountsItsHolders(t *testing.T) {
-	p := NewReadPool(1<<20, 1<<20)
+	p := NewReadPool(1<<20, 4<<20)
 	p.poison = true
 	rb := newReadBuf(p, p.Get(4096))
 	copy(rb.b, "batch")
