@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -77,6 +78,26 @@ func TestGroupEntryCap(t *testing.T) {
 	}
 	commit.Entries = make([]GroupEntry, MaxGroupEntries+1)
 	wantErr(t, apply(t, st, commit), ErrInvalidCommand)
+}
+
+// TestTopicMetaIsTopicWithoutRanges: TopicMeta answers what Topic does
+// but the range list, and nothing for an unknown name.
+func TestTopicMetaIsTopicWithoutRanges(t *testing.T) {
+	st := New()
+	apply(t, st, Command{Kind: KindCreateTopic, Topic: "t", Bits: 4})
+	apply(t, st, Command{Kind: KindSplitRange, Range: 1})
+	full, _ := st.Topic("t")
+	meta, ok := st.TopicMeta("t")
+	if !ok || meta.Ranges != nil || len(full.Ranges) != 3 {
+		t.Fatalf("TopicMeta = %+v, %v (Topic: %+v)", meta, ok, full)
+	}
+	full.Ranges = nil
+	if !reflect.DeepEqual(meta, full) {
+		t.Fatalf("TopicMeta = %+v, want %+v", meta, full)
+	}
+	if _, ok := st.TopicMeta("nope"); ok {
+		t.Fatal("TopicMeta found a topic that does not exist")
+	}
 }
 
 // TestAccessorsReturnCopies: mutating what an accessor returned must not
