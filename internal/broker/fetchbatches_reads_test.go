@@ -185,6 +185,74 @@ func TestFetchBatchesShareEndsWithoutReadingTheBatchLeft(t *testing.T) {
 	}
 }
 
+// A page bounded by bytes over many busy ranges gives each range it visits
+// a store read's worth (minShareBytes), not a sixteenth of the page: a
+// page of 1 MiB costs a few reads, not sixteen, and the pages still hold
+// every record once, in order, every range served.
+func TestFetchBatchesManyBusyRangesReadLargeShares(t *testing.T) {
+	const (
+		ranges   = 64
+		perRange = 40
+		maxBytes = 1 << 20
+	)
+	fs, b, routes := countedReadsTopic(t, ranges, maxBytes)
+	ctx := context.Background()
+	value := bytes.Repeat([]byte("v"), 8<<10)
+	for i := 0; i < perRange; i++ {
+		var batches []RangeBatch
+		for _, rr := range routes {
+			batch, err := segment.EncodeBatch(nil, 0, []Record{{Value: value, Timestamp: int64(i)}}, segment.CodecNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batches = append(batches, RangeBatch{Range: rr.Range, Batch: batch})
+		}
+		if _, err := produceBatches(t, b, "t", batches); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[uint64][]int64{}
+	var cursor *string
+	for page, total := 0, 0; total < ranges*perRange; page++ {
+		if page > 4*ranges {
+			t.Fatalf("%d pages held %d of %d records", page, total, ranges*perRange)
+		}
+		calls := fs.calls.Load()
+		p, err := b.FetchBatches(ctx, FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Cursor: cursor}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = fs.calls.Load() - calls
+		cursor = p.Cursor
+		visited := map[uint64]bool{}
+		for _, rb := range p.Batches {
+			visited[rb.Range] = true
+			recs, err := segment.DecodeRecords(rb.Batch, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				got[rb.Range] = append(got[rb.Range], r.Timestamp)
+			}
+			total += len(recs)
+		}
+		// Every range has 320 KiB: a full page visits about four.
+		if len(visited) > 2*minShareRanges || calls > 2*minShareRanges {
+			t.Fatalf("page %d: %d ranges visited with %d reads of the store, want shares of %d KiB", page, len(visited), calls, minShareBytes>>10)
+		}
+	}
+	if len(got) != ranges {
+		t.Fatalf("%d of %d ranges served", len(got), ranges)
+	}
+	for rr, ts := range got {
+		for i, x := range ts {
+			if len(ts) != perRange || x != int64(i) {
+				t.Fatalf("range %d: records of rounds %v, want 0 to %d once each", rr, ts, perRange-1)
+			}
+		}
+	}
+}
+
 // countedReadsTopic opens a broker on an in-memory disk that counts its
 // reads, with pages of at most maxBytes, and creates topic "t" of ranges
 // ranges; the broker closes with the test.
