@@ -86,8 +86,7 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 
 // readBatchPage reads whole batches across the reader's ranges (see
 // pageRead.fill). A first pass gives each range visited an equal share of
-// the records and bytes (of the bytes at least a store read's worth, see
-// byteShare), and lets a range take its first batch if it fits
+// the records and bytes, and lets a range take its first batch if it fits
 // what the page has left, so one busy range cannot starve the others; a
 // second lets the ranges that have more fill the rest. Pages take turns
 // over the ranges, so batches larger than a share do not favour the first
@@ -110,7 +109,7 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 	}
 	pr.hold = &readHold{}
 	var out []RangeBatch
-	shareBytes := byteShare(total.bytes, len(plans))
+	shareBytes := share(total.bytes, len(plans))
 	shareRecords := share(total.records, len(plans))
 	roomless := false
 	err := pr.fill(plans, first, func() bool { return total.spent() || pr.cut || roomless }, func(p *plan, pass int) (walkEnd, error) {

@@ -16,27 +16,6 @@ import (
 // pageRanges ranges, every range gets a share of every page.
 const pageRanges = 16
 
-// minShareBytes is the least a range may take of a page bounded by bytes,
-// while the page holds at least minShareRanges such shares: one store
-// read's worth (segmentRead). A sixteenth of a page of 1 MiB made each
-// range's turn a read of 64 KiB, and a reader of many busy ranges paid a
-// turn (its cursor entries, its plan, a system call) four times per
-// 256 KiB. Pages bounded by records share as before, so a reader's turns
-// over the ranges come as often; by bytes, a page of 1 MiB serves four
-// busy ranges rather than sixteen, and a window of pages over many busy
-// ranges is four times longer.
-const (
-	minShareBytes  = segmentRead
-	minShareRanges = 4
-)
-
-// byteShare is one range's share of a page of total bytes over n ranges:
-// share's, or minShareBytes when that is more and the page holds
-// minShareRanges of it.
-func byteShare(total, n int) int {
-	return max(share(total, n), min(minShareBytes, total/minShareRanges))
-}
-
 // share is one range's share of a page of total, over n ranges.
 func share(total, n int) int { return max(total/min(n, pageRanges), 1) }
 
