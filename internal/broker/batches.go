@@ -151,7 +151,7 @@ func (b *Broker) checkBatches(topic string, batches []RangeBatch) ([]checkedBatc
 	)
 	err = metadata.ErrNoSuchTopic
 	_ = b.plane.ViewTopicName(topic, func(st *metadata.State) {
-		t, ok := st.TopicMeta(topic)
+		t, ok := st.TopicHeader(topic)
 		if !ok {
 			return
 		}
@@ -257,7 +257,7 @@ func (b *Broker) Routes(topic string) (uint8, []RouteRange, error) {
 	)
 	err = metadata.ErrNoSuchTopic
 	_ = b.plane.ViewTopicName(topic, func(st *metadata.State) {
-		t, ok := st.TopicMeta(topic)
+		t, ok := st.TopicHeader(topic)
 		if !ok {
 			return
 		}

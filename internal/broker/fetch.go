@@ -179,7 +179,7 @@ func (b *Broker) startPosition(req FetchRequest) (position, error) {
 	member := req.Group != nil && req.Member != nil
 	err = metadata.ErrNoSuchTopic
 	_ = b.plane.ViewTopicName(req.Topic, func(st *metadata.State) {
-		t, ok := st.TopicMeta(req.Topic)
+		t, ok := st.TopicHeader(req.Topic)
 		if !ok {
 			return
 		}

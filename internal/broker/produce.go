@@ -206,7 +206,7 @@ func (b *Broker) route(topic string, recs []Record) ([]rangeGroup, uint64, error
 	)
 	err = metadata.ErrNoSuchTopic
 	_ = b.plane.ViewTopicName(topic, func(st *metadata.State) {
-		t, ok := st.TopicMeta(topic)
+		t, ok := st.TopicHeader(topic)
 		if !ok {
 			return
 		}

@@ -47,7 +47,7 @@ func (b *Broker) defaultTTL(topicID uint64) int64 {
 func (b *Broker) defaultTTLByName(topic string) int64 {
 	var bound string
 	_ = b.plane.ViewTopicName(topic, func(st *metadata.State) {
-		if t, ok := st.TopicMeta(topic); ok {
+		if t, ok := st.TopicHeader(topic); ok {
 			bound = t.Policy
 		}
 	})

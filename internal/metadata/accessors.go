@@ -17,19 +17,6 @@ func (s *State) Topic(name string) (Topic, bool) {
 	return tr.t.clone(), true
 }
 
-// TopicMeta is Topic without the range list (Ranges is nil): for the
-// request paths that need a topic's id, bits or policy, where a topic of
-// thousands of ranges would otherwise copy its list on every request.
-func (s *State) TopicMeta(name string) (Topic, bool) {
-	tr, ok := s.byName[name]
-	if !ok {
-		return Topic{}, false
-	}
-	t := tr.t
-	t.Ranges = nil
-	return t, true
-}
-
 // TopicByID looks a topic up by id.
 func (s *State) TopicByID(id uint64) (Topic, bool) {
 	tr, ok := s.topics[id]

@@ -80,23 +80,23 @@ func TestGroupEntryCap(t *testing.T) {
 	wantErr(t, apply(t, st, commit), ErrInvalidCommand)
 }
 
-// TestTopicMetaIsTopicWithoutRanges: TopicMeta answers what Topic does
-// but the range list, and nothing for an unknown name.
-func TestTopicMetaIsTopicWithoutRanges(t *testing.T) {
+// TestTopicHeaderIsTopicWithoutRanges: TopicHeader answers what Topic
+// does but the range list, and nothing for an unknown name.
+func TestTopicHeaderIsTopicWithoutRanges(t *testing.T) {
 	st := New()
 	apply(t, st, Command{Kind: KindCreateTopic, Topic: "t", Bits: 4})
 	apply(t, st, Command{Kind: KindSplitRange, Range: 1})
 	full, _ := st.Topic("t")
-	meta, ok := st.TopicMeta("t")
+	meta, ok := st.TopicHeader("t")
 	if !ok || meta.Ranges != nil || len(full.Ranges) != 3 {
-		t.Fatalf("TopicMeta = %+v, %v (Topic: %+v)", meta, ok, full)
+		t.Fatalf("TopicHeader = %+v, %v (Topic: %+v)", meta, ok, full)
 	}
 	full.Ranges = nil
 	if !reflect.DeepEqual(meta, full) {
-		t.Fatalf("TopicMeta = %+v, want %+v", meta, full)
+		t.Fatalf("TopicHeader = %+v, want %+v", meta, full)
 	}
-	if _, ok := st.TopicMeta("nope"); ok {
-		t.Fatal("TopicMeta found a topic that does not exist")
+	if _, ok := st.TopicHeader("nope"); ok {
+		t.Fatal("TopicHeader found a topic that does not exist")
 	}
 }
 
