@@ -183,6 +183,9 @@ func (c *collector) collectStore(ch chan<- prometheus.Metric) {
 	histogram(ch, descFsyncLatency, h.SyncLatency, 1e-9)
 	histogram(ch, descRoundBatches, h.RoundBatches, 1)
 	histogram(ch, descRoundBytes, h.RoundBytes, 1)
+	rp := c.src.readPool()
+	gauge(ch, descReadPoolMapped, float64(rp.Mapped))
+	gauge(ch, descReadPoolFree, float64(rp.Held))
 	disk := c.src.disk()
 	for _, s := range []string{"ok", "full", "failing"} {
 		gauge(ch, descDiskState, boolf(disk == s), s)

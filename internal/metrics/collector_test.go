@@ -61,7 +61,10 @@ func (f *fakeSource) store() (storage.Stats, storage.Histograms) {
 	}
 	return storage.Stats{Rounds: 3, Syncs: 2, JournalSyncs: 1}, h
 }
-func (f *fakeSource) disk() string                  { return f.diskState }
+func (f *fakeSource) disk() string { return f.diskState }
+func (f *fakeSource) readPool() storage.ReadPoolStats {
+	return storage.ReadPoolStats{Held: 3 << 20, Mapped: 8 << 20, InUse: 5 << 20}
+}
 func (f *fakeSource) topics() []broker.TopicSummary { return f.topicList }
 func (f *fakeSource) groupLags(ctx context.Context, bg broker.LagBudget) broker.LagReport {
 	f.mu.Lock()
@@ -455,6 +458,8 @@ func TestTrafficSeriesAndHistogramsConvert(t *testing.T) {
 		"malachi_connections_open":                                                 3,
 		"malachi_produce_latency_seconds":                                          2,
 		"malachi_storage_fsync_latency_seconds":                                    2,
+		"malachi_storage_read_pool_mapped_bytes":                                   8 << 20,
+		"malachi_storage_read_pool_free_bytes":                                     3 << 20,
 	}
 	for k, v := range want {
 		if got[k] != v {

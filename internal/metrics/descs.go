@@ -58,6 +58,8 @@ var (
 	descFsyncLatency   = desc("storage_fsync_latency_seconds", "Duration of each fdatasync a commit round waited for.")
 	descRoundBatches   = desc("storage_commit_round_batches", "Batches acknowledged per group-commit round.")
 	descRoundBytes     = desc("storage_commit_round_bytes", "Bytes acknowledged per group-commit round.")
+	descReadPoolMapped = desc("storage_read_pool_mapped_bytes", "Memory mapped on huge pages that the node's read buffers are carved from, free and in use (bounded, 128 MiB by default).")
+	descReadPoolFree   = desc("storage_read_pool_free_bytes", "Free read buffers the node keeps for reuse (bounded, 64 MiB by default).")
 	descDiskState      = desc("storage_disk_state", "1 for the segment disk's state now: ok, full (refusing writes until space returns) or failing (fail-stop).", "state")
 )
 

@@ -213,6 +213,14 @@ func TestNodeCountsWhatClientsSendAndRead(t *testing.T) {
 	if v, _ := gathered(t, n.m, "malachi_records_consumed_total", nil); v != 25 {
 		t.Errorf("records consumed = %v, want 25", v)
 	}
+	// The reads went into pooled buffers, carved from mapped regions that
+	// stay mapped (one per size is kept for the next burst).
+	if v, ok := gathered(t, n.m, "malachi_storage_read_pool_mapped_bytes", nil); !ok || v == 0 {
+		t.Errorf("read pool mapped = %v (present %v) after consuming, want > 0", v, ok)
+	}
+	if _, ok := gathered(t, n.m, "malachi_storage_read_pool_free_bytes", nil); !ok {
+		t.Error("no read pool free bytes series")
+	}
 	waitGathered(t, n.m, "malachi_consumer_group_lag_records", billing, "0 after reading everything", func(v float64) bool { return v == 0 })
 	waitGathered(t, n.m, "malachi_consumer_group_lag_seconds", billing, "0 after reading everything", func(v float64) bool { return v == 0 })
 	if _, ok := gathered(t, n.m, "malachi_raft_proposals_total", nil); ok {

@@ -19,6 +19,7 @@ type source interface {
 	traffic() (server.Traffic, bool)
 	counters() broker.Counters
 	store() (storage.Stats, storage.Histograms)
+	readPool() storage.ReadPoolStats
 	disk() string
 	topics() []broker.TopicSummary
 	groupLags(ctx context.Context, bg broker.LagBudget) broker.LagReport
@@ -44,6 +45,7 @@ func (n nodeSource) traffic() (server.Traffic, bool) {
 func (n nodeSource) counters() broker.Counters                  { return n.b.Counters() }
 func (n nodeSource) store() (storage.Stats, storage.Histograms) { return n.b.StoreStats() }
 func (n nodeSource) disk() string                               { return n.b.DiskState() }
+func (n nodeSource) readPool() storage.ReadPoolStats            { return storage.SharedReadPoolStats() }
 func (n nodeSource) topics() []broker.TopicSummary              { return n.b.LedTopics() }
 
 func (n nodeSource) groupLags(ctx context.Context, bg broker.LagBudget) broker.LagReport {
