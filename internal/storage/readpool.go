@@ -45,7 +45,7 @@ func classOf(n int) (class, size int, ok bool) {
 // to the garbage collector.
 //
 // Its buffers are chunks of a slab pool of its own (see Get), which maps
-// at most mapMax bytes; past that they are heap memory. That bound is on
+// at most the bytes NewReadPool was given; past that they are heap memory. That bound is on
 // what stays mapped, free chunks and partly used regions included, not on
 // the chunks given out: a region stays mapped whole while any chunk of it
 // is taken or held here. Slab memory is not collected, so a buffer whose
