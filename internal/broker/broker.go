@@ -204,6 +204,9 @@ type Broker struct {
 	authn   *authState // logins, revocation and the audit log
 	secret  []byte
 	started time.Time
+	// cursors holds the large cursors pages handed out, decoded
+	// (cursorcache.go).
+	cursors *cursorCache
 
 	// keyless spreads records without a key across a topic's ranges.
 	keyless atomic.Uint64
@@ -271,7 +274,7 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 }
 
 func open(ctx context.Context, cfg Config) (*Broker, error) {
-	b := &Broker{cfg: cfg, log: cfg.Logger, started: cfg.Clock.Now()}
+	b := &Broker{cfg: cfg, log: cfg.Logger, started: cfg.Clock.Now(), cursors: newCursorCache(cursorCacheBytes)}
 	b.mu.heads = make(map[uint64]*head)
 	b.mu.watches = make(map[uint64]*watch)
 	b.coord = newCoordinator(cfg)

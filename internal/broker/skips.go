@@ -90,12 +90,25 @@ type move struct {
 // that moved forward. An entry with no such entry before is the reader's
 // first position in that source: it missed nothing there, and it is
 // returned in fresh (it may mark an ancestor done: finishedEntries).
-// before is sorted by source (bySource), so a page costs O(entries log
-// entries) and allocates nothing more.
+// Both lists are walked in source order side by side (bySource; a reader's
+// position keeps them so), and an entry its source's only one before
+// equals, most of them when a page reads a few of many ranges, costs one
+// comparison: a page costs O(entries) and allocates nothing more.
 func movedEntries(before []cursor.Entry, after []cursor.Entry) (moved []move, fresh []cursor.Entry) {
-	for _, e := range after {
+	j := 0
+	for _, e := range bySource(after) {
+		for j < len(before) && before[j].Source < e.Source {
+			j++
+		}
+		k := j
+		for k < len(before) && before[k].Source == e.Source {
+			k++
+		}
+		if k == j+1 && before[j] == e {
+			continue // neither moved nor new
+		}
 		from, found, same := uint64(0), false, false
-		for _, o := range sourceEntries(before, e.Source) {
+		for _, o := range before[j:k] {
 			if o.SliceStart <= e.SliceStart && entryEnd(o) >= entryEnd(e) {
 				from, found = max(from, o.Offset), true
 			}
@@ -124,33 +137,36 @@ func bySource(entries []cursor.Entry) []cursor.Entry {
 	return out
 }
 
-// sourceEntries returns the entries of src in sorted, sorted by source.
-func sourceEntries(sorted []cursor.Entry, src uint64) []cursor.Entry {
-	i, _ := slices.BinarySearchFunc(sorted, src, func(e cursor.Entry, s uint64) int { return cmp.Compare(e.Source, s) })
-	j := i
-	for j < len(sorted) && sorted[j].Source == src {
-		j++
-	}
-	return sorted[i:j]
-}
-
 // finishedEntries are the entries of before whose source the page read
 // to its end: a retired ancestor that a fresh entry of a descendant now
 // covers, since an entry for a range marks its ancestors done for its
 // slice. Everything deleted of the ancestor above the reader's old offset
 // was passed, so each is a move to the end of the source's offsets.
 func finishedEntries(st *metadata.State, before, fresh []cursor.Entry) []move {
-	if len(fresh) == 0 {
+	// Only an entry of a range with ancestors can finish one, and most
+	// fresh entries are of ranges never split or merged: a reader's first
+	// pass over a thousand such ranges looks at none of before.
+	type heir struct {
+		e       cursor.Entry
+		lineage []uint64
+	}
+	var heirs []heir
+	for _, e := range fresh {
+		if r, ok := st.Range(e.Source); ok && len(r.Lineage) > 0 {
+			heirs = append(heirs, heir{e, r.Lineage})
+		}
+	}
+	if len(heirs) == 0 {
 		return nil
 	}
 	var out []move
 	for _, o := range before {
-		covered := slices.ContainsFunc(fresh, func(e cursor.Entry) bool {
+		covered := slices.ContainsFunc(heirs, func(h heir) bool {
+			e := h.e
 			if e.Source == o.Source || e.SliceStart >= entryEnd(o) || o.SliceStart >= entryEnd(e) {
 				return false
 			}
-			r, ok := st.Range(e.Source)
-			return ok && slices.Contains(r.Lineage, o.Source)
+			return slices.Contains(h.lineage, o.Source)
 		})
 		if covered {
 			to := o
