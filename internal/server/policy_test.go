@@ -338,13 +338,15 @@ func checkSkipTail(t *testing.T, what string, old, asked []byte) {
 }
 
 // The vectored frame of a fetch_batches answer with a skip report is
-// byte for byte the frame the codec writes, large batches and all.
+// byte for byte the frame the codec writes, large batches and all, and
+// its release gives the page's buffers back.
 func TestBatchesFrameWithSkipsMatchesCodec(t *testing.T) {
 	big := bytes.Repeat([]byte{7}, 10<<10)
 	small := []byte{1, 2, 3}
 	for _, skips := range []wire.Skips{{}, {Asked: true, Count: 1<<40 + 3, Bound: true}, {Asked: true}} {
 		cur := "Q1VS"
-		frame := batchesFrame(42, &cur, []broker.RangeBatch{{Range: 1, Batch: big}, {Range: 2, Batch: small}}, skips)
+		released := 0
+		frame := batchesFrame(42, &cur, []broker.RangeBatch{{Range: 1, Batch: big}, {Range: 2, Batch: small}}, skips, func() { released++ })
 		var got []byte
 		for _, p := range frame.pieces {
 			got = append(got, p...)
@@ -354,6 +356,12 @@ func TestBatchesFrameWithSkipsMatchesCodec(t *testing.T) {
 		})
 		if !bytes.Equal(got, want) || frame.n != int64(len(want)) {
 			t.Fatalf("skips %+v: frame of %d bytes (n %d), codec %d bytes", skips, len(got), frame.n, len(want))
+		}
+		// The writer's release gives back the framing's buffer and the
+		// page's read buffers, once.
+		frame.release()
+		if released != 1 {
+			t.Fatalf("skips %+v: the page's release ran %d times", skips, released)
 		}
 	}
 }

@@ -126,9 +126,8 @@ func (c *conn) fetchBatchesWithinBudget(corr uint32, r *wire.FetchBatchesRequest
 		if err != nil {
 			return bytesFrame(wire.AppendErrorFrame(nil, corr, reason(err)))
 		}
-		f := batchesFrame(corr, page.Cursor, page.Batches, skipsOf(r.WantsSkips(), page.Skipped, page.SkippedBound))
-		f.release = page.Release // the writer gives the read buffers back
-		return f
+		// The writer gives the read buffers back once it has written them.
+		return batchesFrame(corr, page.Cursor, page.Batches, skipsOf(r.WantsSkips(), page.Skipped, page.SkippedBound), page.Release)
 	})
 }
 

@@ -13,15 +13,9 @@ import "encoding/binary"
 // the copy.
 const inlineBatch = 4 << 10
 
-// AppendFetchBatchesPieces appends to pieces the ok answer frame of
-// fetch_batches (82), or of a subscribe_batches push (83), on correlation
-// id corr. The pieces, written in order, are byte for byte the frame
-// AppendOKFrame(nil, corr, r) encodes. The framing, and batches smaller
-// than 4 KiB, are copied into one buffer allocated to fit; every larger
-// batch is a piece of its own that aliases r's batch, so r's batches must
-// stay unchanged until the pieces are written. It returns the pieces and
-// the frame's length in bytes.
-func AppendFetchBatchesPieces(pieces [][]byte, corr uint32, r *FetchBatchesResponse) ([][]byte, int) {
+// FetchBatchesHeadLen is how many bytes AppendFetchBatchesPieces lays out
+// in its buffer for r: the framing, and the batches it copies.
+func FetchBatchesHeadLen(r *FetchBatchesResponse) int {
 	head := LenPrefixSize + ResponseHeaderSize + 4 + 1 + skipsSize
 	if r.NextCursor != nil {
 		head += 4 + len(*r.NextCursor)
@@ -32,8 +26,27 @@ func AppendFetchBatchesPieces(pieces [][]byte, corr uint32, r *FetchBatchesRespo
 			head += len(b.Batch)
 		}
 	}
+	return head
+}
+
+// AppendFetchBatchesPieces appends to pieces the ok answer frame of
+// fetch_batches (82), or of a subscribe_batches push (83), on correlation
+// id corr. The pieces, written in order, are byte for byte the frame
+// AppendOKFrame(nil, corr, r) encodes. The framing, and batches smaller
+// than 4 KiB, are copied into buf from its start when it has room for
+// FetchBatchesHeadLen(r) bytes, else into a buffer allocated to fit (a
+// page over many ranges is mostly such batches: the caller lends a buffer
+// it reuses, so the node does not touch a fresh megabyte per page). Every
+// larger batch is a piece of its own that aliases r's batch, so r's
+// batches, and buf, must stay unchanged until the pieces are written. It
+// returns the pieces and the frame's length in bytes.
+func AppendFetchBatchesPieces(pieces [][]byte, buf []byte, corr uint32, r *FetchBatchesResponse) ([][]byte, int) {
+	head := FetchBatchesHeadLen(r)
 	// buf never grows past head, so the pieces cut from it stay valid.
-	buf := make([]byte, 0, head)
+	if cap(buf) < head {
+		buf = make([]byte, 0, head)
+	}
+	buf = buf[:0]
 	buf, start := startResponse(buf, corr, CodeOK)
 	buf = appendU32(appendNStr(buf, r.NextCursor), uint32(len(r.Batches)))
 	cut := 0

@@ -28,8 +28,20 @@ func TestFetchBatchesPiecesAreTheFrame(t *testing.T) {
 		}
 		want := AppendOKFrame(nil, corr, r)
 
+		// A buffer lent with room is written from its start whatever it
+		// held; one without room, or none, is replaced.
+		var lent []byte
+		switch rapid.IntRange(0, 2).Draw(t, "lent") {
+		case 1:
+			lent = bytes.Repeat([]byte{0xee}, FetchBatchesHeadLen(r)+rapid.IntRange(0, 64).Draw(t, "spare"))
+		case 2:
+			lent = make([]byte, 0, rapid.IntRange(0, FetchBatchesHeadLen(r)-1).Draw(t, "short"))
+		}
 		before := [][]byte{[]byte("earlier")}
-		pieces, n := AppendFetchBatchesPieces(before, corr, r)
+		pieces, n := AppendFetchBatchesPieces(before, lent, corr, r)
+		if cap(lent) >= FetchBatchesHeadLen(r) && &pieces[1][0] != &lent[:1][0] {
+			t.Fatalf("a lent buffer of %d bytes, room for %d, was not used", cap(lent), FetchBatchesHeadLen(r))
+		}
 		if !bytes.Equal(pieces[0], []byte("earlier")) {
 			t.Fatalf("the pieces already in the slice were changed: %q", pieces[0])
 		}
