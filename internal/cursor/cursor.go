@@ -15,9 +15,13 @@ import (
 )
 
 const (
-	// Version is the first byte of every cursor Encode makes. Decode also
-	// reads VersionSparse, the layout of earlier releases.
+	// Version is the first byte of every cursor Encode makes without a
+	// Resume; VersionResume of those with one. Decode also reads
+	// VersionSparse, the layout of earlier releases.
 	Version = 2
+	// VersionResume is Version's layout followed by Resume (uvarint, not
+	// 0).
+	VersionResume = 3
 	// VersionSparse is the first layout: every field of every entry in
 	// full.
 	VersionSparse = 1
@@ -67,6 +71,10 @@ type Entry struct {
 type Cursor struct {
 	TopicID uint64
 	Entries []Entry
+	// Resume, when not 0, is the range a reader's next page starts at:
+	// the broker's turn over the ranges, carried from page to page. It
+	// says nothing of what was delivered.
+	Resume uint64
 }
 
 // compareEntries orders entries canonically: Source, SliceStart, SliceBits.
@@ -126,8 +134,12 @@ func Encode(key []byte, c Cursor) string {
 		// entries) is encoded as it is, not copied.
 		entries = Canonical(entries)
 	}
-	buf := make([]byte, 0, rawLen(c.TopicID, entries))
-	buf = append(buf, Version)
+	buf := make([]byte, 0, rawLen(c.TopicID, entries, c.Resume))
+	if c.Resume != 0 {
+		buf = append(buf, VersionResume)
+	} else {
+		buf = append(buf, Version)
+	}
 	buf = binary.AppendUvarint(buf, c.TopicID)
 	buf = binary.AppendUvarint(buf, uint64(len(entries)))
 	var prev Entry
@@ -141,6 +153,9 @@ func Encode(key []byte, c Cursor) string {
 		}
 		buf = binary.AppendUvarint(buf, e.Offset)
 		prev = e
+	}
+	if c.Resume != 0 {
+		buf = binary.AppendUvarint(buf, c.Resume)
 	}
 	buf = append(buf, mac(key, buf)...)
 	// Into the string's own memory: EncodeToString encodes into a buffer
@@ -175,7 +190,7 @@ func (c Cursor) Validate() error {
 			return err
 		}
 	}
-	if n := b64.EncodedLen(rawLen(c.TopicID, entries)); n > MaxEncodedLen {
+	if n := b64.EncodedLen(rawLen(c.TopicID, entries, c.Resume)); n > MaxEncodedLen {
 		return invalid("encoded length %d, limit %d", n, MaxEncodedLen)
 	}
 	return nil
@@ -216,7 +231,7 @@ func Decode(key []byte, topicID uint64, s string) (Cursor, error) {
 func parse(body []byte) (Cursor, error) {
 	r := reader{b: body}
 	v := r.u8()
-	if r.err == nil && v != Version && v != VersionSparse {
+	if r.err == nil && v != Version && v != VersionResume && v != VersionSparse {
 		return Cursor{}, invalid("version %d", v)
 	}
 	c := Cursor{TopicID: r.uvarint()}
@@ -250,6 +265,15 @@ func parse(body []byte) (Cursor, error) {
 			return Cursor{}, invalid("entries duplicated or out of order")
 		}
 		c.Entries = append(c.Entries, e)
+	}
+	if v == VersionResume {
+		// A cursor has one encoding: one without a Resume is Version.
+		if c.Resume = r.uvarint(); r.err == nil && c.Resume == 0 {
+			r.fail(invalid("resume 0 written out"))
+		}
+		if r.err != nil {
+			return Cursor{}, r.err
+		}
 	}
 	if len(r.b) != 0 {
 		return Cursor{}, invalid("%d trailing bytes", len(r.b))
@@ -317,8 +341,11 @@ func mac(key, body []byte) []byte {
 
 // rawLen is the length of the binary form of a cursor with these entries,
 // which are in canonical order.
-func rawLen(topicID uint64, entries []Entry) int {
+func rawLen(topicID uint64, entries []Entry, resume uint64) int {
 	n := 1 + uvarintLen(topicID) + uvarintLen(uint64(len(entries))) + MACLen
+	if resume != 0 {
+		n += uvarintLen(resume)
+	}
 	var prev Entry
 	for i, e := range entries {
 		n += uvarintLen(e.Source-prev.Source) + 1 + uvarintLen(e.Offset)

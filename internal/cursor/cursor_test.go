@@ -200,7 +200,11 @@ func TestParserRejects(t *testing.T) {
 		body []byte
 	}{
 		{"version 0", []byte{0, 7, 0}},
-		{"version 3", []byte{3, 7, 0}},
+		{"version 4", []byte{4, 7, 0}},
+		{"resume missing", []byte{VersionResume, 7, 0}},
+		{"resume 0 written out", []byte{VersionResume, 7, 0, 0}},
+		{"resume non-minimal", []byte{VersionResume, 7, 0, 0x85, 0x00}},
+		{"trailing bytes after resume", []byte{VersionResume, 7, 0, 5, 0}},
 		{"trailing bytes", append(head(0), 0)},
 		{"count past the bytes", head(3)},
 		{"count over the limit", append(head(MaxEntries+1), make([]byte, 4*(MaxEntries+1))...)},
@@ -243,6 +247,9 @@ func TestBase64Strictness(t *testing.T) {
 func TestPropRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := Cursor{TopicID: rapid.Uint64().Draw(t, "topic")}
+		if rapid.Bool().Draw(t, "resumes") {
+			c.Resume = rapid.Uint64Range(1, 1<<63).Draw(t, "resume")
+		}
 		n := rapid.IntRange(0, 20).Draw(t, "n")
 		for range n {
 			bits := rapid.Uint8Range(0, MaxSliceBits).Draw(t, "bits")
@@ -266,7 +273,7 @@ func TestPropRoundTrip(t *testing.T) {
 		if len(want) == 0 {
 			want = nil
 		}
-		if got.TopicID != c.TopicID || !reflect.DeepEqual(got.Entries, want) {
+		if got.TopicID != c.TopicID || got.Resume != c.Resume || !reflect.DeepEqual(got.Entries, want) {
 			t.Fatalf("got %+v, want %+v", got.Entries, want)
 		}
 		if Encode(testKey, got) != s {
@@ -278,6 +285,7 @@ func TestPropRoundTrip(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(Encode(testKey, sample()))
 	f.Add(Encode(testKey, Cursor{TopicID: 7}))
+	f.Add(Encode(testKey, Cursor{TopicID: 7, Entries: sample().Entries, Resume: 9}))
 	f.Add(Encode(testKey, Cursor{TopicID: 8}))
 	f.Add("")
 	f.Add("AQcA")
@@ -298,6 +306,37 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted a non-canonical encoding %q", s)
 		}
 	})
+}
+
+// TestResumeRoundTrip: a cursor with a Resume is written in
+// VersionResume, one without in Version, byte for byte as before Resume
+// existed, and each decodes to what was encoded.
+func TestResumeRoundTrip(t *testing.T) {
+	c := sample()
+	plain := Encode(testKey, c)
+	c.Resume = 300
+	resumed := Encode(testKey, c)
+	for _, tc := range []struct {
+		s       string
+		version byte
+		resume  uint64
+	}{{plain, Version, 0}, {resumed, VersionResume, 300}} {
+		raw, err := b64.DecodeString(tc.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Decode(testKey, 7, tc.s)
+		if err != nil || raw[0] != tc.version || got.Resume != tc.resume || !slices.Equal(got.Entries, c.Entries) {
+			t.Fatalf("version %d, got %+v, %v; want version %d, resume %d", raw[0], got, err, tc.version, tc.resume)
+		}
+	}
+	// The resume is the last field before the MAC: the plain body and two
+	// bytes of uvarint 300.
+	pr, _ := b64.DecodeString(plain)
+	rr, _ := b64.DecodeString(resumed)
+	if !slices.Equal(rr[1:len(rr)-MACLen], append(slices.Clone(pr[1:len(pr)-MACLen]), 0xac, 0x02)) {
+		t.Fatalf("resumed body %x, plain %x", rr, pr)
+	}
 }
 
 // TestCompactRejects: the Version layout's own checks, on authenticated

@@ -41,6 +41,13 @@
 // mostly tile the keyspace in order, so most entries cost three to five
 // bytes, and a cursor over 10,000 ranges stays near 50 KB.
 //
+// Version 3 is version 2 with one more uvarint after the entries, before
+// the MAC: Resume, not 0, the range the reader's next page starts at. The
+// broker serves a page's ranges in turns (each a share of the page), and
+// carries where the turn stopped from page to page, so that every range
+// gets its turn whatever the pages hold. A cursor without a Resume is
+// written in version 2, as before version 3 existed.
+//
 // Version 1, written by earlier releases and still read, has entries of
 // source, slice bits (u8), slice start and offset, each in full.
 //
@@ -54,7 +61,8 @@
 // Encode writes entries in canonical order (Source, SliceStart, SliceBits
 // ascending) with duplicates merged by keeping the highest Offset, every
 // varint in its shortest form, and the follows flag wherever it applies, so
-// one cursor value has exactly one version 2 encoding.
+// one cursor value has exactly one encoding: version 2 without a Resume,
+// version 3 with one.
 //
 // # Decoding untrusted input
 //
@@ -69,9 +77,10 @@
 //   - an entry count above MaxEntries or above what the bytes can hold;
 //   - SliceBits above MaxSliceBits, a SliceStart not aligned to 2^SliceBits,
 //     or a slice reaching past 2^MaxSliceBits;
-//   - in version 2, a slice byte with bits other than 0x80 set above the
-//     slice bits, a start written out where the follows flag applies, or a
-//     source delta that overflows;
+//   - in versions 2 and 3, a slice byte with bits other than 0x80 set above
+//     the slice bits, a start written out where the follows flag applies, or
+//     a source delta that overflows;
+//   - in version 3, a Resume of 0 or missing;
 //   - entries out of canonical order, which includes duplicates;
 //   - a topic id other than the one the caller expects (a foreign cursor).
 //
