@@ -1,14 +1,15 @@
 package broker
 
 import (
+	"slices"
 	"sync"
 	"unsafe"
 
 	"github.com/malachi-log/malachi/internal/cursor"
 )
 
-// cursorCache remembers the entries of the large cursors this node handed
-// out lately, by their text, so a reader that goes on from its last
+// cursorCache remembers the large cursors this node handed out lately,
+// decoded, by their text, so a reader that goes on from its last
 // page's cursor (a Fetcher, a consumer's loop) is not decoded again. At a
 // thousand ranges a decode (base64, MAC and 32 KiB of entries, on every
 // page) cost the node about as much as the rest of the page's cursor work.
@@ -17,8 +18,9 @@ import (
 // set once when the node opens, so a hit is what Decode would return. A
 // reader goes on from a cursor once, so a hit takes the text out; the rest
 // leave oldest first when the bytes held pass the bound. Entries held here
-// are never modified (a page works on a copy: newEntrySet), and a hit's
-// slice has no room to append into.
+// are never modified (a page works on a copy: newEntrySet); a hit's entries
+// are shared with the page that made them, which only reads them too, and
+// have no room to append into.
 type cursorCache struct {
 	mu         sync.Mutex
 	max, used  int
@@ -28,8 +30,8 @@ type cursorCache struct {
 
 type cachedCursor struct {
 	text       string
-	topicID    uint64
-	entries    []cursor.Entry
+	c          cursor.Cursor
+	size       int // what it holds (cost)
 	prev, next *cachedCursor
 }
 
@@ -47,17 +49,18 @@ func newCursorCache(maxBytes int) *cursorCache {
 	return &cursorCache{max: maxBytes, byText: map[string]*cachedCursor{}}
 }
 
-// cost is what a cursor held takes: its text, its entries and the rest of
-// its node and map slot, roughly.
-func (c *cachedCursor) cost() int {
-	return len(c.text) + len(c.entries)*entryBytes + 128
+// cost is what a cursor takes to hold: its text, its entries' whole array
+// and the rest of its node and map slot, roughly.
+func cost(text string, entries []cursor.Entry) int {
+	return len(text) + cap(entries)*entryBytes + 128
 }
 
-// put remembers the entries text encodes. Cursors of few entries, any one
+// put remembers c, which text encodes. Cursors of few entries, any one
 // larger than a quarter of the bound (it would push out most of the rest),
 // and entries not in canonical order (Decode would return them sorted and
 // merged) are not kept.
-func (cc *cursorCache) put(topicID uint64, text string, entries []cursor.Entry) {
+func (cc *cursorCache) put(text string, c cursor.Cursor) {
+	entries := c.Entries
 	if len(entries) < cursorCacheMinEntries {
 		return
 	}
@@ -66,8 +69,14 @@ func (cc *cursorCache) put(topicID uint64, text string, entries []cursor.Entry) 
 			return
 		}
 	}
-	n := &cachedCursor{text: text, topicID: topicID, entries: entries[:len(entries):len(entries)]}
-	if n.cost() > cc.max/4 {
+	if cap(entries) > 2*len(entries) {
+		// A page's entries can sit in a much larger array (a reader's
+		// entries folded after a merge): keep only what they need.
+		entries = slices.Clone(entries)
+	}
+	c.Entries = entries[:len(entries):len(entries)]
+	n := &cachedCursor{text: text, c: c, size: cost(text, entries)}
+	if n.size > cc.max/4 {
 		return
 	}
 	cc.mu.Lock()
@@ -76,7 +85,7 @@ func (cc *cursorCache) put(topicID uint64, text string, entries []cursor.Entry) 
 		cc.unlink(old)
 	}
 	cc.byText[text] = n
-	cc.used += n.cost()
+	cc.used += n.size
 	n.prev = cc.tail
 	if cc.tail != nil {
 		cc.tail.next = n
@@ -89,23 +98,26 @@ func (cc *cursorCache) put(topicID uint64, text string, entries []cursor.Entry) 
 	}
 }
 
-// take returns and forgets the entries of text, a cursor of topicID. A
-// text held for another topic stays, and is not a hit: Decode then says
+// take returns and forgets the cursor text encodes, a cursor of topicID.
+// A text held for another topic stays, and is not a hit: Decode then says
 // why it is refused.
-func (cc *cursorCache) take(topicID uint64, text string) ([]cursor.Entry, bool) {
+func (cc *cursorCache) take(topicID uint64, text string) (cursor.Cursor, bool) {
+	if len(text) > cc.max/4 {
+		return cursor.Cursor{}, false // never held: not hashed under the lock
+	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	n, ok := cc.byText[text]
-	if !ok || n.topicID != topicID {
-		return nil, false
+	if !ok || n.c.TopicID != topicID {
+		return cursor.Cursor{}, false
 	}
 	cc.unlink(n)
-	return n.entries, true
+	return n.c, true
 }
 
 func (cc *cursorCache) unlink(n *cachedCursor) {
 	delete(cc.byText, n.text)
-	cc.used -= n.cost()
+	cc.used -= n.size
 	if n.prev != nil {
 		n.prev.next = n.next
 	} else {

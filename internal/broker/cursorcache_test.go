@@ -11,6 +11,10 @@ import (
 	"github.com/malachi-log/malachi/internal/storage/segment"
 )
 
+func cacheCursor(topicID uint64, n int, offset uint64) cursor.Cursor {
+	return cursor.Cursor{TopicID: topicID, Entries: cacheEntries(n, offset), Resume: offset + 1}
+}
+
 func cacheEntries(n int, offset uint64) []cursor.Entry {
 	out := make([]cursor.Entry, n)
 	for i := range out {
@@ -25,7 +29,7 @@ func held(t *testing.T, cc *cursorCache) (texts []string) {
 	t.Helper()
 	sum := 0
 	for n := cc.head; n != nil; n = n.next {
-		sum += n.cost()
+		sum += n.size
 		texts = append(texts, n.text)
 	}
 	if sum != cc.used || len(texts) != len(cc.byText) {
@@ -35,10 +39,10 @@ func held(t *testing.T, cc *cursorCache) (texts []string) {
 }
 
 func TestCursorCacheTakesOnceAndKeepsItsBound(t *testing.T) {
-	one := (&cachedCursor{text: "c0", entries: cacheEntries(100, 0)}).cost()
+	one := cost("c0", cacheEntries(100, 0))
 	cc := newCursorCache(5 * one)
 	for i := range 8 {
-		cc.put(7, "c"+strconv.Itoa(i), cacheEntries(100, uint64(i)))
+		cc.put("c"+strconv.Itoa(i), cacheCursor(7, 100, uint64(i)))
 		if cc.used > cc.max {
 			t.Fatalf("after %d puts the cache holds %d bytes, bound %d", i+1, cc.used, cc.max)
 		}
@@ -51,36 +55,48 @@ func TestCursorCacheTakesOnceAndKeepsItsBound(t *testing.T) {
 		t.Fatal("a cursor of topic 7 was taken for topic 8")
 	}
 	got, ok := cc.take(7, "c5")
-	if !ok || !slices.Equal(got, cacheEntries(100, 5)) {
-		t.Fatalf("take(c5) = %v, %v", ok, got)
+	if !ok || !slices.Equal(got.Entries, cacheEntries(100, 5)) || got.Resume != 6 || got.TopicID != 7 {
+		t.Fatalf("take(c5) = %v, %+v", ok, got)
 	}
-	if cap(got) != len(got) {
-		t.Fatalf("a hit's slice has room to append into: len %d cap %d", len(got), cap(got))
+	if cap(got.Entries) != len(got.Entries) {
+		t.Fatalf("a hit's entries have room to append into: len %d cap %d", len(got.Entries), cap(got.Entries))
 	}
 	if _, ok := cc.take(7, "c5"); ok {
 		t.Fatal("a cursor was taken twice")
 	}
 	// The same text again replaces, and is counted once.
-	cc.put(7, "c6", cacheEntries(100, 60))
+	cc.put("c6", cacheCursor(7, 100, 60))
 	if got := held(t, cc); !slices.Equal(got, []string{"c3", "c4", "c7", "c6"}) {
 		t.Fatalf("held %v after c6 again", got)
 	}
-	if got, _ := cc.take(7, "c6"); got[0].Offset != 60 {
-		t.Fatalf("c6 holds the old entries: offset %d", got[0].Offset)
+	if got, _ := cc.take(7, "c6"); got.Entries[0].Offset != 60 {
+		t.Fatalf("c6 holds the old entries: offset %d", got.Entries[0].Offset)
 	}
 	// Not kept: few entries, not canonical, too large for a quarter.
-	cc.put(7, "small", cacheEntries(cursorCacheMinEntries-1, 0))
-	unsorted := cacheEntries(100, 0)
-	unsorted[3], unsorted[4] = unsorted[4], unsorted[3]
-	cc.put(7, "unsorted", unsorted)
-	dup := cacheEntries(100, 0)
-	dup[4] = dup[3]
-	cc.put(7, "dup", dup)
-	cc.put(7, "large", cacheEntries(200, 0))
+	cc.put("small", cacheCursor(7, cursorCacheMinEntries-1, 0))
+	unsorted := cacheCursor(7, 100, 0)
+	unsorted.Entries[3], unsorted.Entries[4] = unsorted.Entries[4], unsorted.Entries[3]
+	cc.put("unsorted", unsorted)
+	dup := cacheCursor(7, 100, 0)
+	dup.Entries[4] = dup.Entries[3]
+	cc.put("dup", dup)
+	cc.put("large", cacheCursor(7, 200, 0))
 	for _, s := range []string{"small", "unsorted", "dup", "large"} {
 		if _, ok := cc.take(7, s); ok {
 			t.Errorf("%s was kept", s)
 		}
+	}
+	// Entries in an array far larger than they are (a reader's entries
+	// after a fold) are copied out rather than holding the array, and
+	// are counted by what is held.
+	roomy := cacheCursor(7, 100, 9)
+	roomy.Entries = append(make([]cursor.Entry, 0, 1000), roomy.Entries...)
+	cc.put("roomy", roomy)
+	cc.mu.Lock()
+	n := cc.byText["roomy"]
+	cc.mu.Unlock()
+	if n == nil || cap(n.c.Entries) != 100 || n.size != cost("roomy", cacheEntries(100, 0)) {
+		t.Fatalf("held %+v", n)
 	}
 	held(t, cc)
 }
@@ -133,7 +149,7 @@ func TestCursorsFromTheCacheReadAsDecoded(t *testing.T) {
 		case len(want.Entries) < cursorCacheMinEntries && n != nil:
 			t.Fatalf("page %d: a cursor of %d entries is held", pages, len(want.Entries))
 		case len(want.Entries) < cursorCacheMinEntries:
-		case n == nil || !slices.Equal(n.entries, want.Entries):
+		case n == nil || !slices.Equal(n.c.Entries, want.Entries) || n.c.Resume != want.Resume:
 			t.Fatalf("page %d: the cache holds %v for its cursor", pages, n)
 		default:
 			heldPages++
@@ -155,6 +171,21 @@ func TestCursorsFromTheCacheReadAsDecoded(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("record %s delivered %d times", v, n)
 		}
+	}
+	// A group's reader reads from the group's position again: its
+	// page's cursor is not kept.
+	b.cursors = newCursorCache(cursorCacheBytes) // the last page's cursor is held
+	g := "g"
+	p, err := b.FetchBatches(ctx, FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Group: &g}, MaxBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	b.cursors.mu.Lock()
+	kept := len(b.cursors.byText)
+	b.cursors.mu.Unlock()
+	if kept != 0 {
+		t.Fatal("a group read's cursor was kept")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/cursor"
@@ -66,15 +67,15 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 				cut bool
 				err error
 			)
-			recs, pos.entries, cut, err = b.readPage(ctx, *pos, req.Max, at)
+			recs, *pos, cut, err = b.readPage(ctx, *pos, req.Max, at)
 			return len(recs) > 0 || cut, err
 		}
-		page, entries, err := at.w.readShared(at, pageKey(pageRecords, *pos, req.Max, 0), func() (any, []cursor.Entry, int, error) {
-			recs, entries, cut, err := b.readPage(ctx, *pos, req.Max, at)
-			return cutPage[Record]{recs, cut, nil}, entries, recordsSize(recs), err
+		page, after, err := at.w.readShared(at, pageKey(pageRecords, *pos, req.Max, 0), func() (any, position, int, error) {
+			recs, after, cut, err := b.readPage(ctx, *pos, req.Max, at)
+			return cutPage[Record]{recs, cut, nil}, after, recordsSize(recs), err
 		})
 		res, _ := page.(cutPage[Record])
-		recs, pos.entries = res.items, entries
+		recs, *pos = res.items, after
 		return len(recs) > 0 || res.cut, err
 	})
 	if errors.Is(err, metadata.ErrNoSuchTopic) {
@@ -85,6 +86,7 @@ func (b *Broker) Fetch(ctx context.Context, req FetchRequest) (Page, error) {
 		return Page{}, err
 	}
 	page := b.page(pos, recs)
+	b.keepCursor(req, pos, page.Cursor)
 	page.Skipped, page.SkippedBound = sk.n, sk.bound
 	return page, err
 }
@@ -155,30 +157,49 @@ func (b *Broker) poll(ctx context.Context, req FetchRequest, read func(pos *posi
 }
 
 func (b *Broker) page(pos position, recs []Record) Page {
-	s := cursor.Encode(b.secret, cursor.Cursor{TopicID: pos.topicID, Entries: pos.entries})
-	b.cursors.put(pos.topicID, s, pos.entries)
+	s := cursor.Encode(b.secret, cursor.Cursor{TopicID: pos.topicID, Entries: pos.entries, Resume: pos.resume})
 	return Page{Records: recs, Cursor: &s}
 }
 
-// decodeCursor returns the entries of a reader's cursor: from the cache of
-// those this node handed out, else decoded.
-func (b *Broker) decodeCursor(topicID uint64, text string) ([]cursor.Entry, error) {
-	if entries, ok := b.cursors.take(topicID, text); ok {
-		return entries, nil
+// keepCursor puts a page's cursor in the cache when its reader goes on
+// from it: one that read by cursor (or from the start). A group's reader
+// reads from the group's position again, and a subscription's pushes
+// carry cursors for acks, which are decoded.
+func (b *Broker) keepCursor(req FetchRequest, pos position, text *string) {
+	if req.Group == nil && text != nil {
+		b.cursors.put(*text, cursor.Cursor{TopicID: pos.topicID, Entries: pos.entries, Resume: pos.resume})
+	}
+}
+
+// decodeCursor returns a reader's cursor: from the cache of those this
+// node handed out, else decoded.
+func (b *Broker) decodeCursor(topicID uint64, text string) (cursor.Cursor, error) {
+	if c, ok := b.cursors.take(topicID, text); ok {
+		return c, nil
 	}
 	c, err := cursor.Decode(b.secret, topicID, text)
 	if err != nil {
-		return nil, ErrInvalidCursor
+		return cursor.Cursor{}, ErrInvalidCursor
 	}
-	return c.Entries, nil
+	return c, nil
 }
 
 // position is where a reader stands: the topic, the cursor entries, and
-// which active ranges it reads (nil = all of them).
+// which active ranges it reads (nil = all of them). resume, when not 0,
+// is the range its next page starts at (pageRead.fill), carried in its
+// cursor.
 type position struct {
 	topicID uint64
 	entries []cursor.Entry
 	only    []uint64
+	resume  uint64
+}
+
+// own is pos with entries of its own, for a reader given a page another
+// read (readShared).
+func (pos position) own() position {
+	pos.entries = slices.Clone(pos.entries)
+	return pos
 }
 
 // startPosition resolves where a request reads from. A group member's
@@ -211,7 +232,9 @@ func (b *Broker) startPosition(req FetchRequest) (position, error) {
 	// takes tens of microseconds, which the metadata's writers need not
 	// wait for.
 	if err == nil && !member && req.Cursor != nil {
-		pos.entries, err = b.decodeCursor(pos.topicID, *req.Cursor)
+		var c cursor.Cursor
+		c, err = b.decodeCursor(pos.topicID, *req.Cursor)
+		pos.entries, pos.resume = c.Entries, c.Resume
 	}
 	var committed []cursor.Entry
 	if err == nil && member {
@@ -361,13 +384,13 @@ func (bg *budget) hard() int {
 // still reads in large pieces. A page that holds nothing while a range
 // stopped for want of a known end answers errEndUnknown with the entries
 // it reached (a scan bound may have moved them).
-func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at seen) ([]Record, []cursor.Entry, bool, error) {
+func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at seen) ([]Record, position, bool, error) {
 	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
-		return nil, pos.entries, false, nil
+		return nil, pos, false, nil
 	}
 	total := &budget{records: maxRecords, bytes: b.cfg.FetchMaxBytes}
-	each := share(maxRecords, len(plans))
+	each := share(maxRecords, len(plans), pr.carried)
 	var out []Record
 	err := pr.fill(plans, first, func() bool { return total.spent() || pr.cut }, func(p *plan, pass int) (walkEnd, error) {
 		quota := total.records
@@ -385,9 +408,9 @@ func (b *Broker) readPage(ctx context.Context, pos position, maxRecords int, at 
 		return end, err
 	})
 	if err != nil {
-		return nil, nil, false, err
+		return nil, pos, false, err
 	}
-	return out, pr.set.list(), pr.cut, pr.endUnknown(len(out))
+	return out, pr.after(pos), pr.cut, pr.endUnknown(len(out))
 }
 
 // readSize sizes one store read to the records the page still wants (a

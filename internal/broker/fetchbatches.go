@@ -65,15 +65,15 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 				cut bool
 				err error
 			)
-			out, pos.entries, cut, hold, err = b.readBatchPage(ctx, *pos, bg, at)
+			out, *pos, cut, hold, err = b.readBatchPage(ctx, *pos, bg, at)
 			return len(out) > 0 || cut, err
 		}
-		page, entries, err := at.w.readShared(at, pageKey(pageBatches, *pos, maxRecords, maxBytes), func() (any, []cursor.Entry, int, error) {
-			out, entries, cut, hold, err := b.readBatchPage(ctx, *pos, bg, at)
-			return cutPage[RangeBatch]{out, cut, hold}, entries, batchesSize(out), err
+		page, after, err := at.w.readShared(at, pageKey(pageBatches, *pos, maxRecords, maxBytes), func() (any, position, int, error) {
+			out, after, cut, hold, err := b.readBatchPage(ctx, *pos, bg, at)
+			return cutPage[RangeBatch]{out, cut, hold}, after, batchesSize(out), err
 		})
 		res, _ := page.(cutPage[RangeBatch])
-		out, hold, pos.entries = res.items, res.hold, entries
+		out, hold, *pos = res.items, res.hold, after
 		return len(out) > 0 || res.cut, err
 	})
 	if err != nil && pos.topicID == 0 {
@@ -81,6 +81,7 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 		return BatchPage{}, err
 	}
 	page := b.page(pos, nil)
+	b.keepCursor(req.FetchRequest, pos, page.Cursor)
 	return BatchPage{Batches: out, Cursor: page.Cursor, Skipped: sk.n, SkippedBound: sk.bound, hold: hold}, err
 }
 
@@ -102,15 +103,15 @@ func (b *Broker) FetchBatches(ctx context.Context, req FetchBatchesRequest) (Bat
 // The batches lie in pooled buffers that the returned hold keeps (nil when
 // the page is empty); its taker releases it. An empty page answers as
 // readPage's does.
-func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, []cursor.Entry, bool, *readHold, error) {
+func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, at seen) ([]RangeBatch, position, bool, *readHold, error) {
 	pr, plans, first := b.startPage(ctx, pos, at)
 	if len(plans) == 0 {
-		return nil, pos.entries, false, nil, nil
+		return nil, pos, false, nil, nil
 	}
 	pr.hold = &readHold{}
 	var out []RangeBatch
-	shareBytes := share(total.bytes, len(plans))
-	shareRecords := share(total.records, len(plans))
+	shareBytes := share(total.bytes, len(plans), pr.carried)
+	shareRecords := share(total.records, len(plans), pr.carried)
 	roomless := false
 	err := pr.fill(plans, first, func() bool { return total.spent() || pr.cut || roomless }, func(p *plan, pass int) (walkEnd, error) {
 		bg := budget{records: total.records, bytes: total.bytes, hardRecords: total.records}
@@ -140,11 +141,11 @@ func (b *Broker) readBatchPage(ctx context.Context, pos position, total budget, 
 		// that failed, refers to no buffer once this returns.
 		pr.hold.release()
 		if err != nil {
-			return nil, nil, false, nil, err
+			return nil, pos, false, nil, err
 		}
-		return nil, pr.set.list(), pr.cut, nil, pr.endUnknown(0)
+		return nil, pr.after(pos), pr.cut, nil, pr.endUnknown(0)
 	}
-	return out, pr.set.list(), pr.cut, pr.hold, nil
+	return out, pr.after(pos), pr.cut, pr.hold, nil
 }
 
 // readSourceBatches is readSource for whole batches.

@@ -175,20 +175,20 @@ func (s *Subscription) Run(ctx context.Context, send func(Page) error) error {
 func (s *Subscription) read(ctx context.Context, credit int, at seen) (page Page, n int, cut bool, err error) {
 	before := s.pos.entries
 	if s.maxBytes <= 0 {
-		recs, entries, cut, err := s.b.readPage(ctx, s.pos, credit, at)
+		recs, after, cut, err := s.b.readPage(ctx, s.pos, credit, at)
 		if err != nil && !errors.Is(err, errEndUnknown) {
 			return Page{}, 0, false, err
 		}
-		s.pos.entries = entries
+		s.pos = after
 		page := s.b.page(s.pos, recs)
 		page.Skipped, page.SkippedBound = s.skipped(before)
 		return page, len(recs), cut, nil
 	}
-	batches, entries, cut, hold, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
+	batches, after, cut, hold, err := s.b.readBatchPage(ctx, s.pos, budget{records: credit, bytes: s.maxBytes}, at)
 	if err != nil && !errors.Is(err, errEndUnknown) {
 		return Page{}, 0, false, err
 	}
-	s.pos.entries = entries
+	s.pos = after
 	for _, rb := range batches {
 		h, err := segment.ParseHeader(rb.Batch)
 		if err != nil {

@@ -202,13 +202,13 @@ func TestSharedPagesAreChargedWhatTheyKeep(t *testing.T) {
 	at.woke = true
 	read := map[byte]any{}
 	for _, kind := range []byte{pageRecords, pageBatches} {
-		page, _, err := w.readShared(at, pageKey(kind, pos, 1, 1<<20), func() (any, []cursor.Entry, int, error) {
+		page, _, err := w.readShared(at, pageKey(kind, pos, 1, 1<<20), func() (any, position, int, error) {
 			if kind == pageBatches {
-				out, entries, _, _, err := b.readBatchPage(ctx, pos, budget{records: 1 << 30, bytes: 1 << 20}, at)
-				return out, entries, batchesSize(out), err
+				out, after, _, _, err := b.readBatchPage(ctx, pos, budget{records: 1 << 30, bytes: 1 << 20}, at)
+				return out, after, batchesSize(out), err
 			}
-			out, entries, _, err := b.readPage(ctx, pos, 1, at)
-			return out, entries, recordsSize(out), err
+			out, after, _, err := b.readPage(ctx, pos, 1, at)
+			return out, after, recordsSize(out), err
 		})
 		if err != nil {
 			t.Fatal(err)

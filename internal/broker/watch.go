@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/malachi-log/malachi/internal/cursor"
 	"github.com/malachi-log/malachi/internal/metadata"
 	"github.com/malachi-log/malachi/internal/storage/segment"
 )
@@ -184,7 +183,7 @@ var (
 )
 
 // sharedPage is one page read once for several readers. done is closed
-// once page, entries and ok are set; ok false (the read failed) means
+// once page, after and ok are set; ok false (the read failed) means
 // each reads alone.
 //
 // A page of batches lies in pooled buffers (readHold), and every reader
@@ -194,10 +193,10 @@ var (
 // reference the shared pages hold while they keep the page, dropped with
 // them (reset) and only ever under the watch's lock.
 type sharedPage struct {
-	done    chan struct{}
-	page    any
-	entries []cursor.Entry
-	ok      bool
+	done  chan struct{}
+	page  any
+	after position // where the page leaves its reader
+	ok    bool
 	// read says page is set (under the watch's lock); waiters counts the
 	// readers that began waiting before that.
 	read    bool
@@ -220,10 +219,10 @@ func (sp *sharedPages) reset(gen uint64, herd int) {
 
 // readShared returns the page of key for a reader woken by the fire that
 // at saw: read by the first such reader, which runs read, and taken by the
-// others. read returns the page, the entries after it and its size in
+// others. read returns the page, the position after it and its size in
 // bytes. A failed read is not shared: the others read alone. Each reader
 // gets a page with its own hold on the pooled buffers (holdsReads).
-func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry, int, error)) (any, []cursor.Entry, error) {
+func (w *watch) readShared(at seen, key string, read func() (any, position, int, error)) (any, position, error) {
 	w.mu.Lock()
 	sp := &w.shared
 	if sp.gen != at.gen || sp.herd <= 0 {
@@ -246,7 +245,7 @@ func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry
 		if waited {
 			mine = p.hold.prepaid()
 		}
-		return pageFor(p.page, mine), append([]cursor.Entry(nil), p.entries...), nil
+		return pageFor(p.page, mine), p.after.own(), nil
 	}
 	// herd counts this reader too: with no other left to read, there is
 	// no one to keep the page for.
@@ -261,7 +260,7 @@ func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry
 	sp.pages[key] = p
 	w.mu.Unlock()
 
-	page, entries, size, err := read()
+	page, after, size, err := read()
 	hold := holdOf(page)
 	kept, cost := page, 0
 	ok := err == nil && size <= maxSharedPage
@@ -276,7 +275,7 @@ func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry
 	w.mu.Lock()
 	p.read = true
 	if err == nil { // those already waiting take it, whatever its size
-		p.page, p.entries, p.ok, p.hold = kept, append([]cursor.Entry(nil), entries...), true, hold
+		p.page, p.after, p.ok, p.hold = kept, after.own(), true, hold
 		hold.retain(p.waiters) // this reader still holds it
 	}
 	switch {
@@ -290,7 +289,7 @@ func (w *watch) readShared(at seen, key string, read func() (any, []cursor.Entry
 	}
 	close(p.done)
 	w.mu.Unlock()
-	return page, entries, err
+	return page, after, err
 }
 
 // pageFor is a shared page as another reader takes it: with its own hold.
@@ -301,9 +300,9 @@ func pageFor(page any, h *readHold) any {
 	return page
 }
 
-func readAlone(read func() (any, []cursor.Entry, int, error)) (any, []cursor.Entry, error) {
-	page, entries, _, err := read()
-	return page, entries, err
+func readAlone(read func() (any, position, int, error)) (any, position, error) {
+	page, after, _, err := read()
+	return page, after, err
 }
 
 // herdRead counts a reader in the herd of fire gen (pollAsleep.wake) as
@@ -431,6 +430,7 @@ func pageKey(kind byte, pos position, records, bytes int) string {
 			k = binary.AppendUvarint(k, r)
 		}
 	}
+	k = binary.AppendUvarint(k, pos.resume) // where the page starts
 	for _, e := range pos.entries {
 		k = binary.AppendUvarint(k, e.Source)
 		k = binary.AppendUvarint(k, e.SliceStart)
