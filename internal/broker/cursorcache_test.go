@@ -187,6 +187,19 @@ func TestCursorsFromTheCacheReadAsDecoded(t *testing.T) {
 	if kept != 0 {
 		t.Fatal("a group read's cursor was kept")
 	}
+	// A reader that names a group beside its cursor reads by the cursor
+	// and goes on from the page's: it is kept.
+	p, err = b.FetchBatches(ctx, FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Group: &g, Cursor: p.Cursor}, MaxBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	b.cursors.mu.Lock()
+	n := b.cursors.byText[*p.Cursor]
+	b.cursors.mu.Unlock()
+	if n == nil {
+		t.Fatal("the cursor of a page read by cursor, a group named, was not kept")
+	}
 }
 
 func pageValues(t *testing.T, p BatchPage) []string {

@@ -162,11 +162,13 @@ func (b *Broker) page(pos position, recs []Record) Page {
 }
 
 // keepCursor puts a page's cursor in the cache when its reader goes on
-// from it: one that read by cursor (or from the start). A group's reader
-// reads from the group's position again, and a subscription's pushes
-// carry cursors for acks, which are decoded.
+// from it: one that read by cursor (or from the start), a group named
+// beside the cursor or not. A group member, or a reader of a group's
+// position, reads from the group's position again, and a subscription's
+// pushes carry cursors for acks, which are decoded.
 func (b *Broker) keepCursor(req FetchRequest, pos position, text *string) {
-	if req.Group == nil && text != nil {
+	byGroup := req.Group != nil && (req.Member != nil || req.Cursor == nil)
+	if !byGroup && text != nil {
 		b.cursors.put(*text, cursor.Cursor{TopicID: pos.topicID, Entries: pos.entries, Resume: pos.resume})
 	}
 }

@@ -8,23 +8,25 @@ import (
 	"github.com/malachi-log/malachi/internal/cursor"
 )
 
-// pageRanges is how many ranges' shares a page holds. A page over more
-// ranges gives each range it visits 1/pageRanges of itself, starting at a
-// range chosen from the reader's own position (firstRange): reads stay
-// large (the cost of a page follows its records, not the topic's ranges)
-// and every range still gets its turn over a window of pages. Up to
-// pageRanges ranges, every range gets a share of every page.
+// pageRanges is how many ranges' shares a page holds when its start comes
+// from the reader's offsets (firstRange): a page over more ranges gives
+// each range it visits 1/pageRanges of itself, so reads stay large (the
+// cost of a page follows its records, not the topic's ranges) and every
+// range still gets its turn over a window of pages.
 //
-// A page whose start its reader's last page handed on (position.resume)
-// holds turnRanges shares, each four times as large: the pages then take
-// the ranges in turns, each page going on where the last one stopped, so
-// every range is visited once every n/turnRanges pages whatever the pages
-// hold. A start that firstRange derives from the offsets has no such
-// bound: a reader behind whose pages all hold q*n records starts each page
-// q ranges on, and a page of c shares never reaches some ranges while
-// gcd(q, n) > c; larger shares (smaller c) would make that four times as
-// likely. At 1,024 ranges the larger shares cut the node's reads of a
-// consume by four and its CPU per record by about a fifth.
+// A page whose start its reader's last page handed on (position.resume),
+// which is every page after a reader's first, holds turnRanges shares,
+// each four times as large: the pages then take the ranges in turns, each
+// page going on where the last one stopped. Every page moves the turn on
+// by at least one range (fill), so a range with records is visited at
+// least once every n pages over n ranges, and once every n/turnRanges
+// pages while the ranges hold more than their shares. A start that
+// firstRange derives from the offsets has no such bound: a reader behind
+// whose pages all hold q*n records starts each page q ranges on, and a
+// page of c shares never reaches some ranges while gcd(q, n) > c; larger
+// shares (smaller c) would make that four times as likely. At 1,024
+// ranges the larger shares cut the node's reads of a consume by four and
+// its CPU per record by about a fifth.
 const (
 	pageRanges = 16
 	turnRanges = 4
@@ -132,8 +134,10 @@ func (b *Broker) startPage(ctx context.Context, pos position, at seen) (*pageRea
 	reads := b.readsFor(at, pos.topicID, pos.only)
 	plans, lin := reads.snapshot(pos.only)
 	first, carried := planIndex(plans, pos.resume)
+	var resume uint64
 	switch {
 	case carried:
+		resume = pos.resume
 	case len(pos.entries) == 0:
 		// A reader at the start takes turns from the first range, so its
 		// first page's shares are those of the pages after it.
@@ -142,7 +146,7 @@ func (b *Broker) startPage(ctx context.Context, pos position, at seen) (*pageRea
 		first = firstRange(pos.entries, len(plans))
 	}
 	pr := &pageRead{ctx: ctx, b: b, reads: reads, topicID: pos.topicID, only: pos.only, set: newEntrySet(pos.entries), lin: lin, gen: at.gen, now: b.nowMs(),
-		scanLeft: scanFactor * b.cfg.FetchMaxBytes, carried: carried}
+		scanLeft: scanFactor * b.cfg.FetchMaxBytes, carried: carried, resume: resume}
 	return pr, plans, first
 }
 
@@ -194,8 +198,9 @@ type walkEnd struct {
 // before: the next page starts there. A range the pass reached but could
 // give nothing for want of room in the page is where it stopped, so that
 // range comes first next time; one that took its share, ran dry or had
-// nothing is passed. A first pass that visited every range hands on
-// nothing: the next page's start comes from firstRange.
+// nothing is passed. A first pass that visited every range hands on what
+// it was handed (nothing when its start came from firstRange), so a page
+// that found nothing leaves its reader's cursor as it was.
 func (pr *pageRead) fill(plans []*plan, first int, spent func() bool, visit rangeVisit) error {
 	var more, dry []*plan
 	var at []uint64
@@ -213,11 +218,15 @@ func (pr *pageRead) fill(plans []*plan, first int, spent func() bool, visit rang
 		case !end.dry:
 			more = append(more, p)
 		}
-		if !end.took && !end.dry && !end.unknown && spent() {
-			break // left with nothing: it comes first next time
+		if !end.took && !end.dry && !end.unknown && !pr.cut && spent() {
+			// Left with nothing for want of room: it comes first next
+			// time. A range whose read the scan bound cut (a run of
+			// expired or other slices' records) moved its cursor on and
+			// is passed like one that took its share: holding the turn
+			// there would let one such range starve the others.
+			break
 		}
 	}
-	pr.resume = 0
 	if k < len(plans) {
 		pr.resume = plans[(first+k)%len(plans)].rangeID
 	}

@@ -3,7 +3,10 @@ package broker
 import (
 	"bytes"
 	"context"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // producePerRange stores, for every key (one per range), batches of one
@@ -113,4 +116,100 @@ func TestTurnsComeBackToARangeLeftWithNothing(t *testing.T) {
 	if first := pages[0][0]; pages[ranges/2][0] != first {
 		t.Fatalf("the second round starts at range %d, the first at %d", pages[ranges/2][0], first)
 	}
+}
+
+// TestTurnsPassARangeTheScanBoundCut: one of 8 ranges is fed, before
+// every page, more TTL-expired records than a page may scan; the other 7
+// hold live records. The page that the scan bound cuts in the expiring
+// range hands the turn on like one that took its share, so the live
+// records are all served within a few rounds of turns. Holding the turn
+// on the range that gave nothing (as one left with nothing for want of
+// room is held) would return empty pages for as long as the feed lasts.
+func TestTurnsPassARangeTheScanBoundCut(t *testing.T) {
+	b, clk := openTTL(t, Config{FetchMaxBytes: 4 << 10, SegmentMaxBytes: 64 << 20})
+	ctx := context.Background()
+	const ranges = 8
+	if err := b.CreateTopic(ctx, "t", 8, ranges); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := keysPerRange(t, b, "t")
+	pad := strings.Repeat(".", 60)
+	feed := func(n int) {
+		recs := make([]Record, n)
+		for j := range recs {
+			recs[j] = ttlRecord(keys[0], strconv.Itoa(j)+pad, "1")
+		}
+		if _, err := b.Produce(ctx, "t", recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feed(800)
+	var live []Record
+	for j := range 5 {
+		for _, k := range keys[1:] {
+			live = append(live, Record{Key: []byte(k), Value: []byte("live" + strconv.Itoa(j))})
+		}
+	}
+	if _, err := b.Produce(ctx, "t", live); err != nil {
+		t.Fatal(err)
+	}
+	var cur *string
+	served := 0
+	for page := 0; page < 4*ranges && served < len(live); page++ {
+		// 600 records of ~80 B: more than the 32 KiB a page may scan.
+		feed(600)
+		clk.Advance(2 * time.Second)
+		p, err := b.Fetch(ctx, FetchRequest{Topic: "t", Cursor: cur, Max: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range p.Records {
+			if string(r.Key) == keys[0] {
+				t.Fatalf("page %d served expired record %q", page, r.Value)
+			}
+		}
+		cur, served = p.Cursor, served+len(p.Records)
+	}
+	if served != len(live) {
+		t.Fatalf("%d pages served %d of the other ranges' %d live records", 4*ranges, served, len(live))
+	}
+}
+
+// TestTurnsLeaveACaughtUpCursorAsItWas: once a reader over 16 ranges has
+// read everything, its cursor handing on a turn, a page that finds
+// nothing visits every range and
+// hands on the turn it was handed, so its cursor is the one it was
+// given, byte for byte: a client that reads on while the cursor moves
+// stops there.
+func TestTurnsLeaveACaughtUpCursorAsItWas(t *testing.T) {
+	b := openMem(t)
+	const ranges = 16
+	if err := b.CreateTopic(context.Background(), "t", 8, ranges); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := keysPerRange(t, b, "t")
+	// One record per range, four a page: every page stops, spent, at a
+	// range boundary, the last one before the first range again.
+	producePerRange(t, b, "t", keys, 1, 100)
+	var cur *string
+	read := 0
+	for range 4 * ranges {
+		p, err := b.FetchBatches(context.Background(), FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Cursor: cur, Max: 4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += len(p.Batches)
+		p.Release()
+		if len(p.Batches) == 0 {
+			if read != ranges {
+				t.Fatalf("an empty page after %d of %d batches", read, ranges)
+			}
+			if *p.Cursor != *cur {
+				t.Fatalf("an empty page moved the cursor from %q to %q", *cur, *p.Cursor)
+			}
+			return
+		}
+		cur = p.Cursor
+	}
+	t.Fatalf("%d pages never came to an empty one (read %d batches)", 4*ranges, read)
 }
