@@ -372,7 +372,7 @@ func (b *Broker) activeRanges(ctx context.Context, topicID uint64) ([]uint64, er
 
 func (b *Broker) activeView(topicID uint64) (ranges []uint64, found bool) {
 	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
-		if _, found = st.TopicByID(topicID); found {
+		if _, found = st.TopicHeaderByID(topicID); found {
 			ranges = activeIDs(st, topicID)
 		}
 	})

@@ -209,7 +209,7 @@ type topicPlacement struct {
 // come from the effective policy; min_domains needs spread_by.
 func (b *Broker) topicFactor(topicID uint64) topicPlacement {
 	var t metadata.Topic
-	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { t, _ = st.TopicByID(topicID) })
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { t, _ = st.TopicHeaderByID(topicID) })
 	eff := b.resolvePolicy(t.Policy)
 	tp := topicPlacement{factor: factorFrom(t.Replicas, eff, b.cluster.cfg.SegmentReplicas)}
 	if attr, ok := eff.SpreadBy(); ok {

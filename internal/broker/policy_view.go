@@ -37,7 +37,7 @@ func (c Config) retentionDefaults() retention.Defaults {
 func (b *Broker) effectivePolicy(topicID uint64) retention.Effective {
 	var bound string
 	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
-		if t, ok := st.TopicByID(topicID); ok {
+		if t, ok := st.TopicHeaderByID(topicID); ok {
 			bound = t.Policy
 		}
 	})

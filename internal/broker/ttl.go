@@ -35,7 +35,7 @@ var (
 func (b *Broker) defaultTTL(topicID uint64) int64 {
 	var bound string
 	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) {
-		if t, ok := st.TopicByID(topicID); ok {
+		if t, ok := st.TopicHeaderByID(topicID); ok {
 			bound = t.Policy
 		}
 	})

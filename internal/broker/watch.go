@@ -136,7 +136,7 @@ func (b *Broker) watchFor(topicID uint64) *watch {
 	// drops the watches that exist after its metadata change, and a watch
 	// made after that change is dropped here.
 	var exists bool
-	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { _, exists = st.TopicByID(topicID) })
+	_ = b.plane.ViewTopic(topicID, func(st *metadata.State) { _, exists = st.TopicHeaderByID(topicID) })
 	if !exists {
 		b.mu.Lock()
 		if b.mu.watches[topicID] == w {

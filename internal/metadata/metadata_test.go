@@ -80,8 +80,9 @@ func TestGroupEntryCap(t *testing.T) {
 	wantErr(t, apply(t, st, commit), ErrInvalidCommand)
 }
 
-// TestTopicHeaderIsTopicWithoutRanges: TopicHeader answers what Topic
-// does but the range list, and nothing for an unknown name.
+// TestTopicHeaderIsTopicWithoutRanges: TopicHeader and TopicHeaderByID
+// answer what Topic does but the range list, and nothing for an unknown
+// name or id.
 func TestTopicHeaderIsTopicWithoutRanges(t *testing.T) {
 	st := New()
 	apply(t, st, Command{Kind: KindCreateTopic, Topic: "t", Bits: 4})
@@ -97,6 +98,13 @@ func TestTopicHeaderIsTopicWithoutRanges(t *testing.T) {
 	}
 	if _, ok := st.TopicHeader("nope"); ok {
 		t.Fatal("TopicHeader found a topic that does not exist")
+	}
+	byID, ok := st.TopicHeaderByID(full.ID)
+	if !ok || !reflect.DeepEqual(byID, meta) {
+		t.Fatalf("TopicHeaderByID = %+v, %v, want %+v", byID, ok, meta)
+	}
+	if _, ok := st.TopicHeaderByID(full.ID + 1); ok {
+		t.Fatal("TopicHeaderByID found a topic that does not exist")
 	}
 }
 

@@ -70,8 +70,16 @@ func (s *State) RangeSegmentsTail(rangeID uint64, n int) (segs []Segment, omitte
 // TopicHeader returns the topic's fields without its range list, which
 // for a large topic is the costly part of Topic.
 func (s *State) TopicHeader(name string) (Topic, bool) {
-	tr, ok := s.byName[name]
-	if !ok {
+	return header(s.byName[name])
+}
+
+// TopicHeaderByID is TopicHeader for a topic named by its id.
+func (s *State) TopicHeaderByID(id uint64) (Topic, bool) {
+	return header(s.topics[id])
+}
+
+func header(tr *topicRec) (Topic, bool) {
+	if tr == nil {
 		return Topic{}, false
 	}
 	t := tr.t
