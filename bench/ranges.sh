@@ -32,6 +32,9 @@
 #   KEEP [0] keeps the work folder; CMD_TIMEOUT [300] seconds per command
 #   MODES ["journal no-journal"] the storage modes to run
 #   MALACHI [built from this checkout] a malachi binary to run instead
+#   CONSUMES [1] consumes per row, one after another on the same data: the
+#     table gives the first; the log line gives each one's rate and CPU
+#     (the first read after a produce costs the node more: docs/perf.md)
 set -euo pipefail
 
 RANGES=${RANGES:-1 64 256 1024}
@@ -42,6 +45,7 @@ PORT=${PORT:-14150}
 KEEP=${KEEP:-0}
 CMD_TIMEOUT=${CMD_TIMEOUT:-300}
 MODES=${MODES:-journal no-journal}
+CONSUMES=${CONSUMES:-1}
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=lib.sh
@@ -105,6 +109,11 @@ for r in $RANGES; do
 		topic=r$r
 		p=$(run "p.$r.$mode" produce --topic "$topic" --ranges "$r" --keys "$KEYS" --records "$RECORDS" --size 128)
 		c=$(run "c.$r.$mode" consume --topic "$topic" --ranges "$r" --keys "$KEYS" --records "$RECORDS")
+		again=
+		for ((i = 2; i <= CONSUMES; i++)); do
+			ci=$(run "c$i.$r.$mode" consume --topic "$topic" --ranges "$r" --keys "$KEYS" --records "$RECORDS")
+			again+=", consume $i: $ci rec/s, CPU us/rec $(cat "$WORK/cpu.c$i.$r.$mode")"
+		done
 		sync=-
 		if [[ $r == 1 ]]; then
 			run "s.$r.$mode" produce --topic s1 --sync --records "$SYNC_RECORDS" --size 128 >/dev/null
@@ -119,7 +128,7 @@ for r in $RANGES; do
 			BASE_P[$mode]=$p BASE_C[$mode]=$c
 		fi
 		share="$(pct "$p" "${BASE_P[$mode]:-}") / $(pct "$c" "${BASE_C[$mode]:-}")"
-		log "ranges $r, $mode: produce $p rec/s, consume $c rec/s, sync p50/p99 $sync us, CPU us/rec (node + client) produce $pc, consume $cc"
+		log "ranges $r, $mode: produce $p rec/s, consume $c rec/s, sync p50/p99 $sync us, CPU us/rec (node + client) produce $pc, consume $cc$again"
 		ROWS+=("| $r | $mode | $(printf "%'.0f" "$p") | $(printf "%'.0f" "$c") | $share | $sync | $pc | $cc |")
 	done
 done
