@@ -46,6 +46,7 @@ KEEP=${KEEP:-0}
 CMD_TIMEOUT=${CMD_TIMEOUT:-300}
 MODES=${MODES:-journal no-journal}
 CONSUMES=${CONSUMES:-1}
+[[ $CONSUMES =~ ^[1-9][0-9]*$ ]] || { echo "CONSUMES must be a whole number of 1 or more, not '$CONSUMES'" >&2; exit 2; }
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=lib.sh

@@ -210,7 +210,10 @@ type Broker struct {
 
 	// keyless spreads records without a key across a topic's ranges.
 	keyless atomic.Uint64
-	stats   brokerStats // counters for metrics (stats.go)
+	// opens bounds the goroutines that open segments ahead of a request's
+	// appends, node-wide (produce_open.go).
+	opens openWorkers
+	stats brokerStats // counters for metrics (stats.go)
 	// coord is the consumer-group coordinator, under its own lock.
 	coord *coordinator
 

@@ -14,19 +14,19 @@ import (
 // cost of a page follows its records, not the topic's ranges) and every
 // range still gets its turn over a window of pages.
 //
-// A page whose start its reader's last page handed on (position.resume),
-// which is every page after a reader's first, holds turnRanges shares,
-// each four times as large: the pages then take the ranges in turns, each
-// page going on where the last one stopped. Every page moves the turn on
-// by at least one range (fill), so a range with records is visited at
-// least once every n pages over n ranges, and once every n/turnRanges
-// pages while the ranges hold more than their shares. A start that
-// firstRange derives from the offsets has no such bound: a reader behind
-// whose pages all hold q*n records starts each page q ranges on, and a
-// page of c shares never reaches some ranges while gcd(q, n) > c; larger
-// shares (smaller c) would make that four times as likely. At 1,024
-// ranges the larger shares cut the node's reads of a consume by four and
-// its CPU per record by about a fifth.
+// A page whose start its reader's last page handed on (position.resume)
+// holds turnRanges shares, each four times as large: the pages then take
+// the ranges in turns, each page going on where the last one stopped.
+// Every page that does not visit every range moves the turn on by at
+// least one range (fill), so a range with records is visited at least
+// once every n pages over n ranges, and once every n/turnRanges pages
+// while the ranges hold more than their shares. A start that firstRange
+// derives from the offsets has no such bound: a reader behind whose pages
+// all hold q*n records starts each page q ranges on, and a page of c
+// shares never reaches some ranges while gcd(q, n) > c; larger shares
+// (smaller c) would make that four times as likely. At 1,024 ranges the
+// larger shares cut the node's reads of a consume by four and its CPU per
+// record by about a fifth.
 const (
 	pageRanges = 16
 	turnRanges = 4
@@ -218,12 +218,14 @@ func (pr *pageRead) fill(plans []*plan, first int, spent func() bool, visit rang
 		case !end.dry:
 			more = append(more, p)
 		}
-		if !end.took && !end.dry && !end.unknown && !pr.cut && spent() {
-			// Left with nothing for want of room: it comes first next
-			// time. A range whose read the scan bound cut (a run of
-			// expired or other slices' records) moved its cursor on and
-			// is passed like one that took its share: holding the turn
-			// there would let one such range starve the others.
+		// Left with nothing for want of room: it comes first next time.
+		// A range whose read the scan bound cut (a run of expired or
+		// other slices' records) moved its cursor on and is passed like
+		// one that took its share, unless it also left a batch for want
+		// of room: holding the turn on a cut range would let one such
+		// range starve the others.
+		cutOnly := pr.cut && pr.refused == 0
+		if !end.took && !end.dry && !end.unknown && !cutOnly && spent() {
 			break
 		}
 	}

@@ -1,6 +1,9 @@
 package broker
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // openParallel bounds the segment opens one produce request runs at once.
 // An open is a metadata command and a store create, each waiting for an
@@ -11,6 +14,34 @@ import "sync"
 // request, and a produce of 2,000,000 records over 1,024 new ranges cost
 // the node 7% less CPU (docs/perf.md); 128 and 256 gained nothing more.
 const openParallel = 64
+
+// openWorkersMax bounds the goroutines openHeads runs on the whole node.
+// Each request's openHeads waits for its own, so a connection runs at most
+// openParallel; without a node-wide bound, 10,000 connections each
+// producing into a new topic would run 640,000. A request that finds the
+// bound reached opens nothing ahead: each append opens its own head, as
+// without openHeads, on the request's goroutine.
+const openWorkersMax = 256
+
+// openWorkers counts the goroutines openHeads runs now (takeOpenWorkers).
+type openWorkers struct{ n atomic.Int64 }
+
+// take reserves up to want workers within openWorkersMax and returns how
+// many it reserved; give them back with put.
+func (w *openWorkers) take(want int) int {
+	for {
+		cur := w.n.Load()
+		n := min(int64(want), openWorkersMax-cur)
+		if n <= 0 {
+			return 0
+		}
+		if w.n.CompareAndSwap(cur, cur+n) {
+			return int(n)
+		}
+	}
+}
+
+func (w *openWorkers) put(n int) { w.n.Add(-int64(n)) }
 
 // openHeads makes writable, ahead of a request's appends, the heads of
 // the ranges it writes (rangeIDs of topic topicID) that have no active
@@ -42,12 +73,25 @@ func (b *Broker) openHeads(topicID uint64, rangeIDs []uint64) {
 		}
 		h.mu.Unlock()
 	}
-	if len(cold) < 2 {
-		return // left to the append, as one open gains nothing here
+	workers := 0
+	if len(cold) >= 2 { // one open gains nothing from another goroutine
+		workers = b.opens.take(min(openParallel, len(cold)))
 	}
+	if workers < 2 {
+		b.opens.put(workers)
+		// Left to the appends: a head prepared here that no worker
+		// opens is opened by its first append (writableLocked).
+		for _, h := range cold {
+			h.mu.Lock()
+			h.prepared = false
+			h.mu.Unlock()
+		}
+		return
+	}
+	defer b.opens.put(workers)
 	work := make(chan *head)
 	var wg sync.WaitGroup
-	for range min(openParallel, len(cold)) {
+	for range workers {
 		wg.Go(func() {
 			for h := range work {
 				h.mu.Lock()

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/malachi-log/malachi/internal/storage/segment"
@@ -72,4 +74,107 @@ func TestProduceOpensRangesTogether(t *testing.T) {
 	r := newReader(t, b, "t")
 	r.drain()
 	requireExactly(t, r.seen, keys, 4)
+}
+
+// TestOpenWorkersKeepTheirBound: reservations never pass openWorkersMax
+// together, whatever many goroutines ask, and come back whole.
+func TestOpenWorkersKeepTheirBound(t *testing.T) {
+	var w openWorkers
+	if got := w.take(openWorkersMax + 10); got != openWorkersMax {
+		t.Fatalf("take(max+10) = %d, want %d", got, openWorkersMax)
+	}
+	if got := w.take(1); got != 0 {
+		t.Fatalf("take at the bound = %d, want 0", got)
+	}
+	w.put(openWorkersMax)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	held := 0
+	for range 64 {
+		wg.Go(func() {
+			for range 100 {
+				n := w.take(openParallel)
+				mu.Lock()
+				held += n
+				if held > openWorkersMax {
+					t.Errorf("%d workers held, bound %d", held, openWorkersMax)
+				}
+				mu.Unlock()
+				mu.Lock()
+				held -= n
+				mu.Unlock()
+				w.put(n)
+			}
+		})
+	}
+	wg.Wait()
+	if n := w.n.Load(); n != 0 {
+		t.Fatalf("%d workers still counted after every put", n)
+	}
+}
+
+// TestProduceOpensItsHeadsWithNoWorkersLeft: with the node's open workers
+// all taken, a first produce into a topic of 64 new ranges opens each head
+// from its own append and stores every record; once workers are free
+// again, openHeads opens a second new topic's heads ahead.
+func TestProduceOpensItsHeadsWithNoWorkersLeft(t *testing.T) {
+	ctx := context.Background()
+	b := openMem(t)
+	if got := b.opens.take(openWorkersMax); got != openWorkersMax {
+		t.Fatalf("took %d workers", got)
+	}
+	for i, topic := range []string{"t", "u"} {
+		if i == 1 {
+			b.opens.put(openWorkersMax)
+		}
+		if err := b.CreateTopic(ctx, topic, 8, 64); err != nil {
+			t.Fatal(err)
+		}
+		recs := make([]Record, 2000)
+		for j := range recs {
+			recs[j] = Record{Key: []byte("k" + strconv.Itoa(j)), Value: []byte(strconv.Itoa(j))}
+		}
+		if _, err := b.Produce(ctx, topic, recs); err != nil {
+			t.Fatalf("%s: %v", topic, err)
+		}
+		got := 0
+		var cur *string
+		for {
+			p, err := b.Fetch(ctx, FetchRequest{Topic: topic, Cursor: cur, Max: 500})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Records) == 0 {
+				break
+			}
+			got, cur = got+len(p.Records), p.Cursor
+		}
+		if got != len(recs) {
+			t.Fatalf("%s: read %d of %d records", topic, got, len(recs))
+		}
+		// Without workers no head is marked tried ahead (a later request
+		// may open them); with them, every head of the topic was.
+		id, _ := b.topicID(topic)
+		if n := preparedHeads(b, id); n != i*64 {
+			t.Fatalf("%s: %d heads opened ahead, want %d", topic, n, i*64)
+		}
+	}
+	if n := b.opens.n.Load(); n != 0 {
+		t.Fatalf("%d open workers still counted", n)
+	}
+}
+
+// preparedHeads counts the heads of topic that openHeads opened ahead.
+func preparedHeads(b *Broker, topic uint64) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, h := range b.mu.heads {
+		h.mu.Lock()
+		if h.topicID == topic && h.prepared {
+			n++
+		}
+		h.mu.Unlock()
+	}
+	return n
 }
