@@ -3,10 +3,13 @@ package broker
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/malachi-log/malachi/internal/storage/segment"
 )
 
 // producePerRange stores, for every key (one per range), batches of one
@@ -23,6 +26,19 @@ func producePerRange(t *testing.T, b *Broker, topic string, keys []string, batch
 			t.Fatal(err)
 		}
 	}
+}
+
+// rangeTopic opens a broker on a MemFS with topic "t" of the given
+// ranges, and stores batches of one record of size bytes per range.
+func rangeTopic(t *testing.T, ranges, batches, size int) *Broker {
+	t.Helper()
+	b := openMem(t)
+	if err := b.CreateTopic(context.Background(), "t", 8, ranges); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := keysPerRange(t, b, "t")
+	producePerRange(t, b, "t", keys, batches, size)
+	return b
 }
 
 // servedInTurn follows a reader's cursor over pages of maxBytes and
@@ -59,13 +75,8 @@ func servedInTurn(t *testing.T, b *Broker, topic string, pages, maxBytes int) []
 // Where a page starts used to follow the sum of the cursor's offsets, and
 // with pages of q*n records it moved q ranges a page and missed ranges.
 func TestTurnsServeEveryRangeWhateverThePagesHold(t *testing.T) {
-	b := openMem(t)
 	const ranges = 64
-	if err := b.CreateTopic(context.Background(), "t", 8, ranges); err != nil {
-		t.Fatal(err)
-	}
-	keys, _ := keysPerRange(t, b, "t")
-	producePerRange(t, b, "t", keys, 40, 500)
+	b := rangeTopic(t, ranges, 40, 500)
 
 	pages := servedInTurn(t, b, "t", 2*ranges/turnRanges, 32<<10)
 	for round := range 2 {
@@ -92,13 +103,8 @@ func TestTurnsServeEveryRangeWhateverThePagesHold(t *testing.T) {
 // it: over 8 pages the 16 ranges are served in order, each once. Passing
 // it instead would skip the same ranges round after round.
 func TestTurnsComeBackToARangeLeftWithNothing(t *testing.T) {
-	b := openMem(t)
 	const ranges = 16
-	if err := b.CreateTopic(context.Background(), "t", 8, ranges); err != nil {
-		t.Fatal(err)
-	}
-	keys, _ := keysPerRange(t, b, "t")
-	producePerRange(t, b, "t", keys, 4, 24<<10)
+	b := rangeTopic(t, ranges, 4, 24<<10)
 
 	pages := servedInTurn(t, b, "t", ranges/2+1, 64<<10)
 	seen := map[uint64]int{}
@@ -122,10 +128,17 @@ func TestTurnsComeBackToARangeLeftWithNothing(t *testing.T) {
 // every page, more TTL-expired records than a page may scan; the other 7
 // hold live records. The page that the scan bound cuts in the expiring
 // range hands the turn on like one that took its share, so the live
-// records are all served within a few rounds of turns. Holding the turn
-// on the range that gave nothing (as one left with nothing for want of
-// room is held) would return empty pages for as long as the feed lasts.
+// records are all served within a few rounds of turns, by Fetch (v1) and
+// FetchBatches (v2). Holding the turn on the range that gave nothing (as
+// one left with nothing for want of room is held) would return empty
+// pages for as long as the feed lasts.
 func TestTurnsPassARangeTheScanBoundCut(t *testing.T) {
+	for _, v2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("v2=%v", v2), func(t *testing.T) { passScanCut(t, v2) })
+	}
+}
+
+func passScanCut(t *testing.T, v2 bool) {
 	b, clk := openTTL(t, Config{FetchMaxBytes: 4 << 10, SegmentMaxBytes: 64 << 20})
 	ctx := context.Background()
 	const ranges = 8
@@ -159,38 +172,55 @@ func TestTurnsPassARangeTheScanBoundCut(t *testing.T) {
 		// 600 records of ~80 B: more than the 32 KiB a page may scan.
 		feed(600)
 		clk.Advance(2 * time.Second)
-		p, err := b.Fetch(ctx, FetchRequest{Topic: "t", Cursor: cur, Max: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range p.Records {
+		var recs []Record
+		recs, cur = readPage(t, b, FetchRequest{Topic: "t", Cursor: cur, Max: 10}, v2)
+		for _, r := range recs {
 			if string(r.Key) == keys[0] {
 				t.Fatalf("page %d served expired record %q", page, r.Value)
 			}
 		}
-		cur, served = p.Cursor, served+len(p.Records)
+		served += len(recs)
 	}
 	if served != len(live) {
 		t.Fatalf("%d pages served %d of the other ranges' %d live records", 4*ranges, served, len(live))
 	}
 }
 
-// TestTurnsLeaveACaughtUpCursorAsItWas: once a reader over 16 ranges has
-// read everything, its cursor handing on a turn, a page that finds
-// nothing visits every range and
-// hands on the turn it was handed, so its cursor is the one it was
-// given, byte for byte: a client that reads on while the cursor moves
-// stops there.
-func TestTurnsLeaveACaughtUpCursorAsItWas(t *testing.T) {
-	b := openMem(t)
-	const ranges = 16
-	if err := b.CreateTopic(context.Background(), "t", 8, ranges); err != nil {
+// readPage reads one page by Fetch, or by FetchBatches with its batches
+// decoded, and returns its records and cursor.
+func readPage(t *testing.T, b *Broker, req FetchRequest, v2 bool) ([]Record, *string) {
+	t.Helper()
+	if !v2 {
+		p, err := b.Fetch(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Records, p.Cursor
+	}
+	p, err := b.FetchBatches(context.Background(), FetchBatchesRequest{FetchRequest: req})
+	if err != nil {
 		t.Fatal(err)
 	}
-	keys, _ := keysPerRange(t, b, "t")
+	defer p.Release()
+	var recs []Record
+	for _, rb := range p.Batches {
+		if recs, err = segment.DecodeRecords(rb.Batch, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return recs, p.Cursor
+}
+
+// TestTurnsLeaveACaughtUpCursorAsItWas: once a reader over 16 ranges has
+// read everything, its cursor handing on a turn, a page that finds
+// nothing visits every range and hands on the turn it was handed, so its
+// cursor is the one it was given, byte for byte: a client that reads on
+// while the cursor moves stops there.
+func TestTurnsLeaveACaughtUpCursorAsItWas(t *testing.T) {
+	const ranges = 16
 	// One record per range, four a page: every page stops, spent, at a
 	// range boundary, the last one before the first range again.
-	producePerRange(t, b, "t", keys, 1, 100)
+	b := rangeTopic(t, ranges, 1, 100)
 	var cur *string
 	read := 0
 	for range 4 * ranges {

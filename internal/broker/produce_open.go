@@ -23,7 +23,7 @@ const openParallel = 64
 // without openHeads, on the request's goroutine.
 const openWorkersMax = 256
 
-// openWorkers counts the goroutines openHeads runs now (takeOpenWorkers).
+// openWorkers counts the goroutines openHeads runs now, node-wide.
 type openWorkers struct{ n atomic.Int64 }
 
 // take reserves up to want workers within openWorkersMax and returns how

@@ -99,8 +99,6 @@ func TestOpenWorkersKeepTheirBound(t *testing.T) {
 				if held > openWorkersMax {
 					t.Errorf("%d workers held, bound %d", held, openWorkersMax)
 				}
-				mu.Unlock()
-				mu.Lock()
 				held -= n
 				mu.Unlock()
 				w.put(n)
