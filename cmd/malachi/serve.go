@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -417,7 +418,12 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	logger.Info("shutting down: draining connections")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv.Shutdown(shutdownCtx)
+	if serr := srv.Shutdown(shutdownCtx); errors.Is(serr, server.ErrRequestsOutlived) {
+		// Requests waiting on the store (a round waiting for disk
+		// space) end when the deferred Close closes it: durable
+		// appends come back at the next start, unacknowledged.
+		logger.Warn("closing the node with requests still waiting on storage", "err", serr)
+	}
 	web.Shutdown(shutdownCtx)
 	return err
 }

@@ -454,8 +454,17 @@ func (s *Server) forget(c *conn) {
 	}
 }
 
+// ErrRequestsOutlived is returned by Shutdown when ctx ended before the
+// requests of the connections it closed did.
+var ErrRequestsOutlived = errors.New("server: requests still in flight when shutdown's deadline passed")
+
 // Shutdown stops accepting, lets connections finish their in-flight
-// requests for up to the grace period (or ctx), then closes them.
+// requests for up to the grace period (or ctx), then closes them and
+// waits, until ctx ends, for the requests still running to return. A
+// request can outlive its closed connection: an append whose round waits
+// for disk space returns only once space comes back or the store is
+// closed, which its owner does after Shutdown. Shutdown then returns
+// ErrRequestsOutlived instead of waiting for ever.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.mu.draining = true
@@ -485,8 +494,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.close()
 	}
-	<-done
-	return err
+	select {
+	case <-done:
+		return err
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("%w: %w", ErrRequestsOutlived, ctx.Err()))
+	}
 }
 
 // remoteIP is the client address that per-address limits and the login
