@@ -3,6 +3,9 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/malachi-log/malachi/internal/vfs"
@@ -46,7 +49,7 @@ func TestCreateAfterCutShortQuarantineClearsSidecars(t *testing.T) {
 	})
 }
 
-// Ids above every id known since Open are fresh: many creates of them, and
+// Ids never known since Open are fresh: many creates of them, and
 // of ids the directory held at Open, all make clean copies.
 func TestCreateFreshAndKnownIDs(t *testing.T) {
 	bothModes(t, func(t *testing.T, noJournal bool) {
@@ -62,8 +65,10 @@ func TestCreateFreshAndKnownIDs(t *testing.T) {
 		}
 		s.Close()
 		r := openMode(t, mem, noJournal)
-		if got := r.idCeiling.Load(); got < 8 {
-			t.Fatalf("the ceiling after Open is %d, below the ids on disk (8)", got)
+		for id := SegmentID(5); id <= 8; id++ {
+			if !r.known.known(id) {
+				t.Fatalf("segment %d is on disk but not known after Open", id)
+			}
 		}
 		for id := SegmentID(2); id <= 12; id += 2 {
 			if id <= 8 && id > 4 {
@@ -74,6 +79,87 @@ func TestCreateFreshAndKnownIDs(t *testing.T) {
 			if in, err := r.Info(id); err != nil || in.Sealed || in.Fenced || in.End != 501 {
 				t.Fatalf("segment %d: %+v, %v", id, in, err)
 			}
+		}
+	})
+}
+
+// Creates of ids no file was ever named after look for no predecessor's
+// sidecars, in whatever order they reach the store: ids handed out in
+// order arrive out of order from concurrent opens, and each look costs
+// four unlinks.
+func TestCreatesOfFreshIDsRemoveNothing(t *testing.T) {
+	bothModes(t, func(t *testing.T, noJournal bool) {
+		var removes atomic.Int64
+		fs := vfs.NewFaulty(vfs.NewMem(), func(op vfs.Op, name string) error {
+			if op == vfs.OpRemove && strings.Contains(name, "/data/") {
+				removes.Add(1)
+			}
+			return nil
+		})
+		s := openMode(t, fs, noJournal)
+		for id := SegmentID(64); id >= 33; id-- {
+			mustCreate(t, s, id, 0)
+		}
+		var wg sync.WaitGroup
+		for id := SegmentID(1); id <= 32; id++ {
+			wg.Go(func() {
+				if err := s.Create(id, 0); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := removes.Load(); n != 0 {
+			t.Fatalf("creates of 64 fresh ids, in falling order and at once, removed %d files", n)
+		}
+		for id := SegmentID(1); id <= 64; id++ {
+			if !s.known.known(id) {
+				t.Fatalf("segment %d was created but is not known", id)
+			}
+		}
+	})
+}
+
+// Past the bound of ids held one by one, every id up to the highest
+// counts as known: a create of an id noted before still clears the
+// sidecars a cut-short quarantine left.
+func TestKnownIDsPastTheirBoundStillClearSidecars(t *testing.T) {
+	bothModes(t, func(t *testing.T, noJournal bool) {
+		ctx := context.Background()
+		mem := vfs.NewMem()
+		faulty := vfs.NewFaulty(mem, nil)
+		s := openMode(t, faulty, noJournal)
+		s.known.mu.Lock()
+		s.known.max = 4
+		s.known.mu.Unlock()
+		mustCreate(t, s, 5, 0)
+		appendAll(t, s, 5, chain(t, 0, 2, 2, "a"))
+		if _, err := s.Seal(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		faulty.SetRule(vfs.FailOn(vfs.OpRename, ".seal", nil))
+		if _, err := s.Quarantine(5); err == nil {
+			t.Fatal("quarantine succeeded with a failing rename")
+		}
+		faulty.SetRule(nil)
+		for id := SegmentID(20); id > 10; id-- {
+			mustCreate(t, s, id, 0)
+		}
+		s.known.mu.Lock()
+		floor, held := s.known.floor, len(s.known.above)
+		s.known.mu.Unlock()
+		if floor < 5 || held > 4 {
+			t.Fatalf("after 11 ids with a bound of 4: floor %d, %d held; the bound was not applied", floor, held)
+		}
+		mustCreate(t, s, 5, 100)
+		appendAll(t, s, 5, chain(t, 100, 2, 2, "b"))
+		if in, err := s.Info(5); err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
+			t.Fatalf("the new copy: %+v, %v", in, err)
+		}
+		s.Close()
+		r := openMode(t, mem, noJournal)
+		if in, err := r.Info(5); err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
+			t.Fatalf("after a restart the new copy is %+v, %v", in, err)
 		}
 	})
 }

@@ -76,6 +76,7 @@ func Open(cfg Config) (*Store, error) {
 		lru:    list.New(),
 		wake:   make(chan struct{}, 1),
 		exited: make(chan struct{}),
+		known:  newKnownIDs(),
 	}
 	s.stats.init()
 	if err := s.prepareDir(); err != nil {

@@ -311,11 +311,10 @@ type Store struct {
 	ckptDone chan struct{} // closed when the checkpoint goroutine returns
 	spares   chan string   // cap 1: a checkpointed journal file to recycle
 
-	// idCeiling is at least every segment id a file in the directory was
-	// named after since Open began: those Open found, and those this run
-	// made (noteID). A create of an id above it has no predecessor whose
-	// sidecars could be left over, so it skips looking for them.
-	idCeiling atomic.Uint64
+	// known holds every segment id a file in the directory may have been
+	// named after since Open began (noteID): a create of any other skips
+	// looking for a predecessor's sidecars.
+	known *knownIDs
 	// createMu lets one segment file be created at a time with the
 	// journal on: creates in one directory take the kernel's directory
 	// lock, and many at once cost more CPU for no less time. The journal
@@ -374,15 +373,8 @@ func (s *Store) settleRemovals(id SegmentID) error {
 	return nil
 }
 
-// noteID raises idCeiling to id.
-func (s *Store) noteID(id SegmentID) {
-	for {
-		c := s.idCeiling.Load()
-		if uint64(id) <= c || s.idCeiling.CompareAndSwap(c, uint64(id)) {
-			return
-		}
-	}
-}
+// noteID records that a file named after id may exist from now on.
+func (s *Store) noteID(id SegmentID) { s.known.note(id) }
 
 func (s *Store) path(id SegmentID, ext string) string {
 	return filepath.Join(s.cfg.Dir, fmt.Sprintf("%020d%s", uint64(id), ext))
@@ -548,7 +540,7 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 		s.createMu.Lock()
 	}
 	err := s.settleRemovals(id)
-	if err == nil && uint64(id) <= s.idCeiling.Load() {
+	if err == nil && s.known.known(id) {
 		err = s.clearLeftovers(id)
 	}
 	s.noteID(id) // before the file exists: a later create of id looks
