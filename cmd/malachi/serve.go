@@ -365,6 +365,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("seeding users: %w", err)
 	}
+	grace := envDuration("MALACHI_SHUTDOWN_GRACE_MS", 5*time.Second)
 	srv := server.New(server.Config{
 		Addr:            f.listen,
 		MaxFrame:        uint32(envInt("MALACHI_MAX_FRAME_SIZE", 16<<20)),
@@ -376,7 +377,7 @@ func runServe(ctx context.Context, f *serveFlags) error {
 		MaxPreAuthConns: int(envInt("MALACHI_MAX_PREAUTH_CONN", 0)),
 		MaxPreAuthFrame: uint32(envInt("MALACHI_MAX_PREAUTH_FRAME_SIZE", 8<<10)),
 		MaxConnBytes:    envInt("MALACHI_MAX_CONN_BYTES", 64<<20),
-		ShutdownGrace:   envDuration("MALACHI_SHUTDOWN_GRACE_MS", 5*time.Second),
+		ShutdownGrace:   grace,
 		Logger:          logger,
 
 		TLSCertFile:       f.tlsCert,
@@ -416,17 +417,24 @@ func runServe(ctx context.Context, f *serveFlags) error {
 	case err = <-errc:
 	}
 	logger.Info("shutting down: draining connections")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// After the grace, requests of the closed connections get
+	// shutdownWait more to return; those still running wait on the
+	// node itself (a round waiting for disk space), which the deferred
+	// Close ends.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace+shutdownWait)
 	defer cancel()
 	if serr := srv.Shutdown(shutdownCtx); errors.Is(serr, server.ErrRequestsOutlived) {
-		// Requests waiting on the store (a round waiting for disk
-		// space) end when the deferred Close closes it: durable
-		// appends come back at the next start, unacknowledged.
 		logger.Warn("closing the node with requests still waiting on storage", "err", serr)
 	}
-	web.Shutdown(shutdownCtx)
+	webCtx, webCancel := context.WithTimeout(context.Background(), shutdownWait)
+	defer webCancel()
+	web.Shutdown(webCtx)
 	return err
 }
+
+// shutdownWait is how long a stopping node waits, past the grace, for the
+// requests of the connections it closed, and for its HTTP server.
+const shutdownWait = 10 * time.Second
 
 // bindPorts binds the client protocol's address and the HTTP one.
 func bindPorts(client, web string) (net.Listener, net.Listener, error) {

@@ -409,6 +409,12 @@ func (b *Broker) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
+	// A roll's seal waits behind a round that waits for disk space, on
+	// the broker's life, which ends only after the loops stop; one loop
+	// runs such a roll, or waits for the head lock a produce holds while
+	// it does. Space will not come back for a closing node: the round
+	// gives up, and the seal with it.
+	b.store.StopWaitingForSpace()
 	b.stop()
 	b.done.Wait()
 	if b.data != nil {

@@ -296,7 +296,7 @@ func (s *Store) writeBehind(round []request, groups []*group) error {
 			return nil
 		}
 		if !s.awaitSpace(round, behind[0].err) {
-			err := fmt.Errorf("%w: closed while segment files waited for space (kept in the journal, written at the next open): %w",
+			err := fmt.Errorf("%w: closing while segment files waited for space (kept in the journal, written at the next open): %w",
 				ErrOutcomeUnknown, behind[0].err)
 			for _, g := range behind {
 				g.err = err
@@ -317,7 +317,7 @@ func (s *Store) writeBehind(round []request, groups []*group) error {
 func (s *Store) rewriteJournal(round []request, b []byte, cause error) error {
 	for {
 		if !s.awaitSpace(round, cause) {
-			return fmt.Errorf("%w: closed while a journal round waited for space: %w", ErrNoSpace, cause)
+			return fmt.Errorf("%w: closing while a journal round waited for space: %w", ErrNoSpace, cause)
 		}
 		err := s.jr.write(b)
 		if !isNoSpace(err) {
@@ -341,13 +341,29 @@ func (s *Store) awaitSpace(round []request, cause error) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.full != nil && !s.closing {
+	for s.full != nil && !s.closing && !s.givenUp {
 		space := s.space
 		s.mu.Unlock()
 		<-space
 		s.mu.Lock()
 	}
-	return !s.closing
+	return !s.closing && !s.givenUp
+}
+
+// StopWaitingForSpace is for an owner about to Close: a round that waits
+// for disk space gives up now, and any later one at once, as if the store
+// closed (its appends are answered ErrOutcomeUnknown, or ErrNoSpace if its
+// journal record was not written, and the store fails). What waits behind
+// such a round, a seal's barrier or a create, then returns, so the
+// owner's goroutines that wait on them can stop before it calls Close.
+// Without a full disk it changes nothing.
+func (s *Store) StopWaitingForSpace() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.givenUp {
+		s.givenUp = true
+		s.signalSpaceLocked()
+	}
 }
 
 // sealWriteError is a seal's failed index or footer write: a full disk

@@ -289,6 +289,7 @@ type Store struct {
 	pending int64         // bytes queued and not yet acknowledged
 	space   chan struct{} // closed when pending shrinks or the store stops
 	closing bool          // Close began: no new work
+	givenUp bool          // StopWaitingForSpace: no round waits for space
 	closed  bool          // Close finished: handles closed
 	failed  error         // sticky, wraps ErrFailed (ErrNoSpace while openPending)
 	full    error         // out of space until CheckSpace finds room; wraps ErrNoSpace

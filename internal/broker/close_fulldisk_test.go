@@ -1,0 +1,117 @@
+package broker
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/clock"
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// A roll's seal waits behind a round that waits for disk space, and the
+// maintenance loop that runs it is what Close waits for first. Close must
+// not wait for space that a stopping node will not see: the round gives
+// up, the seal returns, the loop stops and the store closes. The record
+// whose round gave up is answered with an error, never acknowledged; it
+// was durable in the journal, so it is back after a restart, once, after
+// the one acknowledged before it.
+func TestCloseWithARollWaitingForSpace(t *testing.T) {
+	ctx := context.Background()
+	var full atomic.Bool
+	var refused atomic.Int64
+	mem := vfs.NewMem()
+	fs := vfs.NewFaulty(mem, func(op vfs.Op, name string) error {
+		if full.Load() && op == vfs.OpWrite && strings.HasSuffix(name, ".log") {
+			refused.Add(1)
+			return vfs.Torn(0, syscall.ENOSPC)
+		}
+		return nil
+	})
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	b, err := Open(ctx, Config{DataDir: "/data", FS: fs, Clock: clk, SegmentMaxAge: time.Minute, RollCheckInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	t.Cleanup(func() {
+		full.Store(false)
+		select {
+		case <-closed:
+		default:
+			b.Close()
+		}
+	})
+	if err := b.CreateTopic(ctx, "t", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Produce(ctx, "t", []Record{{Key: []byte("k"), Value: []byte("acked")}}); err != nil {
+		t.Fatal(err)
+	}
+	full.Store(true)
+	answered := make(chan error, 1)
+	if err := b.ProduceAsync(ctx, "t", []Record{{Key: []byte("k"), Value: []byte("waiting")}}, func(_ int, err error) { answered <- err }); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the segment write to be refused for space", func() bool { return refused.Load() > 0 })
+	clk.Advance(2 * time.Minute) // the age roll: its seal waits behind the round
+	until(t, "the roll to fence the segment", func() bool {
+		for _, in := range b.store.List() {
+			if in.Fenced && !in.Sealed {
+				return true
+			}
+		}
+		return false
+	})
+
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close with a round waiting for space: %v", err)
+	case <-time.After(time.Minute):
+		full.Store(false)
+		b.store.CheckSpace() // space back: the round, the roll and Close go on
+		<-closed
+		t.Fatal("Close waited a minute for a roll behind a round waiting for space")
+	}
+	select {
+	case err := <-answered:
+		if err == nil {
+			t.Fatal("the produce whose round gave up was acknowledged")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the produce whose round gave up was never answered")
+	}
+
+	r, err := Open(ctx, Config{DataDir: "/data", FS: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p, err := r.Fetch(ctx, FetchRequest{Topic: "t", Max: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range p.Records {
+		got = append(got, string(rec.Value))
+	}
+	if strings.Join(got, ",") != "acked,waiting" {
+		t.Fatalf("after a restart the topic holds %v, want [acked waiting]", got)
+	}
+}
+
+// until polls cond until it holds, failing the test after a minute.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
