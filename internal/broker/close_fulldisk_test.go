@@ -2,13 +2,12 @@ package broker
 
 import (
 	"context"
-	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/clock"
+	"github.com/malachi-log/malachi/internal/storage"
 	"github.com/malachi-log/malachi/internal/vfs"
 )
 
@@ -21,16 +20,8 @@ import (
 // the one acknowledged before it.
 func TestCloseWithARollWaitingForSpace(t *testing.T) {
 	ctx := context.Background()
-	var full atomic.Bool
-	var refused atomic.Int64
 	mem := vfs.NewMem()
-	fs := vfs.NewFaulty(mem, func(op vfs.Op, name string) error {
-		if full.Load() && op == vfs.OpWrite && strings.HasSuffix(name, ".log") {
-			refused.Add(1)
-			return vfs.Torn(0, syscall.ENOSPC)
-		}
-		return nil
-	})
+	fs := vfs.NewFaulty(mem, nil)
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	b, err := Open(ctx, Config{DataDir: "/data", FS: fs, Clock: clk, SegmentMaxAge: time.Minute, RollCheckInterval: time.Second})
 	if err != nil {
@@ -38,7 +29,7 @@ func TestCloseWithARollWaitingForSpace(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	t.Cleanup(func() {
-		full.Store(false)
+		fs.SetRule(nil)
 		select {
 		case <-closed:
 		default:
@@ -51,12 +42,13 @@ func TestCloseWithARollWaitingForSpace(t *testing.T) {
 	if _, err := b.Produce(ctx, "t", []Record{{Key: []byte("k"), Value: []byte("acked")}}); err != nil {
 		t.Fatal(err)
 	}
-	full.Store(true)
+	// Segment files full, the journal not: the round is durable and waits.
+	fs.SetRule(vfs.FailOn(vfs.OpWrite, ".log", vfs.Torn(0, syscall.ENOSPC)))
 	answered := make(chan error, 1)
 	if err := b.ProduceAsync(ctx, "t", []Record{{Key: []byte("k"), Value: []byte("waiting")}}, func(_ int, err error) { answered <- err }); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the segment write to be refused for space", func() bool { return refused.Load() > 0 })
+	until(t, "the round to wait for space", func() bool { return b.store.DiskState() == storage.DiskFull })
 	clk.Advance(2 * time.Minute) // the age roll: its seal waits behind the round
 	until(t, "the roll to fence the segment", func() bool {
 		for _, in := range b.store.List() {
@@ -72,7 +64,7 @@ func TestCloseWithARollWaitingForSpace(t *testing.T) {
 	case err := <-closed:
 		t.Logf("Close with a round waiting for space: %v", err)
 	case <-time.After(time.Minute):
-		full.Store(false)
+		fs.SetRule(nil)
 		b.store.CheckSpace() // space back: the round, the roll and Close go on
 		<-closed
 		t.Fatal("Close waited a minute for a roll behind a round waiting for space")
@@ -95,13 +87,7 @@ func TestCloseWithARollWaitingForSpace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, rec := range p.Records {
-		got = append(got, string(rec.Value))
-	}
-	if strings.Join(got, ",") != "acked,waiting" {
-		t.Fatalf("after a restart the topic holds %v, want [acked waiting]", got)
-	}
+	sameValues(t, "after a restart", p.Records, "acked", "waiting")
 }
 
 // until polls cond until it holds, failing the test after a minute.

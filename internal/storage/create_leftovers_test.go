@@ -18,35 +18,47 @@ import (
 // and comes back active after a restart.
 func TestCreateAfterCutShortQuarantineClearsSidecars(t *testing.T) {
 	bothModes(t, func(t *testing.T, noJournal bool) {
-		ctx := context.Background()
 		mem := vfs.NewMem()
 		faulty := vfs.NewFaulty(mem, nil)
 		s := openMode(t, faulty, noJournal)
-		mustCreate(t, s, 5, 0)
-		appendAll(t, s, 5, chain(t, 0, 2, 2, "a"))
-		if _, err := s.Seal(ctx, 5); err != nil {
-			t.Fatal(err)
-		}
-		faulty.SetRule(vfs.FailOn(vfs.OpRename, ".seal", nil))
-		if _, err := s.Quarantine(5); err == nil {
-			t.Fatal("quarantine succeeded with a failing rename")
-		}
-		faulty.SetRule(nil)
-		if _, err := mem.Stat(fmt.Sprintf("/data/%020d%s", 5, sealExt)); err != nil {
-			t.Fatalf("the cut-short quarantine left no .seal to clear (%v): the test sets nothing up", err)
-		}
-		mustCreate(t, s, 5, 100)
-		appendAll(t, s, 5, chain(t, 100, 2, 2, "b"))
-		if in, err := s.Info(5); err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
-			t.Fatalf("the new copy: %+v, %v", in, err)
-		}
-		s.Close()
-		r := openMode(t, mem, noJournal)
-		in, err := r.Info(5)
-		if err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
-			t.Fatalf("after a restart the new copy is %+v, %v", in, err)
-		}
+		quarantineCutShort(t, s, faulty, mem)
+		createAgainClean(t, s, mem, noJournal)
 	})
+}
+
+// quarantineCutShort leaves behind, in s, the .seal and .idx of a sealed
+// segment 5 whose quarantine failed part-way.
+func quarantineCutShort(t *testing.T, s *Store, faulty *vfs.FaultyFS, mem vfs.FS) {
+	t.Helper()
+	mustCreate(t, s, 5, 0)
+	appendAll(t, s, 5, chain(t, 0, 2, 2, "a"))
+	if _, err := s.Seal(context.Background(), 5); err != nil {
+		t.Fatal(err)
+	}
+	faulty.SetRule(vfs.FailOn(vfs.OpRename, ".seal", nil))
+	if _, err := s.Quarantine(5); err == nil {
+		t.Fatal("quarantine succeeded with a failing rename")
+	}
+	faulty.SetRule(nil)
+	if _, err := mem.Stat(fmt.Sprintf("/data/%020d%s", 5, sealExt)); err != nil {
+		t.Fatalf("the cut-short quarantine left no .seal to clear (%v): the test sets nothing up", err)
+	}
+}
+
+// createAgainClean creates segment 5 again in s and checks the new copy
+// is active and takes appends, there and after a restart.
+func createAgainClean(t *testing.T, s *Store, mem vfs.FS, noJournal bool) {
+	t.Helper()
+	mustCreate(t, s, 5, 100)
+	appendAll(t, s, 5, chain(t, 100, 2, 2, "b"))
+	if in, err := s.Info(5); err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
+		t.Fatalf("the new copy: %+v, %v", in, err)
+	}
+	s.Close()
+	r := openMode(t, mem, noJournal)
+	if in, err := r.Info(5); err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
+		t.Fatalf("after a restart the new copy is %+v, %v", in, err)
+	}
 }
 
 // Ids never known since Open are fresh: many creates of them, and
@@ -125,23 +137,13 @@ func TestCreatesOfFreshIDsRemoveNothing(t *testing.T) {
 // sidecars a cut-short quarantine left.
 func TestKnownIDsPastTheirBoundStillClearSidecars(t *testing.T) {
 	bothModes(t, func(t *testing.T, noJournal bool) {
-		ctx := context.Background()
 		mem := vfs.NewMem()
 		faulty := vfs.NewFaulty(mem, nil)
 		s := openMode(t, faulty, noJournal)
 		s.known.mu.Lock()
 		s.known.max = 4
 		s.known.mu.Unlock()
-		mustCreate(t, s, 5, 0)
-		appendAll(t, s, 5, chain(t, 0, 2, 2, "a"))
-		if _, err := s.Seal(ctx, 5); err != nil {
-			t.Fatal(err)
-		}
-		faulty.SetRule(vfs.FailOn(vfs.OpRename, ".seal", nil))
-		if _, err := s.Quarantine(5); err == nil {
-			t.Fatal("quarantine succeeded with a failing rename")
-		}
-		faulty.SetRule(nil)
+		quarantineCutShort(t, s, faulty, mem)
 		for id := SegmentID(20); id > 10; id-- {
 			mustCreate(t, s, id, 0)
 		}
@@ -151,15 +153,6 @@ func TestKnownIDsPastTheirBoundStillClearSidecars(t *testing.T) {
 		if floor < 5 || held > 4 {
 			t.Fatalf("after 11 ids with a bound of 4: floor %d, %d held; the bound was not applied", floor, held)
 		}
-		mustCreate(t, s, 5, 100)
-		appendAll(t, s, 5, chain(t, 100, 2, 2, "b"))
-		if in, err := s.Info(5); err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
-			t.Fatalf("the new copy: %+v, %v", in, err)
-		}
-		s.Close()
-		r := openMode(t, mem, noJournal)
-		if in, err := r.Info(5); err != nil || in.Sealed || in.Base != 100 || in.End != 104 {
-			t.Fatalf("after a restart the new copy is %+v, %v", in, err)
-		}
+		createAgainClean(t, s, mem, noJournal)
 	})
 }
