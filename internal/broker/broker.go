@@ -319,6 +319,10 @@ func open(ctx context.Context, cfg Config) (*Broker, error) {
 	b.stop = cancel
 	b.done.Add(1)
 	go b.maintenanceLoop(loopCtx)
+	if b.cluster == nil {
+		b.done.Add(1)
+		go b.spaceLoop(loopCtx)
+	}
 	if b.cluster != nil {
 		b.done.Add(2)
 		go b.clusterLoop(loopCtx)
@@ -412,8 +416,8 @@ func (b *Broker) Close() error {
 	// A roll's seal waits behind a round that waits for disk space, on
 	// the broker's life, which ends only after the loops stop; one loop
 	// runs such a roll, or waits for the head lock a produce holds while
-	// it does. Space will not come back for a closing node: the round
-	// gives up, and the seal with it.
+	// it does. A closing node does not wait for space to come back: the
+	// round gives up, and the seal with it.
 	b.store.StopWaitingForSpace()
 	b.stop()
 	b.done.Wait()
