@@ -10,6 +10,7 @@ var catalog = []Entry{
 	// The node process (cmd/malachi serve).
 	{"node started", "node.started", "nó iniciado"},
 	{"shutting down: draining connections", "node.shutting_down", "encerrando: drenando as conexões"},
+	{"closing the node with requests still waiting on storage", "node.shutdown_requests_outlived", "fechando o nó com requisições ainda à espera do armazenamento"},
 	{"SIGHUP: TLS certificate reloaded", "node.sighup_tls_reloaded", "SIGHUP: certificado TLS recarregado"},
 	{"SIGHUP: TLS reload failed; the previous certificate stays in use", "node.sighup_tls_reload_failed", "SIGHUP: falha ao recarregar o TLS; o certificado anterior continua em uso"},
 	{"tracing on", "tracing.on", "rastreamento ativado"},
