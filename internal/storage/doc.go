@@ -23,6 +23,10 @@
 //     recovered has been fsynced, so it counts as durable.
 //   - Create, Seal and Delete return after the directory entry change is
 //     durable.
+//   - A Create of an id whose Delete or Quarantine is still removing or
+//     moving the old copy's files waits for it to finish, so the old
+//     copy's removal never takes a file of the new copy (its .log, or a
+//     fence marker written meanwhile).
 //   - A torn tail of an active segment — what a crash leaves of appends
 //     never acknowledged — is truncated at Open. Everything acknowledged is
 //     before it. Appends queued but not acknowledged when the process died

@@ -188,7 +188,9 @@ func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Fo
 // removes its files: the .log first, so a crash part-way leaves only
 // sidecars, which Open discards.
 func (s *Store) Delete(id SegmentID) error {
-	if err := s.detach(id); err != nil {
+	release, err := s.detach(id)
+	defer release()
+	if err != nil {
 		return err
 	}
 	for _, ext := range []string{logExt, idxExt, sealExt, damageExt, fenceExt} {
@@ -211,7 +213,9 @@ const QuarantineDir = "quarantine"
 // the .log quarantined and some sidecars behind, which the next Open
 // discards: the segment never comes back into service.
 func (s *Store) Quarantine(id SegmentID) (string, error) {
-	if err := s.detach(id); err != nil {
+	release, err := s.detach(id)
+	defer release()
+	if err != nil {
 		return "", err
 	}
 	qdir := filepath.Join(s.cfg.Dir, QuarantineDir)
@@ -263,11 +267,15 @@ func (s *Store) freeQuarantineStem(qdir string, id SegmentID) (string, error) {
 }
 
 // detach fences segment id, waits for its queued appends to finish, and
-// forgets it: the files stay, for the caller to remove or move.
-func (s *Store) detach(id SegmentID) error {
+// forgets it: the files stay, for the caller to remove or move. Until the
+// caller calls release (always, whatever the error), the id stays
+// reserved: a CreateFor of it waits, so that the old copy's removal
+// cannot take the new copy's files.
+func (s *Store) detach(id SegmentID) (release func(), err error) {
+	release = func() {}
 	sg, err := s.lookup(id)
 	if err != nil {
-		return err
+		return release, err
 	}
 	_ = sg.sealMu.lock(context.Background()) // cannot fail without a ctx to end
 	defer sg.sealMu.unlock()
@@ -275,19 +283,19 @@ func (s *Store) detach(id SegmentID) error {
 	switch {
 	case sg.gone:
 		s.mu.Unlock()
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return release, fmt.Errorf("%w: %d", ErrNotFound, id)
 	case s.closing:
 		s.mu.Unlock()
-		return ErrClosed
+		return release, ErrClosed
 	case s.openPending:
 		// The journal may hold batches of it not yet in its file: the
 		// replay must find the file, or a tombstone, first.
 		err := s.failed
 		s.mu.Unlock()
-		return err
+		return release, err
 	}
 	sg.gone, sg.fenced = true, true
-	delete(s.segs, id)
+	release = s.holdIDLocked(id)
 	var wait <-chan struct{}
 	active := !sg.sealed && sg.h != nil
 	if active {
@@ -304,7 +312,25 @@ func (s *Store) detach(id SegmentID) error {
 	}
 	s.retireLocked(sg)
 	s.mu.Unlock()
-	return err
+	return release, err
+}
+
+// holdIDLocked puts a placeholder for id in the segment map, in place of
+// a copy being taken out of service: not ready, so invisible to every
+// lookup, and with creating set, so CreateFor waits for it. The returned
+// func takes it out and lets those waiting go on.
+func (s *Store) holdIDLocked(id SegmentID) func() {
+	hold := &seg{id: id, creating: make(chan struct{})}
+	s.segs[id] = hold
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.segs[id] == hold {
+			delete(s.segs, id)
+		}
+		close(hold.creating)
+		hold.creating = nil
+	}
 }
 
 // settle, with the journal on, makes a detached segment's file stand alone

@@ -256,7 +256,9 @@ type seg struct {
 	base  uint64
 	ready bool // Create finished
 	// creating is closed, and set to nil, when the CreateFor that
-	// reserved the segment returns, whether or not it made it.
+	// reserved the segment returns, whether or not it made it, or when
+	// the Delete or Quarantine that holds the id (detach) is done with
+	// the files of the copy it took out of service.
 	creating  chan struct{}
 	queuedEnd uint64 // end including queued appends
 	fenced    bool   // Seal, Delete or Fence began: no more appends
@@ -516,6 +518,9 @@ func (s *Store) CreateFor(id SegmentID, base uint64, owner uint32) error {
 		// ours. Answering ErrExists now would send a caller that then
 		// reads the copy (a fence racing the first append to create a
 		// follower's copy) to a segment not yet visible: ErrNotFound.
+		// Or a Delete or Quarantine of id is still removing or moving
+		// the old copy's files, which would take the new copy's with
+		// them (its .log, or a fence marker written meanwhile).
 		wait := s.segs[id].creating
 		s.mu.Unlock()
 		<-wait
