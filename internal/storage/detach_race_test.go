@@ -148,6 +148,63 @@ func TestCreateAfterAFailedDeleteAnswers(t *testing.T) {
 	})
 }
 
+// A Delete that fails after the id is held (the store closes while it
+// waits for the copy's queued appends) frees it too: the create waiting
+// on it answers, ErrClosed, instead of waiting for good.
+func TestCreateWaitingOnADeleteCutShortByCloseAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		gate := newOneGate()
+		faulty := vfs.NewFaulty(vfs.NewMem(), func(o vfs.Op, _ string) error {
+			if o == vfs.OpSync {
+				gate.pass()
+			}
+			return nil
+		})
+		s := openMode(t, faulty, false)
+		t.Cleanup(gate.open)
+		if err := s.Create(9, 40); err != nil {
+			t.Fatal(err)
+		}
+		gate.arm()
+		appended := make(chan error, 1)
+		if err := s.AppendAsync(ctx, 9, span(t, 40, 2), func(err error) { appended <- err }); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the append's round holds in its fsync
+		if !gate.holding() {
+			t.Fatal("the append's round never reached an fsync: the test sets nothing up")
+		}
+		deleted := make(chan error, 1)
+		go func() { deleted <- s.Delete(9) }()
+		synctest.Wait() // the Delete waits for the queued append
+		created := make(chan error, 1)
+		go func() { created <- s.CreateFor(9, 100, 2) }()
+		synctest.Wait()
+		select {
+		case err := <-created:
+			t.Fatalf("the create answered (%v) while the Delete still held the id", err)
+		default:
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close() }()
+		synctest.Wait()
+		gate.open()
+		if err := <-appended; err != nil {
+			t.Fatalf("the queued append: %v", err)
+		}
+		if err := <-deleted; !errors.Is(err, ErrClosed) {
+			t.Fatalf("Delete cut short by Close: %v, want ErrClosed", err)
+		}
+		if err := <-created; !errors.Is(err, ErrClosed) {
+			t.Fatalf("the create that waited on it: %v, want ErrClosed", err)
+		}
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // oneGate holds the first operation that passes it after arm, until open.
 type oneGate struct {
 	mu    sync.Mutex

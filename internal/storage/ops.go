@@ -318,13 +318,17 @@ func (s *Store) detach(id SegmentID) (release func(), err error) {
 // holdIDLocked puts a placeholder for id in the segment map, in place of
 // a copy being taken out of service: not ready, so invisible to every
 // lookup, and with creating set, so CreateFor waits for it. The returned
-// func takes it out and lets those waiting go on.
+// func takes it out and lets those waiting go on; calling it again does
+// nothing.
 func (s *Store) holdIDLocked(id SegmentID) func() {
 	hold := &seg{id: id, creating: make(chan struct{})}
 	s.segs[id] = hold
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if hold.creating == nil {
+			return
+		}
 		if s.segs[id] == hold {
 			delete(s.segs, id)
 		}
