@@ -167,6 +167,11 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 				bg.full = true
 				break
 			}
+			if n, no := b.wontFit(pr, f, seg, start, bg, len(out) > 0); no {
+				bg.full, f.refused = true, n
+				pr.refused = max(pr.refused, n)
+				break
+			}
 			asked, left := min(bg.bytes, segmentRead), bg.bytes
 			buf, rb, _, err := b.readSegmentPooled(pr.ctx, seg, start, asked, ^uint64(0))
 			pr.hold.add(rb)
@@ -183,6 +188,7 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 			}
 			out, start, err = f.add(buf, start, bg, out)
 			pr.refused = max(pr.refused, f.refused)
+			pr.largest = max(pr.largest, f.last)
 			if err != nil {
 				return start, false, out, err
 			}
@@ -205,6 +211,46 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 		start = max(start, seg.End)
 	}
 	return max(start, src.trimmed), !src.active, out, nil
+}
+
+// wontFit says the batch of seg based at start, the next this range
+// would give the page, is one it would leave for want of room, and its
+// size: the store's index places a batch at start, and its header says
+// it is larger than what the range may still take. Reading it only to
+// leave it cost a read of its size and its CRC, most pages over many
+// ranges: with batches of 100-256 KiB, a range's share or the page's
+// last room is often smaller than the next batch, and each range visited
+// is asked on its own. At one range, a page's second pass read one more
+// batch of 256 KiB only to leave it (70 MB more than a 284 MB consume
+// delivered).
+//
+// The store is asked only when the page holds a batch already (its first
+// is taken whatever its size), what the range may take is less than a
+// batch the page has seen (else the next one most likely fits, and the
+// question would cost a read of its own), and the batch would go out as
+// stored: whole to this reader, no TTL to filter, not cut to the page's
+// record bound. A copy bounded by a watermark it learns from others is
+// never asked about, as in nextWontFit.
+func (b *Broker) wontFit(pr *pageRead, f *batchFilter, seg metadata.Segment, start uint64, bg *budget, pageHolds bool) (int, bool) {
+	limit := bg.bytes
+	if !bg.took {
+		limit = max(limit, bg.firstBytes)
+	}
+	switch {
+	case !pageHolds || limit >= pr.largest:
+		return 0, false
+	case !f.ok || start < f.whole:
+		return 0, false
+	case seg.Active && (replicated(seg) || !b.holds(seg)):
+		return 0, false
+	case !b.holds(seg) || !b.copyComplete(seg):
+		return 0, false
+	}
+	h, ok := b.store.BatchHeaderAt(storage.SegmentID(seg.ID), start)
+	if !ok || h.HasExpiry() || int(h.RecordCount) > bg.hard() || h.Length <= limit {
+		return 0, false
+	}
+	return h.Length, true
 }
 
 // nextWontFit says the batch of seg at offset next, which a read that

@@ -61,8 +61,9 @@ type pageRead struct {
 	scanLeft int
 	cut      bool
 	// refused is the largest batch the range being read left for a later
-	// page for want of room (readBatchPage).
-	refused int
+	// page for want of room (readBatchPage); largest is the largest stored
+	// batch the page has seen (wontFit).
+	refused, largest int
 	// hold keeps the pooled buffers a page of batches was read into
 	// (readBatchPage); nil for a page of records.
 	hold *readHold

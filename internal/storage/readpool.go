@@ -232,3 +232,15 @@ func (s *Store) ReadPooled(id SegmentID, from uint64, maxBytes int, upTo uint64)
 }
 
 var _ segment.Buffers = (*ReadPool)(nil)
+
+// BatchHeaderAt is segment.Segment.BatchHeaderAt for segment id: the
+// header of its durable batch based at from, when its index places one
+// there.
+func (s *Store) BatchHeaderAt(id SegmentID, from uint64) (segment.BatchHeader, bool) {
+	_, h, err := s.acquire(id)
+	if err != nil {
+		return segment.BatchHeader{}, false
+	}
+	defer s.release(h)
+	return h.log.BatchHeaderAt(from)
+}

@@ -81,6 +81,17 @@ func (x *Index) lookupSpanAt(off uint64) (pos, next int64, ok, at bool) {
 	return e.Pos, next, true, e.Offset == off
 }
 
+// boundaryAtOrBelow returns the position of the last indexed batch that
+// starts at or before pos (0 when none does): a batch boundary, so the
+// bytes from an earlier indexed batch up to it are whole batches.
+func (x *Index) boundaryAtOrBelow(pos int64) int64 {
+	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].Pos > pos })
+	if i == 0 {
+		return 0
+	}
+	return x.entries[i-1].Pos
+}
+
 // SeekTime returns where a walk of batch headers must start to find the
 // first batch whose MaxTimestamp is at least t: that batch, if any, lies
 // after the returned position's batch (at it, for FileHeaderSize) and at or

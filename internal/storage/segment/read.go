@@ -179,3 +179,33 @@ func (s *Segment) SeekTime(t int64) (base uint64, ok bool, err error) {
 	}
 	return 0, false, nil
 }
+
+// BatchHeaderAt returns the header of the durable batch whose base
+// offset is from, when the index places one there (ok false otherwise:
+// from lies inside a batch, at a batch the index skipped, or past the
+// durable end). It reads that header only. A reader that cannot take a
+// batch larger than what it has left asks first, rather than reading the
+// whole batch (up to a producer's 256 KiB, and its CRC) only to leave it
+// for its next page. Anything wrong with the header is left for the read
+// that follows to report.
+func (s *Segment) BatchHeaderAt(from uint64) (h BatchHeader, ok bool) {
+	s.io.RLock()
+	defer s.io.RUnlock()
+	s.mu.RLock()
+	d := s.durable
+	pos, _, found, at := s.idx.lookupSpanAt(from)
+	s.mu.RUnlock()
+	limit := FileHeaderSize + d.Bytes
+	if !found || !at || from >= d.End || pos+HeaderSize > limit {
+		return BatchHeader{}, false
+	}
+	var hb [HeaderSize]byte
+	if got, _ := s.f.ReadAt(hb[:], pos); got != len(hb) {
+		return BatchHeader{}, false
+	}
+	h, err := ParseHeader(hb[:])
+	if err != nil || h.BaseOffset != from || pos+int64(h.Length) > limit {
+		return BatchHeader{}, false
+	}
+	return h, true
+}

@@ -181,3 +181,64 @@ func TestReadFromIndexedBatchReadsNoWalk(t *testing.T) {
 		t.Fatalf("inside: read %d bytes, no room for the walk", read)
 	}
 }
+
+// A read from an indexed batch ends on a batch boundary the index knows:
+// it asks the file for exactly the whole batches it returns, not for the
+// start of the next batch too, which it would only leave. Up to the
+// durable end, the end is such a boundary. A first batch larger than the
+// request is still read whole.
+func TestReadFromIndexedBatchReadsOnlyWholeBatches(t *testing.T) {
+	fs := &countFS{FS: vfs.NewMem()}
+	s := newSeg(t, fs, 0, Options{})
+	var batches [][]byte
+	for i := range 8 {
+		batches = append(batches, bigBatch(t, uint64(i*10), 10, 3000+1000*(i%3))) // 30-50 KiB, every one indexed
+	}
+	appendSync(t, s, batches...)
+	for _, tc := range []struct {
+		name     string
+		from     uint64
+		maxBytes int
+		want     [][]byte
+		next     uint64
+	}{
+		{"two and a half batches", 20, len(batches[2]) + len(batches[3]) + len(batches[4])/2, batches[2:4], 40},
+		{"exactly three", 20, len(batches[2]) + len(batches[3]) + len(batches[4]), batches[2:5], 50},
+		{"past the durable end", 60, 1 << 20, batches[6:], 80},
+		{"a first batch larger than asked", 30, 1 << 10, batches[3:4], 40},
+	} {
+		buf, next, reads, read := readCounted(t, fs, s, tc.from, tc.maxBytes)
+		want := bytes.Join(tc.want, nil)
+		if !bytes.Equal(buf, want) || next != tc.next {
+			t.Fatalf("%s: got %d bytes, next %d; want %d bytes, next %d", tc.name, len(buf), next, len(want), tc.next)
+		}
+		if reads != 1 || read != int64(len(want)) {
+			t.Fatalf("%s: %d preads of %d bytes to return %d", tc.name, reads, read, len(want))
+		}
+	}
+}
+
+// BatchHeaderAt answers the header of a durable batch the index places at
+// an offset, reading only that header, and nothing for an offset inside a
+// batch, past the durable end, or at a batch the index skipped.
+func TestBatchHeaderAt(t *testing.T) {
+	fs := &countFS{FS: vfs.NewMem()}
+	s := newSeg(t, fs, 0, Options{})
+	big0, big1 := bigBatch(t, 0, 10, 1000), bigBatch(t, 10, 10, 1000)
+	small1, small2 := mkBatch(t, 20), mkBatch(t, 21) // the second follows the first too closely to be indexed
+	appendSync(t, s, big0, big1, small1, small2)
+	for _, tc := range []struct {
+		from uint64
+		size int
+		ok   bool
+	}{{0, len(big0), true}, {10, len(big1), true}, {20, len(small1), true}, {21, 0, false}, {5, 0, false}, {22, 0, false}} {
+		r0, b0 := fs.reads.Load(), fs.bytes.Load()
+		h, ok := s.BatchHeaderAt(tc.from)
+		if ok != tc.ok || ok && (h.Length != tc.size || h.BaseOffset != tc.from) {
+			t.Fatalf("from %d: %+v, %v; want size %d, %v", tc.from, h, ok, tc.size, tc.ok)
+		}
+		if reads, read := fs.reads.Load()-r0, fs.bytes.Load()-b0; ok && (reads != 1 || read != HeaderSize) {
+			t.Fatalf("from %d: %d preads of %d bytes for a header", tc.from, reads, read)
+		}
+	}
+}
