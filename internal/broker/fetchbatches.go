@@ -195,7 +195,7 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 			if pr.scanned(len(buf), bg) {
 				return start, false, out, nil
 			}
-			if asked == left && left-bg.bytes == len(buf) && len(buf) < asked && b.nextWontFit(seg, start, bg) {
+			if asked == left && left-bg.bytes == len(buf) && len(buf) < asked && b.nextWontFit(seg, start, bg, asked-len(buf)) {
 				// The read had the whole budget and every byte of it was
 				// taken as stored, so it stopped short at a batch larger
 				// than what is left: reading that batch now would only
@@ -260,14 +260,30 @@ func (b *Broker) wontFit(pr *pageRead, f *batchFilter, seg metadata.Segment, sta
 // durable batch from next on, so the read stopped at a batch that did
 // not fit, not at the end. A copy bounded by a watermark it learns from
 // others is never answered for here: it reads on as before.
-func (b *Broker) nextWontFit(seg metadata.Segment, next uint64, bg *budget) bool {
+//
+// A read may also stop short at an indexed batch that would fit: one
+// ended early on an index boundary (segment.wholeEnd) leaves up to an
+// index interval of small batches for the next read. Only a read short
+// by segment.TrimAtLeast or more (short) may have been, and it ends at an
+// indexed batch, so a copy held here is then asked for that batch's
+// header, which says; a batch the index skipped means the read was not
+// ended early. A sealed copy read from another node keeps the inference,
+// and may end a range's visit up to an interval early.
+func (b *Broker) nextWontFit(seg metadata.Segment, next uint64, bg *budget, short int) bool {
+	local := b.holds(seg) && b.copyComplete(seg)
 	switch {
 	case !bg.took || bg.spent() || bg.hard() < segment.MaxBatchSize:
 		return false
-	case !seg.Active:
-		return next < seg.End
-	case replicated(seg) || !b.holds(seg):
+	case seg.Active && (replicated(seg) || !b.holds(seg)):
 		return false
+	}
+	if local && short >= segment.TrimAtLeast {
+		if h, ok := b.store.BatchHeaderAt(storage.SegmentID(seg.ID), next); ok {
+			return h.Length > bg.bytes
+		}
+	}
+	if !seg.Active {
+		return next < seg.End
 	}
 	_, durable, err := b.store.Ends(storage.SegmentID(seg.ID))
 	return err == nil && next < durable

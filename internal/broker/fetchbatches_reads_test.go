@@ -12,10 +12,11 @@ import (
 )
 
 // readCountFS counts the bytes read through ReadAt from the files it
-// opens.
+// opens, and the reads: calls those of more than a batch header, headers
+// those of one (Store.BatchHeaderAt).
 type readCountFS struct {
 	vfs.FS
-	read, calls atomic.Int64
+	read, calls, headers atomic.Int64
 }
 
 type readCountFile struct {
@@ -34,7 +35,11 @@ func (c *readCountFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.Fil
 func (f *readCountFile) ReadAt(p []byte, off int64) (int, error) {
 	n, err := f.File.ReadAt(p, off)
 	f.fs.read.Add(int64(n))
-	f.fs.calls.Add(1)
+	if len(p) <= segment.HeaderSize {
+		f.fs.headers.Add(1)
+	} else {
+		f.fs.calls.Add(1)
+	}
 	return n, err
 }
 
@@ -123,7 +128,8 @@ func TestFetchBatchesLargeBatchesReadAboutWhatIsReturned(t *testing.T) {
 // not fit what is left of it: reading that batch again would only leave
 // it for a later page. With small batches of mixed sizes over many ranges
 // (most visits end so), every visit that takes batches costs one read of
-// the store, and the pages still hold every record once, in order.
+// the store (besides the batch header that says the next batch does not
+// fit: nextWontFit), and the pages still hold every record once, in order.
 func TestFetchBatchesShareEndsWithoutReadingTheBatchLeft(t *testing.T) {
 	const (
 		ranges   = 32
@@ -151,12 +157,12 @@ func TestFetchBatchesShareEndsWithoutReadingTheBatchLeft(t *testing.T) {
 	got := map[uint64][]int64{}
 	var cursor *string
 	for page := 0; page < 8; page++ { // every range still has records to read
-		calls := fs.calls.Load()
+		calls, headers := fs.calls.Load(), fs.headers.Load()
 		p, err := b.FetchBatches(ctx, FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Cursor: cursor}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		calls = fs.calls.Load() - calls
+		calls, headers = fs.calls.Load()-calls, fs.headers.Load()-headers
 		cursor = p.Cursor
 		// Each visit appends its batches in one run.
 		visits := 0
@@ -172,8 +178,8 @@ func TestFetchBatchesShareEndsWithoutReadingTheBatchLeft(t *testing.T) {
 				got[rb.Range] = append(got[rb.Range], r.Timestamp)
 			}
 		}
-		if calls > int64(visits) {
-			t.Fatalf("page %d: %d reads of the store for %d visits of ranges", page, calls, visits)
+		if calls > int64(visits) || headers > int64(visits)+1 {
+			t.Fatalf("page %d: %d reads of the store and %d of headers for %d visits of ranges", page, calls, headers, visits)
 		}
 	}
 	for rr, ts := range got {
@@ -297,4 +303,100 @@ func readAllBatches(t *testing.T, b *Broker, stored, pages int) map[uint64][]int
 		returned += size
 	}
 	return got
+}
+
+// Pages fill up to their last batch whatever the batches' sizes, and
+// hold every record once, in order: small batches between large ones,
+// where a read may end early on an index boundary (segment.wholeEnd) and
+// leave small batches that would fit, which the page then reads on for
+// (nextWontFit asks the next batch's header).
+func TestFetchBatchesMixedSizesFillPages(t *testing.T) {
+	const maxBytes = 256 << 10
+	_, b, routes := countedReadsTopic(t, 1, maxBytes)
+	stored, largest := 0, 0
+	for i := 0; i < 40; i++ {
+		for k := 0; k < 6; k++ {
+			size := 200
+			if k == 5 {
+				size = 60 << 10
+			}
+			batch, err := segment.EncodeBatch(nil, 0, []Record{{Value: bytes.Repeat([]byte("v"), size), Timestamp: int64(i*6 + k)}}, segment.CodecNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored, largest = stored+len(batch), max(largest, len(batch))
+			if _, err := produceBatches(t, b, "t", []RangeBatch{{Range: routes[0].Range, Batch: batch}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var cursor *string
+	next := int64(0)
+	for page, returned := 0, 0; returned < stored; page++ {
+		if page > 2*stored/maxBytes+2 {
+			t.Fatalf("%d pages returned %d of %d bytes", page, returned, stored)
+		}
+		p, err := b.FetchBatches(context.Background(), FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Cursor: cursor}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cursor = p.Cursor
+		n := 0
+		for _, rb := range p.Batches {
+			n += len(rb.Batch)
+			recs, err := segment.DecodeRecords(rb.Batch, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				if r.Timestamp != next {
+					t.Fatalf("page %d: record %d, want %d", page, r.Timestamp, next)
+				}
+				next++
+			}
+		}
+		if returned+n < stored && n < maxBytes-largest {
+			t.Fatalf("page %d: %d bytes of at most %d, with %d more stored after it", page, n, maxBytes, stored-returned-n)
+		}
+		returned += n
+	}
+}
+
+// Batches smaller than the store's index interval fill pages: a read of
+// them is never ended early on an index boundary (segment.TrimAtLeast),
+// so a read that stops short did meet a batch too large for the page.
+func TestFetchBatchesSmallBatchesFillPages(t *testing.T) {
+	const maxBytes = 8000
+	_, b, routes := countedReadsTopic(t, 1, maxBytes)
+	value := bytes.Repeat([]byte("v"), 150)
+	stored, size := 0, 0
+	for i := 0; i < 400; i++ {
+		batch, err := segment.EncodeBatch(nil, 0, []Record{{Value: value, Timestamp: int64(i)}}, segment.CodecNone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, size = stored+len(batch), len(batch)
+		if _, err := produceBatches(t, b, "t", []RangeBatch{{Range: routes[0].Range, Batch: batch}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cursor *string
+	for page, returned := 0, 0; returned < stored; page++ {
+		if page > stored/(maxBytes-size)+1 {
+			t.Fatalf("%d pages returned %d of %d bytes: pages of about %d bytes come back short", page, returned, stored, maxBytes)
+		}
+		p, err := b.FetchBatches(context.Background(), FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t", Cursor: cursor}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cursor = p.Cursor
+		n := 0
+		for _, rb := range p.Batches {
+			n += len(rb.Batch)
+		}
+		if returned+n < stored && n <= maxBytes-size {
+			t.Fatalf("page %d: %d bytes, room left for another %d-byte batch of the %d stored after it", page, n, size, stored-returned-n)
+		}
+		returned += n
+	}
 }

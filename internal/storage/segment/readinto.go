@@ -45,7 +45,7 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 		return nil, nil, from, nil
 	}
 	if at {
-		whole = wholeEnd(whole, pos, int64(maxBytes), limit)
+		whole = wholeEnd(whole, pos, int64(maxBytes), limit, int64(s.interval))
 	}
 	chunk := s.readChunk(maxBytes, pos, nextPos, limit, at)
 	if whole > 0 {
@@ -61,7 +61,9 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 		return nil, nil, from, err
 	}
 	span := min(int64(max(h.Length, maxBytes)), limit-first)
-	if whole > first {
+	if whole >= first+int64(h.Length) {
+		// Never below the first batch: an index entry inside it (a
+		// damaged .idx) must not make the read return nothing.
 		span = whole - first
 	}
 	out, fresh, err := s.readSpan(w, first, span, bufs)
@@ -92,19 +94,33 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 // wholeEnd is where a read from the indexed batch at pos, of at most
 // maxBytes, ends on a batch boundary: the last indexed batch that starts
 // within it (boundary, from Index.boundaryAtOrBelow), or the durable end
-// when all of what is durable fits. Then every byte read lies in a batch
-// the read returns. 0 means no boundary past pos fits (the first batch is
-// larger than maxBytes, which is then read whole), and the read is sized
-// as before. Without it a read stopped anywhere: over many ranges whose
-// batches are a large part of a read (a range's share of a page, 256 KiB,
-// against batches of 100-256 KiB), most reads ended inside a batch, read
-// in part and left, about a third more bytes than a consume returned.
-func wholeEnd(boundary, pos, maxBytes, limit int64) int64 {
+// when all of what is durable fits. 0 means the read is sized as before:
+// no boundary past pos fits (the first batch is larger than maxBytes, and
+// is read whole), or the boundary is less than two index intervals (and
+// TrimAtLeast) short of maxBytes.
+//
+// Past the last boundary, an index entry would sit at the first batch
+// starting an interval or more after it. So when maxBytes reaches two
+// intervals past it, a batch starts less than an interval past it and
+// runs beyond maxBytes: ending at the boundary leaves at most an interval
+// of smaller batches that would have fitted (read by the next read), and
+// saves reading an interval or more of a batch that would be dropped.
+// Without it, over many ranges whose batches are a large part of a read
+// (a range's share of a page, 256 KiB, against batches of 100-256 KiB),
+// most reads ended inside a batch, read in part and left.
+func wholeEnd(boundary, pos, maxBytes, limit, interval int64) int64 {
 	switch {
 	case pos+maxBytes >= limit:
 		return limit
-	case boundary > pos:
-		return min(boundary, limit)
+	case boundary > pos && pos+maxBytes-boundary >= max(2*interval, TrimAtLeast):
+		return boundary
 	}
 	return 0
 }
+
+// TrimAtLeast: a read is ended early only to save at least this much of a
+// batch it would drop. Below it, the small batches the early end may
+// leave cost the next read a system call, more than copying this much. A
+// read that returns less than it was asked for by less than this was not
+// ended early: it stopped at a batch that did not fit.
+const TrimAtLeast = 32 << 10

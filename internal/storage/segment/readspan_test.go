@@ -186,34 +186,42 @@ func TestReadFromIndexedBatchReadsNoWalk(t *testing.T) {
 // it asks the file for exactly the whole batches it returns, not for the
 // start of the next batch too, which it would only leave. Up to the
 // durable end, the end is such a boundary. A first batch larger than the
-// request is still read whole.
+// request is still read whole, and a read that would save less than
+// TrimAtLeast of a batch reads its whole size, as before.
 func TestReadFromIndexedBatchReadsOnlyWholeBatches(t *testing.T) {
 	fs := &countFS{FS: vfs.NewMem()}
 	s := newSeg(t, fs, 0, Options{})
 	var batches [][]byte
 	for i := range 8 {
-		batches = append(batches, bigBatch(t, uint64(i*10), 10, 3000+1000*(i%3))) // 30-50 KiB, every one indexed
+		batches = append(batches, bigBatch(t, uint64(i*10), 10, 8000+2000*(i%3))) // 80-120 KiB, every one indexed
 	}
 	appendSync(t, s, batches...)
+	small := TrimAtLeast / 2
 	for _, tc := range []struct {
 		name     string
 		from     uint64
 		maxBytes int
 		want     [][]byte
 		next     uint64
+		read     int // what the file is asked for; 0: what is returned
 	}{
-		{"two and a half batches", 20, len(batches[2]) + len(batches[3]) + len(batches[4])/2, batches[2:4], 40},
-		{"exactly three", 20, len(batches[2]) + len(batches[3]) + len(batches[4]), batches[2:5], 50},
-		{"past the durable end", 60, 1 << 20, batches[6:], 80},
-		{"a first batch larger than asked", 30, 1 << 10, batches[3:4], 40},
+		{"two and a half batches", 20, len(batches[2]) + len(batches[3]) + len(batches[4])/2, batches[2:4], 40, 0},
+		{"exactly two", 20, len(batches[2]) + len(batches[3]), batches[2:4], 40, 0},
+		{"past the durable end", 60, 1 << 20, batches[6:], 80, 0},
+		{"a first batch larger than asked", 30, 1 << 10, batches[3:4], 40, 0},
+		{"two batches and a little", 20, len(batches[2]) + len(batches[3]) + small, batches[2:4], 40, len(batches[2]) + len(batches[3]) + small},
 	} {
 		buf, next, reads, read := readCounted(t, fs, s, tc.from, tc.maxBytes)
 		want := bytes.Join(tc.want, nil)
 		if !bytes.Equal(buf, want) || next != tc.next {
 			t.Fatalf("%s: got %d bytes, next %d; want %d bytes, next %d", tc.name, len(buf), next, len(want), tc.next)
 		}
-		if reads != 1 || read != int64(len(want)) {
-			t.Fatalf("%s: %d preads of %d bytes to return %d", tc.name, reads, read, len(want))
+		asked := int64(tc.read)
+		if asked == 0 {
+			asked = int64(len(want))
+		}
+		if reads != 1 || read != asked {
+			t.Fatalf("%s: %d preads of %d bytes to return %d, want one of %d", tc.name, reads, read, len(want), asked)
 		}
 	}
 }
@@ -240,5 +248,32 @@ func TestBatchHeaderAt(t *testing.T) {
 		if reads, read := fs.reads.Load()-r0, fs.bytes.Load()-b0; ok && (reads != 1 || read != HeaderSize) {
 			t.Fatalf("from %d: %d preads of %d bytes for a header", tc.from, reads, read)
 		}
+	}
+}
+
+// An index entry inside the first batch (a damaged .idx that passed its
+// checks) does not shorten a read below that batch: it is returned whole,
+// as before reads ended on index boundaries.
+func TestReadReturnsTheFirstBatchWholeWhateverTheIndexSays(t *testing.T) {
+	fs := &countFS{FS: vfs.NewMem()}
+	s := newSeg(t, fs, 0, Options{})
+	first, second := bigBatch(t, 0, 10, 10000), bigBatch(t, 10, 10, 10000) // about 100 KB each
+	appendSync(t, s, first, second)
+	s.mu.Lock()
+	e := s.idx.entries
+	if len(e) != 2 || e[0].Offset != 0 || e[1].Offset != 10 {
+		s.mu.Unlock()
+		t.Fatalf("index %+v: the test expects an entry per batch", e)
+	}
+	s.idx.entries = []IndexEntry{e[0], {Offset: 5, Pos: e[0].Pos + 100}, e[1]}
+	s.mu.Unlock()
+	// Asked for more than TrimAtLeast past the false entry, and less than
+	// the first batch.
+	buf, next, _, _ := readCounted(t, fs, s, 0, 100+2*TrimAtLeast)
+	if 100+2*TrimAtLeast >= len(first) {
+		t.Fatalf("a first batch of %d bytes does not exercise the case", len(first))
+	}
+	if !bytes.Equal(buf, first) || next != 10 {
+		t.Fatalf("got %d bytes, next %d; want the first batch (%d bytes), next 10", len(buf), next, len(first))
 	}
 }
