@@ -195,14 +195,16 @@ func (b *Broker) readSourceBatches(pr *pageRead, p *plan, src *source, entries [
 			if pr.scanned(len(buf), bg) {
 				return start, false, out, nil
 			}
-			if asked == left && left-bg.bytes == len(buf) && len(buf) < asked && b.nextWontFit(seg, start, bg, asked-len(buf)) {
+			if asked == left && left-bg.bytes == len(buf) && len(buf) < asked {
 				// The read had the whole budget and every byte of it was
 				// taken as stored, so it stopped short at a batch larger
 				// than what is left: reading that batch now would only
 				// leave it for a later page.
-				bg.full = true
-				pr.refused = max(pr.refused, bg.bytes+1)
-				break
+				if size, no := b.nextWontFit(seg, start, bg, asked-len(buf)); no {
+					bg.full = true
+					pr.refused = max(pr.refused, size)
+					break
+				}
 			}
 		}
 		if bg.spent() || seg.Active {
@@ -269,24 +271,29 @@ func (b *Broker) wontFit(pr *pageRead, f *batchFilter, seg metadata.Segment, sta
 // header, which says; a batch the index skipped means the read was not
 // ended early. A sealed copy read from another node keeps the inference,
 // and may end a range's visit up to an interval early.
-func (b *Broker) nextWontFit(seg metadata.Segment, next uint64, bg *budget, short int) bool {
+//
+// It also returns the size to count as refused: the batch's, when its
+// header was read, else one more than what is left.
+func (b *Broker) nextWontFit(seg metadata.Segment, next uint64, bg *budget, short int) (int, bool) {
 	local := b.holds(seg) && b.copyComplete(seg)
 	switch {
 	case !bg.took || bg.spent() || bg.hard() < segment.MaxBatchSize:
-		return false
+		return 0, false
 	case seg.Active && (replicated(seg) || !b.holds(seg)):
-		return false
+		return 0, false
 	}
 	if local && short >= segment.TrimAtLeast {
 		if h, ok := b.store.BatchHeaderAt(storage.SegmentID(seg.ID), next); ok {
-			return h.Length > bg.bytes
+			// One holding expiring records may be passed over or
+			// filtered down: read on.
+			return h.Length, h.Length > bg.bytes && !h.HasExpiry()
 		}
 	}
 	if !seg.Active {
-		return next < seg.End
+		return bg.bytes + 1, next < seg.End
 	}
 	_, durable, err := b.store.Ends(storage.SegmentID(seg.ID))
-	return err == nil && next < durable
+	return bg.bytes + 1, err == nil && next < durable
 }
 
 // batchFilter decides, batch by batch, what of one source a reader gets.

@@ -105,6 +105,8 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 // runs beyond maxBytes: ending at the boundary leaves at most an interval
 // of smaller batches that would have fitted (read by the next read), and
 // saves reading an interval or more of a batch that would be dropped.
+// (This assumes the index was built at the store's interval: a .idx kept
+// from a run with a larger one can leave up to that interval instead.)
 // Without it, over many ranges whose batches are a large part of a read
 // (a range's share of a page, 256 KiB, against batches of 100-256 KiB),
 // most reads ended inside a batch, read in part and left.
