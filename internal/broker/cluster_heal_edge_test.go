@@ -51,6 +51,7 @@ func TestClusterReportsEveryDamagedCopy(t *testing.T) {
 	}
 	// Every copy of the six is damaged, so none has a healthy source to
 	// be rebuilt from and the reports stay.
+	tc.waitCopiesWhole(sealed[:6]...)
 	bad := tc.nodes[2]
 	var ids []uint64
 	damaged := map[uint64][]byte{} // bad's copies as flipped
@@ -104,6 +105,7 @@ func TestClusterForgetsADamagedCopyWhenItsTopicIsDeleted(t *testing.T) {
 	seg := sealedSegments(t, n1.b, "doomed")[0]
 	bad := tc.nodes[2]
 	// Every copy is damaged, so none is rebuilt before the delete.
+	tc.waitCopiesWhole(seg)
 	for _, nd := range tc.nodes {
 		flipMiddleByte(t, nd.b.SegmentLogPath(seg.ID))
 	}

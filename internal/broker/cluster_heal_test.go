@@ -110,6 +110,22 @@ func (tc *testCluster) node(name string) *clusterNode {
 	return nil
 }
 
+// waitCopiesWhole waits until every replica of each segment holds a copy
+// that verifies whole. A produce is acknowledged once a quorum holds it,
+// so the last replica may still be catching up, its file not made yet: a
+// test that damages every copy waits for them first.
+func (tc *testCluster) waitCopiesWhole(segs ...broker.SegmentDescription) {
+	tc.t.Helper()
+	eventually(tc.t, 30*time.Second, "every copy whole", func() error {
+		for _, s := range segs {
+			if err := tc.copiesWhole(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // checkCopiesWhole verifies every replica's copy of seg against its
 // seal and against each other, byte for byte.
 func (tc *testCluster) checkCopiesWhole(seg broker.SegmentDescription) {
@@ -398,7 +414,11 @@ func TestClusterDamagedCopiesWithNoHealthySourceAreKeptAndNotServed(t *testing.T
 	n1 := tc.nodes[0]
 	tc.createEverywhere(n1, "kept", 1)
 	want := produceSealed(t, n1.b, "kept", 40)
-	seg := sealedSegments(t, n1.b, "kept")[0]
+	// A produce is acknowledged once a quorum holds it: the last replica
+	// may still be catching up, its file not made yet. Every copy is whole
+	// before each is damaged (the first sealed segment was taken as it
+	// was, and its third copy's file could be missing).
+	seg := tc.wholeSealed(n1.b, "kept")
 	damaged := map[uint64][]byte{}
 	for _, name := range seg.Replicas {
 		nd := tc.node(name)
