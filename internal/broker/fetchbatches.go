@@ -238,21 +238,34 @@ func (b *Broker) wontFit(pr *pageRead, f *batchFilter, seg metadata.Segment, sta
 	if !bg.took {
 		limit = max(limit, bg.firstBytes)
 	}
-	switch {
-	case !pageHolds || limit >= pr.largest:
-		return 0, false
-	case !f.ok || start < f.whole:
-		return 0, false
-	case seg.Active && (replicated(seg) || !b.holds(seg)):
-		return 0, false
-	case !b.holds(seg) || !b.copyComplete(seg):
+	if !pageHolds || limit >= pr.largest || !f.ok || start < f.whole {
 		return 0, false
 	}
-	h, ok := b.store.BatchHeaderAt(storage.SegmentID(seg.ID), start)
-	if !ok || h.HasExpiry() || int(h.RecordCount) > bg.hard() || h.Length <= limit {
+	h, ok := b.localHeaderAt(seg, start)
+	if !ok || !leftAsStored(h, limit, bg) {
 		return 0, false
 	}
 	return h.Length, true
+}
+
+// localHeaderAt is the header of seg's batch based at start, read from
+// this node's copy (Store.BatchHeaderAt): only a complete copy held here
+// that needs no watermark from others (sealed, or active and not
+// replicated) is asked; ok is false for any other, or when the index
+// places no batch at start.
+func (b *Broker) localHeaderAt(seg metadata.Segment, start uint64) (segment.BatchHeader, bool) {
+	if seg.Active && replicated(seg) || !b.holds(seg) || !b.copyComplete(seg) {
+		return segment.BatchHeader{}, false
+	}
+	return b.store.BatchHeaderAt(storage.SegmentID(seg.ID), start)
+}
+
+// leftAsStored says the batch with header h would go out as stored and
+// be left for want of room: larger than limit, not cut to the page's
+// record bound, and holding no expiring records (which may be passed over
+// or filtered down).
+func leftAsStored(h segment.BatchHeader, limit int, bg *budget) bool {
+	return h.Length > limit && int(h.RecordCount) <= bg.hard() && !h.HasExpiry()
 }
 
 // nextWontFit says the batch of seg at offset next, which a read that
@@ -275,18 +288,15 @@ func (b *Broker) wontFit(pr *pageRead, f *batchFilter, seg metadata.Segment, sta
 // It also returns the size to count as refused: the batch's, when its
 // header was read, else one more than what is left.
 func (b *Broker) nextWontFit(seg metadata.Segment, next uint64, bg *budget, short int) (int, bool) {
-	local := b.holds(seg) && b.copyComplete(seg)
 	switch {
 	case !bg.took || bg.spent() || bg.hard() < segment.MaxBatchSize:
 		return 0, false
 	case seg.Active && (replicated(seg) || !b.holds(seg)):
 		return 0, false
 	}
-	if local && short >= segment.TrimAtLeast {
-		if h, ok := b.store.BatchHeaderAt(storage.SegmentID(seg.ID), next); ok {
-			// One holding expiring records may be passed over or
-			// filtered down: read on.
-			return h.Length, h.Length > bg.bytes && !h.HasExpiry()
+	if short >= segment.TrimAtLeast {
+		if h, ok := b.localHeaderAt(seg, next); ok {
+			return h.Length, leftAsStored(h, bg.bytes, bg)
 		}
 	}
 	if !seg.Active {
