@@ -160,6 +160,37 @@ func TestCallContextCancellationFreesTheWaiter(t *testing.T) {
 	})
 }
 
+// A call whose context has already ended sends nothing and fails with
+// the context's error, however quickly the node would have answered: the
+// wait for an answer otherwise picked at random between the two, and a
+// caller that gave up could be answered (and the node do the work).
+func TestCallWithAnEndedContextSendsNothing(t *testing.T) {
+	forEachImpl(t, func(t *testing.T, im impl) {
+		var handled atomic.Int64
+		ts := im.start(t, 2, nil, func(tr Transport) {
+			tr.HandleCall(ChannelForward, func(_ context.Context, _ uint64, req []byte) ([]byte, error) {
+				handled.Add(1)
+				return req, nil
+			})
+		})
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		for range 200 {
+			if resp, err := ts[0].Call(ended, 2, ChannelForward, []byte("x")); !errors.Is(err, context.Canceled) {
+				t.Fatalf("a call with an ended context: %q, %v", resp, err)
+			}
+		}
+		// A live call after them is answered, and is the only one the
+		// node handled.
+		if resp, err := ts[0].Call(context.Background(), 2, ChannelForward, []byte("live")); err != nil || string(resp) != "live" {
+			t.Fatalf("live call: %q, %v", resp, err)
+		}
+		if n := handled.Load(); n != 1 {
+			t.Fatalf("the node handled %d calls, want only the live one", n)
+		}
+	})
+}
+
 func TestCallsInFlightAreBounded(t *testing.T) {
 	forEachImpl(t, func(t *testing.T, im impl) {
 		g := newGate()

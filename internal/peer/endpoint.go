@@ -223,6 +223,11 @@ func call[W way](ctx context.Context, cfg Config, to uint64, ch Channel, req []b
 	if err := checkOut(cfg, ch, len(req)); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		// A caller that gave up sends nothing: the wait below would pick
+		// at random between its ended context and a quick answer.
+		return nil, err
+	}
 	w, err := find(to)
 	if err != nil {
 		return nil, err
