@@ -122,7 +122,7 @@ func diskFullRollsAwayAndComesBack(t *testing.T, fill func(dir string, full *ato
 	t.Cleanup(tc.closeAll)
 	var full atomic.Bool
 	for i := 1; i <= 3; i++ {
-		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: "127.0.0.1:0", gossip: "127.0.0.1:0", replicas: 3}
+		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: freeAddr(t), gossip: freeAddr(t), replicas: 3}
 		if i == 3 {
 			nd.fs = vfs.NewFaulty(vfs.OS(), fill(nd.dir, &full))
 		}

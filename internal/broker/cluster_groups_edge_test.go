@@ -28,7 +28,7 @@ func startClusterConfigured(t *testing.T, n int, set func(*broker.Config)) *test
 	root := t.TempDir()
 	t.Cleanup(tc.closeAll)
 	for i := 1; i <= n; i++ {
-		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: "127.0.0.1:0", gossip: "127.0.0.1:0"}
+		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: freeAddr(t), gossip: freeAddr(t)}
 		tc.nodes = append(tc.nodes, nd)
 		var join []string
 		if i > 1 {

@@ -148,7 +148,7 @@ func TestClusterLostSegmentIsSkippedAndCounted(t *testing.T) {
 	// The removed machine starts again under a new id on its old segment
 	// files: it finds segments recorded lost, and sets their files aside.
 	keepOnlySegments(t, back.dir)
-	back.id, back.peer, back.gossip = maxNodeID(tc)+1, "127.0.0.1:0", "127.0.0.1:0"
+	back.id, back.peer, back.gossip = maxNodeID(tc)+1, freeAddr(t), freeAddr(t)
 	cfg := tc.config(back, []string{readerNode(tc, reader).gossip})
 	cfg.SegmentMaxBytes = 2 << 10
 	cfg.Cluster.Heal = broker.HealConfig{DeadAfter: time.Second, Interval: 100 * time.Millisecond, ScrubInterval: time.Hour}

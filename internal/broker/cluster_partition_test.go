@@ -251,7 +251,7 @@ func startRelayedCluster(t *testing.T, fn *faultNet) *testCluster {
 	tc := &testCluster{t: t, log: quietLogger()}
 	root := t.TempDir()
 	for i := uint64(1); i <= 3; i++ {
-		nd := &clusterNode{id: i, dir: filepath.Join(root, strconv.FormatUint(i, 10)), clientAddr: freeAddr(t), peer: freeAddr(t), gossip: "127.0.0.1:0"}
+		nd := &clusterNode{id: i, dir: filepath.Join(root, strconv.FormatUint(i, 10)), clientAddr: freeAddr(t), peer: freeAddr(t), gossip: freeAddr(t)}
 		tc.nodes = append(tc.nodes, nd)
 		var join []string
 		if i > 1 {

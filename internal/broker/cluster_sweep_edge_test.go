@@ -318,7 +318,7 @@ func startWideCluster(t *testing.T, n int) *testCluster {
 	t.Cleanup(tc.closeAll)
 	for i := 1; i <= n; i++ {
 		nd := &clusterNode{id: uint64(i), dir: fmt.Sprintf("%s/%d", root, i), clientAddr: freeAddr(t),
-			peer: "127.0.0.1:0", gossip: "127.0.0.1:0", replicas: 3}
+			peer: freeAddr(t), gossip: freeAddr(t), replicas: 3}
 		tc.nodes = append(tc.nodes, nd)
 		var join []string
 		if i > 1 {

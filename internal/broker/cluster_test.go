@@ -84,7 +84,7 @@ func startClusterWith(t testing.TB, n int, set func(nd *clusterNode)) *testClust
 	root := t.TempDir() // registered before closeAll, so removed after it
 	t.Cleanup(tc.closeAll)
 	for i := 1; i <= n; i++ {
-		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: "127.0.0.1:0", gossip: "127.0.0.1:0"}
+		nd := &clusterNode{id: uint64(i), dir: filepath.Join(root, fmt.Sprint(i)), clientAddr: freeAddr(t), peer: freeAddr(t), gossip: freeAddr(t)}
 		if set != nil {
 			set(nd)
 		}
@@ -454,7 +454,7 @@ func TestClusterFailover(t *testing.T) {
 	if err := os.RemoveAll(wiped.dir); err != nil {
 		t.Fatal(err)
 	}
-	wiped.id, wiped.peer, wiped.gossip = 4, "127.0.0.1:0", "127.0.0.1:0"
+	wiped.id, wiped.peer, wiped.gossip = 4, freeAddr(t), freeAddr(t)
 	tc.open(wiped, []string{tc.nodes[0].gossip})
 	eventually(t, 30*time.Second, "node 4 caught up", func() error { return hasTopics(wiped.b, committed...) })
 }

@@ -138,7 +138,7 @@ func startRelayedClusterWith(t *testing.T, fn *faultNet, set func(nd *clusterNod
 	root := t.TempDir()
 	t.Cleanup(tc.closeAll)
 	for i := uint64(1); i <= 3; i++ {
-		nd := &clusterNode{id: i, dir: filepath.Join(root, strconv.FormatUint(i, 10)), clientAddr: freeAddr(t), peer: freeAddr(t), gossip: "127.0.0.1:0"}
+		nd := &clusterNode{id: i, dir: filepath.Join(root, strconv.FormatUint(i, 10)), clientAddr: freeAddr(t), peer: freeAddr(t), gossip: freeAddr(t)}
 		set(nd)
 		tc.nodes = append(tc.nodes, nd)
 		var join []string
