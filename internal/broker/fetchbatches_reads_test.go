@@ -195,11 +195,14 @@ func TestFetchBatchesDoNotReadABatchTheyLeave(t *testing.T) {
 					t.Fatalf("range %d: %d batches, want %d", rr.Range, len(ts), tc.rounds)
 				}
 			}
-			// Headers asked for and the index walk aside, what is read is
-			// what is returned.
+			// Headers asked for, the index walk and reads that end less
+			// than segment.TrimAtLeast into a batch aside, what is read is
+			// what is returned: about 3.5% more with a quarter page as a
+			// range's share, 5% with half a page (turnBytes); 17% and 45%
+			// when batches were read whole only to be left.
 			read := fs.read.Load() - before
 			t.Logf("read %d bytes to return %d", read, stored)
-			if read > int64(stored+stored/20) {
+			if read > int64(stored+stored/16) {
 				t.Fatalf("read %d bytes to return %d: batches were read only to be left", read, stored)
 			}
 		})
@@ -273,7 +276,7 @@ func readAllBatches(t *testing.T, b *Broker, stored, pages int) map[uint64][]int
 // hold every record once, in order: small batches between large ones,
 // where a read may end early on an index boundary (segment.wholeEnd) and
 // leave small batches that would fit, which the page then reads on for
-// (nextWontFit asks the next batch's header).
+// (nextWontFit asks the next batch's header, which the read took along).
 func TestFetchBatchesMixedSizesFillPages(t *testing.T) {
 	encode := func(size, stamp int) []byte {
 		batch, err := segment.EncodeBatch(nil, 0, []Record{{Value: bytes.Repeat([]byte("v"), size), Timestamp: int64(stamp)}}, segment.CodecNone)
@@ -304,7 +307,7 @@ func TestFetchBatchesMixedSizesFillPages(t *testing.T) {
 			}
 		}
 	}
-	headers := fs.headers.Load()
+	before, headers := fs.read.Load(), fs.headers.Load()
 	p, err := b.FetchBatches(context.Background(), FetchBatchesRequest{FetchRequest: FetchRequest{Topic: "t"}})
 	if err != nil {
 		t.Fatal(err)
@@ -316,8 +319,15 @@ func TestFetchBatchesMixedSizesFillPages(t *testing.T) {
 	if want := 5*small + large + 5*small; n != want {
 		t.Fatalf("first page: %d bytes, want %d (a group and the next five small batches)", n, want)
 	}
-	if fs.headers.Load() == headers {
-		t.Fatal("no batch header was asked for: the test no longer ends a read early")
+	// The read of the second group stops short at the large batch, having
+	// read its header: the page's check of that batch (nextWontFit) is
+	// answered from it, with no read of its own, and the batch is not
+	// read again only to be left.
+	if got := fs.headers.Load() - headers; got != 0 {
+		t.Fatalf("the first page read %d batch headers on their own; the read that stopped at the batch had it", got)
+	}
+	if read := fs.read.Load() - before; read >= int64(n+2*large) {
+		t.Fatalf("the first page read %d bytes to return %d: the large batch that ends it was read again", read, n)
 	}
 	readFullPages(t, b, stored, maxBytes-large)
 }

@@ -141,6 +141,7 @@ func (s *Segment) ApplyCut(c Cut) error {
 	}
 	s.written, s.durable, s.idx = c.stats, c.stats, c.idx
 	s.cuts++
+	s.peeked.Store(nil) // reads are held off (io): none stores one meanwhile
 	s.mu.Unlock()
 	s.hash = c.hash
 	clear(s.unhashed)

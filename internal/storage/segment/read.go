@@ -111,34 +111,34 @@ func (s *Segment) seek(w *window, pos int64, from uint64) (int64, BatchHeader, e
 // first) are whole, CRC-checked batches below upTo, and the offset after
 // the last of them. A batch that would run past the end of out is left for
 // the next read, unless it would also run past limit (the durable end):
-// durable data always ends on a batch boundary, so that is damage.
-func (s *Segment) cut(out []byte, first, limit int64, upTo uint64) (int, uint64, error) {
+// durable data always ends on a batch boundary, so that is damage. stop is
+// the header of the batch left for want of room, with its position, when
+// out holds that header (nil otherwise).
+func (s *Segment) cut(out []byte, first, limit int64, upTo uint64) (int, uint64, *peekedHeader, error) {
 	cut, next := 0, uint64(0)
 	for len(out)-cut >= HeaderSize {
 		h, err := ParseHeader(out[cut:])
 		if err != nil {
-			return 0, 0, s.corrupt(first+int64(cut), err)
+			return 0, 0, nil, s.corrupt(first+int64(cut), err)
 		}
 		if h.LastOffset() >= upTo {
 			break
 		}
 		if cut+h.Length > len(out) {
 			if first+int64(cut+h.Length) > limit {
-				return 0, 0, s.corrupt(first+int64(cut), ErrShortBatch)
+				return 0, 0, nil, s.corrupt(first+int64(cut), ErrShortBatch)
 			}
-			break
+			return cut, next, &peekedHeader{pos: first + int64(cut), h: h}, nil
 		}
 		if err := Verify(out[cut : cut+h.Length]); err != nil {
-			return 0, 0, s.corrupt(first+int64(cut), err)
+			return 0, 0, nil, s.corrupt(first+int64(cut), err)
 		}
 		cut += h.Length
 		next = h.LastOffset() + 1
 	}
-	return cut, next, nil
+	return cut, next, nil, nil
 }
 
-// corrupt wraps a problem found in stored bytes as ErrCorrupt, keeping the
-// original reason in the message.
 func (s *Segment) corrupt(pos int64, err error) error {
 	return fmt.Errorf("%w: segment %d at byte %d: %v", ErrCorrupt, s.id, pos, err)
 }
@@ -183,7 +183,8 @@ func (s *Segment) SeekTime(t int64) (base uint64, ok bool, err error) {
 // BatchHeaderAt returns the header of the durable batch whose base
 // offset is from, when the index places one there (ok false otherwise:
 // from lies inside a batch, at a batch the index skipped, or past the
-// durable end). It reads that header only. A reader that cannot take a
+// durable end). It reads that header only, and not even that when the
+// last read of the segment stopped at that batch (peeked). A reader that cannot take a
 // batch larger than what it has left asks first, rather than reading the
 // whole batch (up to a producer's 256 KiB, and its CRC) only to leave it
 // for its next page. Anything wrong with the header is left for the read
@@ -198,6 +199,9 @@ func (s *Segment) BatchHeaderAt(from uint64) (h BatchHeader, ok bool) {
 	limit := FileHeaderSize + d.Bytes
 	if !found || !at || from >= d.End || pos+HeaderSize > limit {
 		return BatchHeader{}, false
+	}
+	if p := s.peeked.Load(); p != nil && p.pos == pos && p.h.BaseOffset == from && pos+int64(p.h.Length) <= limit {
+		return p.h, true
 	}
 	var hb [HeaderSize]byte
 	if got, _ := s.f.ReadAt(hb[:], pos); got != len(hb) {

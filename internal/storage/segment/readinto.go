@@ -47,9 +47,10 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 	if at {
 		whole = wholeEnd(whole, pos, int64(maxBytes), limit, int64(s.interval))
 	}
+	peek := peekPast(whole, limit)
 	chunk := s.readChunk(maxBytes, pos, nextPos, limit, at)
 	if whole > 0 {
-		chunk = int(min(int64(chunk), whole-pos))
+		chunk = int(min(int64(chunk), whole+peek-pos))
 	}
 	// The window reads into wb and never grows it: each of its reads is
 	// at most chunk bytes, none past limit, all from pos on.
@@ -64,7 +65,7 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 	if whole >= first+int64(h.Length) {
 		// Never below the first batch: an index entry inside it (a
 		// damaged .idx) must not make the read return nothing.
-		span = whole - first
+		span = whole + peek - first
 	}
 	out, fresh, err := s.readSpan(w, first, span, bufs)
 	if err != nil {
@@ -76,10 +77,13 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 		bufs.Put(wb)
 		held = out
 	}
-	cut, next, err := s.cut(out, first, limit, upTo)
+	cut, next, stop, err := s.cut(out, first, limit, upTo)
 	if err != nil || cut == 0 {
 		bufs.Put(held)
 		return nil, nil, from, err
+	}
+	if stop != nil {
+		s.peeked.Store(stop)
 	}
 	out = out[:cut:cut]
 	if _, heap := bufs.(heapBuffers); !heap && cap(held) >= compactBelow*cut {
@@ -116,6 +120,18 @@ func wholeEnd(boundary, pos, maxBytes, limit, interval int64) int64 {
 		return limit
 	case boundary > pos && pos+maxBytes-boundary >= max(2*interval, TrimAtLeast):
 		return boundary
+	}
+	return 0
+}
+
+// peekPast is how far a read that ends on the batch boundary whole reads
+// on: the next batch's header, when durable, so that the read learns
+// whether that batch would fit the reader's next page (see peeked) and the
+// reader need not ask for it with a read of its own. A read ended early
+// has TrimAtLeast to spare, so the header stays within what it was asked.
+func peekPast(whole, limit int64) int64 {
+	if whole > 0 && whole+HeaderSize <= limit {
+		return HeaderSize
 	}
 	return 0
 }

@@ -183,9 +183,10 @@ func TestReadFromIndexedBatchReadsNoWalk(t *testing.T) {
 }
 
 // A read from an indexed batch ends on a batch boundary the index knows:
-// it asks the file for exactly the whole batches it returns, not for the
-// start of the next batch too, which it would only leave. Up to the
-// durable end, the end is such a boundary. A first batch larger than the
+// it asks the file for the whole batches it returns and the next batch's
+// header, not for the start of that batch too, which it would only leave.
+// Up to the durable end, the end is such a boundary (with no header past
+// it). A first batch larger than the
 // request is still read whole, and a read that would save less than
 // TrimAtLeast of a batch reads its whole size, as before.
 func TestReadFromIndexedBatchReadsOnlyWholeBatches(t *testing.T) {
@@ -205,7 +206,7 @@ func TestReadFromIndexedBatchReadsOnlyWholeBatches(t *testing.T) {
 		next     uint64
 		read     int // what the file is asked for; 0: what is returned
 	}{
-		{"two and a half batches", 20, len(batches[2]) + len(batches[3]) + len(batches[4])/2, batches[2:4], 40, 0},
+		{"two and a half batches", 20, len(batches[2]) + len(batches[3]) + len(batches[4])/2, batches[2:4], 40, len(batches[2]) + len(batches[3]) + HeaderSize},
 		{"exactly two", 20, len(batches[2]) + len(batches[3]), batches[2:4], 40, 0},
 		{"past the durable end", 60, 1 << 20, batches[6:], 80, 0},
 		{"a first batch larger than asked", 30, 1 << 10, batches[3:4], 40, 0},
@@ -248,6 +249,56 @@ func TestBatchHeaderAt(t *testing.T) {
 		if reads, read := fs.reads.Load()-r0, fs.bytes.Load()-b0; ok && (reads != 1 || read != HeaderSize) {
 			t.Fatalf("from %d: %d preads of %d bytes for a header", tc.from, reads, read)
 		}
+	}
+}
+
+// A read that stops at a batch for want of room, having read its header,
+// keeps that header: BatchHeaderAt then answers it without a read. It
+// answers for that batch only, and reads again after a cut, which may
+// have put other batches at the same offsets and positions.
+func TestBatchHeaderAtAnswersTheHeaderTheLastReadStoppedAt(t *testing.T) {
+	fs := &countFS{FS: vfs.NewMem()}
+	s := newSeg(t, fs, 0, Options{})
+	var batches [][]byte
+	for i := range 4 {
+		batches = append(batches, bigBatch(t, uint64(i*10), 10, 8000)) // about 80 KiB, every one indexed
+	}
+	appendSync(t, s, batches...)
+	headerReads := func(from uint64) (BatchHeader, bool, int64) {
+		t.Helper()
+		r0 := fs.reads.Load()
+		h, ok := s.BatchHeaderAt(from)
+		return h, ok, fs.reads.Load() - r0
+	}
+
+	// Ended early on a boundary: the read took batch 2's header along.
+	buf, next, reads, _ := readCounted(t, fs, s, 10, len(batches[1])+len(batches[2])/2)
+	if !bytes.Equal(buf, batches[1]) || next != 20 || reads != 1 {
+		t.Fatalf("got %d bytes, next %d, %d preads; want batch 1 in one pread", len(buf), next, reads)
+	}
+	if h, ok, n := headerReads(20); !ok || h.Length != len(batches[2]) || h.BaseOffset != 20 || n != 0 {
+		t.Fatalf("batch 2's header after a read that stopped at it: %+v, %v, %d preads; want it with none", h, ok, n)
+	}
+	if _, ok, n := headerReads(30); !ok || n != 1 {
+		t.Fatalf("batch 3's header, which no read stopped at: ok %v after %d preads, want one", ok, n)
+	}
+
+	// Cut back to batch 1 and written again with other batches from 20:
+	// batch 2's old header must not answer for the new one.
+	c, err := s.PlanCut(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, _ = readCounted(t, fs, s, 10, len(batches[1])+len(batches[2])/2); s.peeked.Load() == nil {
+		t.Fatal("the read before the cut kept no header: the cut has nothing to clear")
+	}
+	if err := s.ApplyCut(c); err != nil {
+		t.Fatal(err)
+	}
+	again := bigBatch(t, 20, 10, 9000) // larger: the old header would pass the durable end check
+	appendSync(t, s, again)
+	if h, ok, n := headerReads(20); !ok || h.Length != len(again) || n != 1 {
+		t.Fatalf("after the cut: %+v, %v, %d preads; want the new batch's header (%d bytes), read", h, ok, n, len(again))
 	}
 }
 

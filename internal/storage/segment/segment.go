@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cespare/xxhash/v2"
@@ -133,10 +134,24 @@ type Segment struct {
 	err     error  // sticky: after a failed write or sync nothing more is written
 	cuts    uint64 // cuts applied since the file was opened (see Cut)
 
+	// peeked is the header of the batch the last read stopped at for want
+	// of room, at its position (ReadInto, BatchHeaderAt). A reader whose
+	// next page may not have room for that batch asks for its header, and
+	// this answers without a system call: durable bytes change only by a
+	// cut, which clears it. One entry: readers of one segment take turns
+	// at it, and a miss costs the read it saves.
+	peeked atomic.Pointer[peekedHeader]
+
 	// Owned by the writer.
 	hash     *xxhash.Digest
 	unhashed [][]byte // written batches the content hash has not seen yet
 	buf      []byte
+}
+
+// peekedHeader is a batch header read at file position pos.
+type peekedHeader struct {
+	pos int64
+	h   BatchHeader
 }
 
 func newSegment(f vfs.File, fh fileHeader, o Options) *Segment {
