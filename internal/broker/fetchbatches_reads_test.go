@@ -197,12 +197,12 @@ func TestFetchBatchesDoNotReadABatchTheyLeave(t *testing.T) {
 			}
 			// Headers asked for, the index walk and reads that end less
 			// than segment.TrimAtLeast into a batch aside, what is read is
-			// what is returned: about 3.5% more with a quarter page as a
-			// range's share, 5% with half a page (turnBytes); 17% and 45%
-			// when batches were read whole only to be left.
+			// what is returned (3.5% more here); reading whole batches
+			// only to leave them read 17% more at one range and 10% more
+			// over many.
 			read := fs.read.Load() - before
 			t.Logf("read %d bytes to return %d", read, stored)
-			if read > int64(stored+stored/16) {
+			if read > int64(stored+stored/20) {
 				t.Fatalf("read %d bytes to return %d: batches were read only to be left", read, stored)
 			}
 		})
@@ -276,7 +276,7 @@ func readAllBatches(t *testing.T, b *Broker, stored, pages int) map[uint64][]int
 // hold every record once, in order: small batches between large ones,
 // where a read may end early on an index boundary (segment.wholeEnd) and
 // leave small batches that would fit, which the page then reads on for
-// (nextWontFit asks the next batch's header, which the read took along).
+// (nextWontFit asks the next batch's header).
 func TestFetchBatchesMixedSizesFillPages(t *testing.T) {
 	encode := func(size, stamp int) []byte {
 		batch, err := segment.EncodeBatch(nil, 0, []Record{{Value: bytes.Repeat([]byte("v"), size), Timestamp: int64(stamp)}}, segment.CodecNone)
@@ -319,15 +319,17 @@ func TestFetchBatchesMixedSizesFillPages(t *testing.T) {
 	if want := 5*small + large + 5*small; n != want {
 		t.Fatalf("first page: %d bytes, want %d (a group and the next five small batches)", n, want)
 	}
-	// The read of the second group stops short at the large batch, having
-	// read its header: the page's check of that batch (nextWontFit) is
-	// answered from it, with no read of its own, and the batch is not
-	// read again only to be left.
+	// The page's checks of the batch after a read that stopped short of
+	// its room (nextWontFit, then wontFit for the next visit: here the
+	// first small batch of the second group, which the read of the first
+	// group stopped at) are answered from the header that read had read,
+	// with no read of their own; and the large batch that ends the
+	// page is not read whole only to be left (that read about 188 KB).
 	if got := fs.headers.Load() - headers; got != 0 {
 		t.Fatalf("the first page read %d batch headers on their own; the read that stopped at the batch had it", got)
 	}
-	if read := fs.read.Load() - before; read >= int64(n+2*large) {
-		t.Fatalf("the first page read %d bytes to return %d: the large batch that ends it was read again", read, n)
+	if read := fs.read.Load() - before; read >= int64(n+large+large/2) {
+		t.Fatalf("the first page read %d bytes to return %d: the large batch that ends it was read only to be left", read, n)
 	}
 	readFullPages(t, b, stored, maxBytes-large)
 }

@@ -114,21 +114,32 @@ func (s *Segment) seek(w *window, pos int64, from uint64) (int64, BatchHeader, e
 // durable data always ends on a batch boundary, so that is damage. stop is
 // the header of the batch left for want of room, with its position, when
 // out holds that header (nil otherwise).
-func (s *Segment) cut(out []byte, first, limit int64, upTo uint64) (int, uint64, *peekedHeader, error) {
+//
+// The last peek bytes of out are only the header of the batch after the
+// read (peekPast): the read did not ask for that batch, so damage in its
+// header is left for the read that asks for it, which reports it, and the
+// good batches before it are returned.
+func (s *Segment) cut(out []byte, first, limit int64, upTo uint64, peek int) (int, uint64, *peekedHeader, error) {
 	cut, next := 0, uint64(0)
 	for len(out)-cut >= HeaderSize {
+		peeked := peek > 0 && cut == len(out)-peek
 		h, err := ParseHeader(out[cut:])
-		if err != nil {
+		switch {
+		case err != nil && peeked:
+			return cut, next, nil, nil
+		case err != nil:
 			return 0, 0, nil, s.corrupt(first+int64(cut), err)
-		}
-		if h.LastOffset() >= upTo {
-			break
+		case h.LastOffset() >= upTo:
+			return cut, next, nil, nil
 		}
 		if cut+h.Length > len(out) {
-			if first+int64(cut+h.Length) > limit {
-				return 0, 0, nil, s.corrupt(first+int64(cut), ErrShortBatch)
+			switch {
+			case first+int64(cut+h.Length) <= limit:
+				return cut, next, &peekedHeader{pos: first + int64(cut), h: h}, nil
+			case peeked:
+				return cut, next, nil, nil
 			}
-			return cut, next, &peekedHeader{pos: first + int64(cut), h: h}, nil
+			return 0, 0, nil, s.corrupt(first+int64(cut), ErrShortBatch)
 		}
 		if err := Verify(out[cut : cut+h.Length]); err != nil {
 			return 0, 0, nil, s.corrupt(first+int64(cut), err)
@@ -139,6 +150,8 @@ func (s *Segment) cut(out []byte, first, limit int64, upTo uint64) (int, uint64,
 	return cut, next, nil, nil
 }
 
+// corrupt wraps a problem found in stored bytes as ErrCorrupt, keeping the
+// original reason in the message.
 func (s *Segment) corrupt(pos int64, err error) error {
 	return fmt.Errorf("%w: segment %d at byte %d: %v", ErrCorrupt, s.id, pos, err)
 }

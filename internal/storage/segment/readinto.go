@@ -62,10 +62,11 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 		return nil, nil, from, err
 	}
 	span := min(int64(max(h.Length, maxBytes)), limit-first)
+	tail := 0 // the peeked header's bytes at the end of the span
 	if whole >= first+int64(h.Length) {
 		// Never below the first batch: an index entry inside it (a
 		// damaged .idx) must not make the read return nothing.
-		span = whole + peek - first
+		span, tail = whole+peek-first, int(peek)
 	}
 	out, fresh, err := s.readSpan(w, first, span, bufs)
 	if err != nil {
@@ -77,7 +78,7 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 		bufs.Put(wb)
 		held = out
 	}
-	cut, next, stop, err := s.cut(out, first, limit, upTo)
+	cut, next, stop, err := s.cut(out, first, limit, upTo, tail)
 	if err != nil || cut == 0 {
 		bufs.Put(held)
 		return nil, nil, from, err

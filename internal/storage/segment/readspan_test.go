@@ -2,6 +2,7 @@ package segment
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -299,6 +300,36 @@ func TestBatchHeaderAtAnswersTheHeaderTheLastReadStoppedAt(t *testing.T) {
 	appendSync(t, s, again)
 	if h, ok, n := headerReads(20); !ok || h.Length != len(again) || n != 1 {
 		t.Fatalf("after the cut: %+v, %v, %d preads; want the new batch's header (%d bytes), read", h, ok, n, len(again))
+	}
+}
+
+// A read ended early takes the next batch's header along, but that batch
+// is not what it was asked for: damage in that header leaves the read
+// its good batches, is kept as no header, and is reported by the read that
+// asks for the damaged batch.
+func TestDamageInThePeekedHeaderIsLeftForTheReadOfItsBatch(t *testing.T) {
+	mem := vfs.NewMem()
+	fs := &countFS{FS: mem}
+	s := newSeg(t, fs, 0, Options{})
+	var batches [][]byte
+	for i := range 4 {
+		batches = append(batches, bigBatch(t, uint64(i*10), 10, 8000)) // about 80 KiB, every one indexed
+	}
+	appendSync(t, s, batches...)
+	flipByte(t, mem, "/seg.log", int64(FileHeaderSize+len(batches[0])+len(batches[1]))) // batch 2's magic
+
+	buf, next, reads, read := readCounted(t, fs, s, 10, len(batches[1])+len(batches[2])/2)
+	if !bytes.Equal(buf, batches[1]) || next != 20 {
+		t.Fatalf("got %d bytes, next %d; want batch 1, next 20", len(buf), next)
+	}
+	if reads != 1 || read != int64(len(batches[1])+HeaderSize) {
+		t.Fatalf("%d preads of %d bytes: the read did not take the next header along", reads, read)
+	}
+	if p := s.peeked.Load(); p != nil {
+		t.Fatalf("a damaged header was kept: %+v", p)
+	}
+	if _, _, err := s.Read(20, len(batches[2]), ^uint64(0)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("the read of the damaged batch: %v, want ErrCorrupt", err)
 	}
 }
 
