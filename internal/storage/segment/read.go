@@ -197,11 +197,11 @@ func (s *Segment) SeekTime(t int64) (base uint64, ok bool, err error) {
 // offset is from, when the index places one there (ok false otherwise:
 // from lies inside a batch, at a batch the index skipped, or past the
 // durable end). It reads that header only, and not even that when the
-// last read of the segment stopped at that batch (peeked). A reader that cannot take a
-// batch larger than what it has left asks first, rather than reading the
-// whole batch (up to a producer's 256 KiB, and its CRC) only to leave it
-// for its next page. Anything wrong with the header is left for the read
-// that follows to report.
+// last read of the segment stopped at that batch (peeked). A reader that
+// cannot take a batch larger than what it has left asks first, rather
+// than reading the whole batch (up to a producer's 256 KiB, and its CRC)
+// only to leave it for its next page. Anything wrong with the header is
+// left for the read that follows to report.
 func (s *Segment) BatchHeaderAt(from uint64) (h BatchHeader, ok bool) {
 	s.io.RLock()
 	defer s.io.RUnlock()
