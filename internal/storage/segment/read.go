@@ -35,13 +35,25 @@ const maxReadAhead = 256 << 10
 //     request alone, such a batch cost a second pread of all of it into a
 //     fresh buffer.
 //
-// Both are bounded by maxReadAhead past the interval's walk; a batch
-// larger than that costs a second pread of its remainder only (readSpan).
+// Both are bounded by maxReadAhead past the interval's walk (but see
+// known, below); a batch larger than that costs a second pread of its
+// remainder only (readSpan).
+//
 // When the batch at pos is the one the read starts with (at), there is
 // no walk to allow for: a reader that took whole batches stands at a
 // batch's base, which is often an indexed one, and the interval's
 // allowance was then read past the end of what it asked for and dropped.
-func (s *Segment) readChunk(maxBytes int, pos, next, limit int64, at bool) int {
+// When that batch's header is known (the last read of the segment
+// stopped at it, peeked) and the read will return it, the window takes
+// it whole, whatever its size: the read returns it whole, so nothing of
+// it is read in vain. A producer's batch of 256 KiB of records is a few
+// dozen bytes over maxReadAhead with its framing; bounded there, the
+// window read the bound, copied it into a buffer of the batch's size and
+// fetched the last bytes with a second pread (docs/perf.md, eighth
+// round). Unknown, the batch is not sized from the index: the bytes up
+// to the next index point may be a small batch and a large one the read
+// does not return.
+func (s *Segment) readChunk(maxBytes int, pos, next, limit int64, at bool, known int64) int {
 	walk := s.interval + 2*HeaderSize
 	if at {
 		walk = 0
@@ -50,7 +62,22 @@ func (s *Segment) readChunk(maxBytes int, pos, next, limit int64, at bool) int {
 		next = limit
 	}
 	ahead := max(int64(maxBytes), next-pos-int64(walk), 0)
-	return walk + int(min(ahead, maxReadAhead))
+	return walk + int(max(min(ahead, maxReadAhead), known))
+}
+
+// knownBatch is the length of the durable batch at file position pos
+// whose base offset is from, when the last read of the segment stopped
+// at it (peeked), a read up to upTo returns it, and it is larger than
+// maxBytes, so that it is all the read returns; 0 otherwise. A read asked
+// for more spans more than the batch: a window of the batch's size would
+// still be copied into a buffer of the read's, only a larger copy.
+func (s *Segment) knownBatch(pos int64, from, upTo uint64, limit int64, maxBytes int) int64 {
+	p := s.peeked.Load()
+	if p == nil || p.pos != pos || p.h.BaseOffset != from || p.h.LastOffset() >= upTo ||
+		pos+int64(p.h.Length) > limit || p.h.Length <= maxBytes {
+		return 0
+	}
+	return int64(p.h.Length)
 }
 
 // readSpan returns the span bytes at first: a slice of the seek window when

@@ -48,7 +48,11 @@ func (s *Segment) ReadInto(from uint64, maxBytes int, upTo uint64, bufs Buffers)
 		whole = wholeEnd(whole, pos, int64(maxBytes), limit, int64(s.interval))
 	}
 	peek := peekPast(whole, limit)
-	chunk := s.readChunk(maxBytes, pos, nextPos, limit, at)
+	known := int64(0)
+	if at {
+		known = s.knownBatch(pos, from, upTo, limit, maxBytes)
+	}
+	chunk := s.readChunk(maxBytes, pos, nextPos, limit, at, known)
 	if whole > 0 {
 		chunk = int(min(int64(chunk), whole+peek-pos))
 	}

@@ -183,6 +183,70 @@ func TestReadFromIndexedBatchReadsNoWalk(t *testing.T) {
 	}
 }
 
+// A producer's batch of 256 KiB of records is a little over the
+// read-ahead bound with its framing. A page's reader that left it for
+// want of room reads it next from its base: the read before stopped at
+// it and kept its header, so this read takes the batch in one pread of
+// exactly its bytes, whatever share of a page was asked. The first form
+// read the bound, copied it into a buffer of the batch's size and read
+// the last bytes with a second pread. A read that returns nothing,
+// because upTo falls inside that batch, and a read whose first batch is
+// unknown read no more than the bound, as before: the index alone does
+// not say how much of what lies up to its next entry a read returns.
+func TestReadFirstBatchOverReadAheadOnePread(t *testing.T) {
+	fs := &countFS{FS: vfs.NewMem()}
+	s := newSeg(t, fs, 0, Options{})
+	a, b := bigBatch(t, 0, 80, 1000), bigBatch(t, 80, 80, 1000) // about 80 KiB each
+	over := bigBatch(t, 160, 262, 1000)                         // a little over 256 KiB
+	tiny := mkBatch(t, 422)                                     // indexed, then
+	big := bigBatch(t, 423, 400, 1000)                          // too close to it to be
+	tail := mkBatch(t, 823)
+	appendSync(t, s, a, b, over, tiny, big, tail)
+	if len(over) <= maxReadAhead || len(tiny) >= s.interval || len(big) <= maxReadAhead {
+		t.Fatalf("test batches of %d, %d and %d bytes do not exercise the bound", len(over), len(tiny), len(big))
+	}
+	ab := append(append([]byte{}, a...), b...)
+
+	// Unknown (no read stopped at it yet), it is read as before.
+	buf, next, _, _ := readCounted(t, fs, s, 160, 64<<10)
+	if !bytes.Equal(buf, over) || next != 422 {
+		t.Fatalf("unknown: got %d bytes, next %d; want the %d-byte batch, next 422", len(buf), next, len(over))
+	}
+
+	for _, maxBytes := range []int{64 << 10, maxReadAhead} {
+		// A read that leaves over for want of room keeps its header.
+		buf, next, _, _ = readCounted(t, fs, s, 0, len(ab)+(10<<10))
+		if !bytes.Equal(buf, ab) || next != 160 {
+			t.Fatalf("before: got %d bytes, next %d; want batches a and b", len(buf), next)
+		}
+		buf, next, reads, read := readCounted(t, fs, s, 160, maxBytes)
+		if !bytes.Equal(buf, over) || next != 422 {
+			t.Fatalf("asked %d: got %d bytes, next %d; want the %d-byte batch, next 422", maxBytes, len(buf), next, len(over))
+		}
+		if reads != 1 || read != int64(len(over)) {
+			t.Fatalf("asked %d: %d preads of %d bytes for a %d-byte batch, want one of its bytes", maxBytes, reads, read, len(over))
+		}
+	}
+
+	// Known but not returned: upTo falls inside it.
+	readCounted(t, fs, s, 0, len(ab)+(10<<10))
+	r0, b0 := fs.reads.Load(), fs.bytes.Load()
+	buf, next, err := s.Read(160, 64<<10, 300)
+	if err != nil || len(buf) != 0 || next != 160 {
+		t.Fatalf("upTo inside: got %d bytes, next %d, %v; want nothing", len(buf), next, err)
+	}
+	if read := fs.bytes.Load() - b0; read > maxReadAhead {
+		t.Fatalf("upTo inside: %d preads of %d bytes to return nothing, want at most %d", fs.reads.Load()-r0, read, maxReadAhead)
+	}
+
+	// A tiny indexed batch with a large one up to the next index entry: a
+	// read of the tiny one is not sized by the large one.
+	buf, next, _, read := readCounted(t, fs, s, 422, 1)
+	if !bytes.Equal(buf, tiny) || next != 423 || read > maxReadAhead {
+		t.Fatalf("tiny: got %d bytes, next %d, read %d; want the tiny batch, at most %d read", len(buf), next, read, maxReadAhead)
+	}
+}
+
 // A read from an indexed batch ends on a batch boundary the index knows:
 // it asks the file for the whole batches it returns and the next batch's
 // header, not for the start of that batch too, which it would only leave.
