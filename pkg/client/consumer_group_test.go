@@ -178,6 +178,30 @@ func awaitCond(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// awaitGroup is awaitCond for batch b of TestConsumerGroupRebalances.
+// A member the group still counts but that reads nothing stalls it until
+// the session timeout: before failing, it logs what the group says of its
+// members (who holds which ranges, last seen when) and how far the ledger
+// got.
+func awaitGroup(t *testing.T, c *client.Client, l *ledger, b int, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			g, err := c.DescribeGroupMembers(t.Context(), "orders", "g")
+			t.Logf("batch %d: %d distinct records processed; generation %d, describe error %v", b, l.distinct(), g.Generation, err)
+			for _, m := range g.Members {
+				t.Logf("member %s: ranges %v, last seen %v ago", m.Name, m.Ranges, time.Since(m.LastSeen).Round(time.Millisecond))
+			}
+			t.Fatalf("timed out waiting for the group to process batch %d", b)
+		}
+	}
+}
+
 // afterClose checks that the group has nothing left: lag 0, and a new
 // member reads nothing.
 func afterClose(t *testing.T, c *client.Client) {
@@ -192,10 +216,15 @@ func afterClose(t *testing.T, c *client.Client) {
 // TestConsumerGroupRebalances: members join and leave while records
 // flow. Every record is processed exactly once, each key in order, and
 // never by two members at once.
+//
+// The group's session timeout is 5 s, not the default 30 s: a member's
+// fetch sent just before its Close may reach the node after the leave
+// and join it again (Consumer.shutdown), and its ranges then wait for the
+// session timeout. At 30 s that took the whole of awaitGroup's wait.
 func TestConsumerGroupRebalances(t *testing.T) {
 	for _, size := range []int{2, 3} {
 		t.Run(fmt.Sprintf("members=%d", size), func(t *testing.T) {
-			_, c := start(t)
+			_, c := start(t, clienttest.WithGroupSessionTimeout(5*time.Second))
 			createTopic(t, c, "orders", client.WithRanges(8))
 			const keys, batches, per = 16, 6, 80
 			l := newLedger(true)
@@ -212,7 +241,7 @@ func TestConsumerGroupRebalances(t *testing.T) {
 					ms[0].close(t)
 					ms = ms[1:]
 				}
-				awaitCond(t, "the group to process the batch", func() bool { return l.distinct() == (b+1)*per })
+				awaitGroup(t, c, l, b, func() bool { return l.distinct() == (b+1)*per })
 			}
 			for _, m := range ms {
 				m.close(t)
