@@ -166,24 +166,12 @@ func (m *groupMember) close(t *testing.T) {
 // awaitCond waits until cond holds, for at most 30 s.
 func awaitCond(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	awaitCondOr(t, what, cond, func() {})
 }
 
-// awaitGroup is awaitCond for batch b of TestConsumerGroupRebalances.
-// A member the group still counts but that reads nothing stalls it until
-// the session timeout: before failing, it logs what the group says of its
-// members (who holds which ranges, last seen when) and how far the ledger
-// got.
-func awaitGroup(t *testing.T, c *client.Client, l *ledger, b int, cond func() bool) {
+// awaitCondOr is awaitCond that calls explain, to log what the test sees,
+// before failing on the timeout.
+func awaitCondOr(t *testing.T, what string, cond func() bool, explain func()) {
 	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -192,13 +180,21 @@ func awaitGroup(t *testing.T, c *client.Client, l *ledger, b int, cond func() bo
 		select {
 		case <-tick.C:
 		case <-deadline:
-			g, err := c.DescribeGroupMembers(t.Context(), "orders", "g")
-			t.Logf("batch %d: %d distinct records processed; generation %d, describe error %v", b, l.distinct(), g.Generation, err)
-			for _, m := range g.Members {
-				t.Logf("member %s: ranges %v, last seen %v ago", m.Name, m.Ranges, time.Since(m.LastSeen).Round(time.Millisecond))
-			}
-			t.Fatalf("timed out waiting for the group to process batch %d", b)
+			explain()
+			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// logGroup logs what the node says of the group's members (who holds
+// which ranges, last seen when) and how far the ledger got: a member the
+// group still counts but that reads nothing holds its ranges until the
+// node drops it for silence (GroupSessionTimeout).
+func logGroup(t *testing.T, c *client.Client, l *ledger) {
+	g, err := c.DescribeGroupMembers(t.Context(), "orders", "g")
+	t.Logf("%d distinct records processed; generation %d, describe error %v", l.distinct(), g.Generation, err)
+	for _, m := range g.Members {
+		t.Logf("member %s: ranges %v, last seen %v ago", m.Name, m.Ranges, time.Since(m.LastSeen).Round(time.Millisecond))
 	}
 }
 
@@ -217,10 +213,11 @@ func afterClose(t *testing.T, c *client.Client) {
 // flow. Every record is processed exactly once, each key in order, and
 // never by two members at once.
 //
-// The group's session timeout is 5 s, not the default 30 s: a member's
-// fetch sent just before its Close may reach the node after the leave
-// and join it again (Consumer.shutdown), and its ranges then wait for the
-// session timeout. At 30 s that took the whole of awaitGroup's wait.
+// The node drops a silent member after 5 s here (GroupSessionTimeout),
+// not the default 30 s: a member's fetch sent just before its Close may
+// reach the node after the leave and join it again (Consumer.shutdown),
+// and its ranges then wait until the node drops it. At 30 s that took
+// the whole of awaitCond's wait.
 func TestConsumerGroupRebalances(t *testing.T) {
 	for _, size := range []int{2, 3} {
 		t.Run(fmt.Sprintf("members=%d", size), func(t *testing.T) {
@@ -241,7 +238,8 @@ func TestConsumerGroupRebalances(t *testing.T) {
 					ms[0].close(t)
 					ms = ms[1:]
 				}
-				awaitGroup(t, c, l, b, func() bool { return l.distinct() == (b+1)*per })
+				awaitCondOr(t, fmt.Sprintf("the group to process batch %d", b),
+					func() bool { return l.distinct() == (b+1)*per }, func() { logGroup(t, c, l) })
 			}
 			for _, m := range ms {
 				m.close(t)
