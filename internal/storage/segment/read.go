@@ -72,12 +72,22 @@ func (s *Segment) readChunk(maxBytes int, pos, next, limit int64, at bool, known
 // for more spans more than the batch: a window of the batch's size would
 // still be copied into a buffer of the read's, only a larger copy.
 func (s *Segment) knownBatch(pos int64, from, upTo uint64, limit int64, maxBytes int) int64 {
-	p := s.peeked.Load()
-	if p == nil || p.pos != pos || p.h.BaseOffset != from || p.h.LastOffset() >= upTo ||
-		pos+int64(p.h.Length) > limit || p.h.Length <= maxBytes {
+	h, ok := s.kept(pos, from, limit)
+	if !ok || h.LastOffset() >= upTo || h.Length <= maxBytes {
 		return 0
 	}
-	return int64(p.h.Length)
+	return int64(h.Length)
+}
+
+// kept is the header the last read of the segment stopped at (peeked),
+// when it is that of the durable batch at file position pos whose base
+// offset is from.
+func (s *Segment) kept(pos int64, from uint64, limit int64) (BatchHeader, bool) {
+	p := s.peeked.Load()
+	if p == nil || p.pos != pos || p.h.BaseOffset != from || pos+int64(p.h.Length) > limit {
+		return BatchHeader{}, false
+	}
+	return p.h, true
 }
 
 // readSpan returns the span bytes at first: a slice of the seek window when
@@ -240,8 +250,8 @@ func (s *Segment) BatchHeaderAt(from uint64) (h BatchHeader, ok bool) {
 	if !found || !at || from >= d.End || pos+HeaderSize > limit {
 		return BatchHeader{}, false
 	}
-	if p := s.peeked.Load(); p != nil && p.pos == pos && p.h.BaseOffset == from && pos+int64(p.h.Length) <= limit {
-		return p.h, true
+	if h, ok := s.kept(pos, from, limit); ok {
+		return h, true
 	}
 	var hb [HeaderSize]byte
 	if got, _ := s.f.ReadAt(hb[:], pos); got != len(hb) {
