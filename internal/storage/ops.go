@@ -162,7 +162,11 @@ func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Fo
 	}
 	// With the node journal the file's latest batches may be durable only
 	// in the journal, which a checkpoint will drop: a sealed file must
-	// stand alone.
+	// stand alone, exactly as long as its data.
+	if err := log.TrimPadding(); err != nil {
+		s.fail(err)
+		return Footer{}, err
+	}
 	if err := log.SyncFile(); err != nil {
 		s.fail(err)
 		return Footer{}, err

@@ -37,6 +37,11 @@ type Config struct {
 	// every segment file it wrote. A journal left by an earlier run is
 	// replayed either way.
 	NoJournal bool
+	// PadBytes is the region segment files are padded to with the node
+	// journal on (segment.Options.PadBytes): 0 means padRegion (64 KiB),
+	// a negative value turns padding off. Without the journal nothing is
+	// padded.
+	PadBytes int
 	// JournalFileBytes is the journal file size from which the store moves
 	// to a new file and checkpoints the old one (default 64 MiB).
 	JournalFileBytes int64
@@ -659,4 +664,23 @@ func (s *Store) createFiles(id SegmentID, base uint64, owner uint32, sync bool) 
 		return nil, err
 	}
 	return log, nil
+}
+
+// padRegion is the region the store's segment files are padded to with
+// the node journal on (segment.Options.PadBytes). Over 1,024 files taking
+// appends of 8-60 KiB in turn, files written in 64 KiB regions read back
+// from the page cache at 1.6 times the rate of unaligned ones, in 32 KiB
+// regions at 1.4 times (docs/perf.md, ninth round of "Many ranges").
+// Without the journal every round fsyncs the files it wrote, and the
+// zeros would reach the disk with each fsync.
+const padRegion = 64 << 10
+
+func padBytes(c Config) int {
+	switch {
+	case c.NoJournal || c.PadBytes < 0:
+		return 0
+	case c.PadBytes == 0:
+		return padRegion
+	}
+	return c.PadBytes
 }

@@ -73,6 +73,10 @@ func parseFileHeader(b []byte) (fileHeader, error) {
 type Options struct {
 	// IndexIntervalBytes is the sparse index spacing; default 4096.
 	IndexIntervalBytes int
+	// PadBytes, when set, zero-fills each write that ends inside a region
+	// of the file (PadBytes bytes, aligned) no earlier write reached, to
+	// that region's end (see padTarget). 0 turns it off.
+	PadBytes int
 }
 
 func (o Options) interval() int {
@@ -133,6 +137,9 @@ type Segment struct {
 	sealed  bool
 	err     error  // sticky: after a failed write or sync nothing more is written
 	cuts    uint64 // cuts applied since the file was opened (see Cut)
+	// filled is how far writes have reached in the file, zeros included
+	// (PadBytes); at most the data's end when nothing is padded.
+	filled int64
 
 	// peeked is the header of the batch the last read stopped at for want
 	// of room, at its position (ReadInto, BatchHeaderAt). A reader whose
@@ -143,6 +150,7 @@ type Segment struct {
 	peeked atomic.Pointer[peekedHeader]
 
 	// Owned by the writer.
+	pad      int64 // Options.PadBytes
 	hash     *xxhash.Digest
 	unhashed [][]byte // written batches the content hash has not seen yet
 	buf      []byte
@@ -158,7 +166,7 @@ func newSegment(f vfs.File, fh fileHeader, o Options) *Segment {
 	id, base := fh.id, fh.base
 	st := Stats{Base: base, End: base}
 	return &Segment{f: f, id: id, base: base, owner: fh.owner, interval: o.interval(),
-		idx: NewIndex(o.interval()), written: st, durable: st, hash: xxhash.New()}
+		idx: NewIndex(o.interval()), written: st, durable: st, hash: xxhash.New(), pad: int64(max(o.PadBytes, 0))}
 }
 
 // Create creates an empty segment file at path (which must not exist) and
@@ -233,7 +241,7 @@ func (s *Segment) Err() error {
 // other if the cut or its fsync fails.
 func (s *Segment) Append(batches ...[]byte) error {
 	s.mu.RLock()
-	end, pos, sealed, err := s.written.End, FileHeaderSize+s.written.Bytes, s.sealed, s.err
+	end, pos, sealed, err, filled := s.written.End, FileHeaderSize+s.written.Bytes, s.sealed, s.err, s.filled
 	s.mu.RUnlock()
 	switch {
 	case err != nil:
@@ -242,6 +250,7 @@ func (s *Segment) Append(batches ...[]byte) error {
 		return ErrSealed
 	}
 	hdrs := make([]BatchHeader, len(batches))
+	n := int64(0)
 	for i, b := range batches {
 		h, err := ParseHeader(b)
 		if err != nil {
@@ -254,8 +263,10 @@ func (s *Segment) Append(batches ...[]byte) error {
 			return fmt.Errorf("%w: batch base %d below end %d", ErrOffsetRegression, h.BaseOffset, end)
 		}
 		end, hdrs[i] = h.LastOffset()+1, h
+		n += int64(len(b))
 	}
-	if err := s.write(batches, pos); err != nil {
+	padTo := padTarget(pos, n, max(filled, pos), s.pad)
+	if err := s.write(batches, pos, padTo); err != nil {
 		if noSpace(err) {
 			if cerr := s.cutTorn(pos); cerr != nil {
 				err = fmt.Errorf("%w; cutting the torn bytes off failed: %w", err, cerr)
@@ -268,6 +279,7 @@ func (s *Segment) Append(batches ...[]byte) error {
 	}
 	s.unhashed = append(s.unhashed, batches...)
 	s.mu.Lock()
+	s.filled = max(filled, pos+n, padTo)
 	for _, h := range hdrs {
 		s.idx.Add(h, pos)
 		s.written.add(h)
@@ -287,7 +299,14 @@ func (s *Segment) cutTorn(pos int64) error {
 	if err := s.f.Truncate(pos); err != nil {
 		return err
 	}
+	s.setFilled(pos)
 	return s.f.Sync()
+}
+
+func (s *Segment) setFilled(pos int64) {
+	s.mu.Lock()
+	s.filled = pos
+	s.mu.Unlock()
 }
 
 // directWrite is the batch size from which a batch is written from the
@@ -295,9 +314,24 @@ func (s *Segment) cutTorn(pos int64) error {
 // copy costs more than the extra system call.
 const directWrite = 64 << 10
 
-// write writes batches contiguously from pos. Runs of small batches are
+// write writes batches contiguously from pos and, when padTo is set
+// (padTarget), zero-fills the rest of the file up to padTo in the same
+// system call as the batches' bytes in padTo's region.
+func (s *Segment) write(batches [][]byte, pos, padTo int64) error {
+	if padTo == 0 {
+		return s.gather(batches, pos)
+	}
+	from := max(pos, padTo-s.pad)
+	head, tail := splitBytes(batches, from-pos)
+	if err := s.gather(head, pos); err != nil {
+		return err
+	}
+	return s.writePadded(tail, from, padTo)
+}
+
+// gather writes batches contiguously from pos. Runs of small batches are
 // gathered into one buffer so one system call covers them.
-func (s *Segment) write(batches [][]byte, pos int64) error {
+func (s *Segment) gather(batches [][]byte, pos int64) error {
 	buf := s.buf[:0]
 	flush := func() error {
 		if len(buf) == 0 {
