@@ -32,9 +32,10 @@ func TestMain(m *testing.M) {
 // killChild appends to two segments on a real directory until killed,
 // with up to 64 appends in flight, and prints "ack <segment> <last
 // offset>" for each acknowledged batch. Acks are printed by a separate
-// goroutine: callbacks must not block.
+// goroutine: callbacks must not block. Its files are padded to 512-byte
+// regions, so that the kill finds zeros past the data of both.
 func killChild(dir string) {
-	s, err := Open(Config{Dir: dir})
+	s, err := Open(Config{Dir: dir, PadBytes: 512})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return
