@@ -74,7 +74,7 @@ func randomBatches(t *testing.T, rng *rand.Rand, at uint64) ([][]byte, uint64) {
 // end in the first region, which the file header's write reached).
 func checkPadded(t *testing.T, fs vfs.FS, s *Segment, want []byte, unit int64) {
 	t.Helper()
-	b, err := readWhole(fs, "/seg.log")
+	b, err := vfs.ReadFile(fs, "/seg.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,21 +96,6 @@ func checkPadded(t *testing.T, fs vfs.FS, s *Segment, want []byte, unit int64) {
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("Read returned %d bytes (%v), want the %d appended", len(got), err, len(want))
 	}
-}
-
-func readWhole(fs vfs.FS, name string) ([]byte, error) {
-	f, err := fs.OpenFile(name, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, size)
-	_, err = f.ReadAt(b, 0)
-	return b, err
 }
 
 // checkRegionsWhole checks that every region of unit bytes past the
