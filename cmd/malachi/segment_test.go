@@ -313,6 +313,22 @@ func TestSegmentInspectDamage(t *testing.T) {
 		}
 	})
 
+	t.Run("zero tail", func(t *testing.T) {
+		// An active segment's padding, or blocks a crash left unwritten:
+		// reported, not damage; the file replays.
+		p := damagedCopy(t, append(slices.Clone(w.data), make([]byte, 40000)...))
+		rep := inspectJSON(t, c, 0, p)
+		if !rep.Complete || rep.Records != 20 || rep.DamageCount != 0 || rep.ZeroTail != 40000 {
+			t.Fatalf("report %+v", rep)
+		}
+		if out := c.ok("segment", "inspect", p); !strings.Contains(out, "Zero tail") || !strings.Contains(out, "40000 bytes") {
+			t.Errorf("text report: %q", out)
+		}
+		if out := c.ok("segment", "replay", p, "--topic", "t", "--dry-run"); !strings.Contains(out, "would replay 20 records") {
+			t.Errorf("dry run: %q", out)
+		}
+	})
+
 	t.Run("truncated", func(t *testing.T) {
 		p := damagedCopy(t, w.data[:w.pos[4]+10])
 		rep := inspectJSON(t, c, 1, p, "--skip-damaged")

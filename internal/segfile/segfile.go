@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -137,6 +138,12 @@ type Summary struct {
 	// Stopped says the walk ended at damage (no SkipDamaged) rather than
 	// at the end of the file; the bytes after it were not looked at.
 	Stopped bool
+	// ZeroTail is how many zero bytes end the file after its last valid
+	// batch, which are not damage: a node pads an active segment's file
+	// with zeros past its data (docs/storage-format.md), and a crash can
+	// leave blocks allocated but never written, which read as zeros. No
+	// batch starts with a zero byte, so they hold none.
+	ZeroTail int64
 
 	neverExpires bool
 }
@@ -179,6 +186,14 @@ func Scan(ctx context.Context, r io.ReaderAt, size int64, o Options, visit func(
 			return s, err
 		}
 		if reason != "" {
+			zero, err := zeroTo(ctx, r, pos, size)
+			if err != nil {
+				return s, err
+			}
+			if zero {
+				s.ZeroTail = size - pos
+				break
+			}
 			next := size
 			if o.SkipDamaged {
 				if next, err = w.nextValid(ctx, pos+1, minBase); err != nil {
@@ -207,6 +222,34 @@ func Scan(ctx context.Context, r io.ReaderAt, size int64, o Options, visit func(
 	}
 	return s, nil
 }
+
+// zeroTo reports whether r's bytes [pos, size) are all zero. It reads
+// them in chunks that start small and double, so that a nonzero byte
+// soon after pos (damage, not a zero tail) costs a small read, and the
+// bytes it reads are at most twice the zeros it finds plus the first
+// chunk.
+func zeroTo(ctx context.Context, r io.ReaderAt, pos, size int64) (bool, error) {
+	buf := make([]byte, min(size-pos, zeroChunk))
+	n := min(int64(len(buf)), 512)
+	for pos < size {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		b := buf[:min(size-pos, n)]
+		if got, err := r.ReadAt(b, pos); got < len(b) {
+			return false, err
+		}
+		if slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) {
+			return false, nil
+		}
+		pos += int64(len(b))
+		n = min(2*n, int64(len(buf)))
+	}
+	return true, nil
+}
+
+// zeroChunk bounds what zeroTo reads at a time.
+const zeroChunk = 64 << 10
 
 func (s *Summary) damage(sp Span) {
 	s.DamagedSpans++

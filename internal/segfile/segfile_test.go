@@ -312,3 +312,34 @@ func TestScanMaxExpiry(t *testing.T) {
 		t.Errorf("with records that never expire: max expiry %d, stopped %v, %d records", s.MaxExpiry, s.Stopped, s.Records)
 	}
 }
+
+// Zeros that end the file after its last batch (a node's padding, or
+// blocks a crash left unwritten) are a zero tail, not damage; zeros
+// followed by anything else are damage as before.
+func TestScanZeroTail(t *testing.T) {
+	w := writeSegment(t, 4, 5)
+	for _, skip := range []bool{false, true} {
+		for _, zeros := range []int{1, 511, 512, 5000, 200000} {
+			data := append(bytes.Clone(w.data), make([]byte, zeros)...)
+			s, got := collect(t, data, Options{SkipDamaged: skip})
+			if !s.Clean() || s.ZeroTail != int64(zeros) || s.Batches != 4 {
+				t.Fatalf("skip %v, %d zeros: clean %v, zero tail %d, %d batches, damage %+v", skip, zeros, s.Clean(), s.ZeroTail, s.Batches, s.Damaged)
+			}
+			sameRecords(t, got, w.recs)
+			for _, at := range []int{0, zeros / 2, zeros - 1} {
+				bad := bytes.Clone(data)
+				bad[len(w.data)+at] = 1
+				s, _ := collect(t, bad, Options{SkipDamaged: skip})
+				if s.Clean() || s.ZeroTail != 0 || s.DamagedSpans != 1 || s.Damaged[0].Start != int64(len(w.data)) {
+					t.Fatalf("skip %v, %d zeros with a 1 at %d: zero tail %d, damage %+v", skip, zeros, at, s.ZeroTail, s.Damaged)
+				}
+			}
+		}
+	}
+	// Zeros in the middle, a valid batch after them: damage, skipped.
+	data := append(append(bytes.Clone(w.data[:w.pos[2]]), make([]byte, 300)...), w.data[w.pos[2]:]...)
+	s, _ := collect(t, data, Options{SkipDamaged: true})
+	if s.ZeroTail != 0 || s.DamagedSpans != 1 || s.Batches != 4 {
+		t.Fatalf("zeros between batches: zero tail %d, %d damaged spans, %d batches", s.ZeroTail, s.DamagedSpans, s.Batches)
+	}
+}

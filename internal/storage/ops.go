@@ -164,8 +164,7 @@ func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Fo
 	// in the journal, which a checkpoint will drop: a sealed file must
 	// stand alone, exactly as long as its data.
 	if err := log.TrimPadding(); err != nil {
-		s.fail(err)
-		return Footer{}, err
+		return Footer{}, s.sealWriteError(err)
 	}
 	if err := log.SyncFile(); err != nil {
 		s.fail(err)

@@ -39,8 +39,8 @@ type Config struct {
 	NoJournal bool
 	// PadBytes is the region segment files are padded to with the node
 	// journal on (segment.Options.PadBytes): 0 means padRegion (64 KiB),
-	// a negative value turns padding off. Without the journal nothing is
-	// padded.
+	// a negative value turns padding off, at most 1 MiB. Without the
+	// journal nothing is padded.
 	PadBytes int
 	// JournalFileBytes is the journal file size from which the store moves
 	// to a new file and checkpoints the old one (default 64 MiB).
@@ -80,6 +80,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxOpenFiles < 0 || c.MaxPendingBytes < 0 || c.IndexIntervalBytes < 0 || c.JournalFileBytes < 0 {
 		return errors.New("storage: negative limit in Config")
+	}
+	if c.PadBytes > maxPadBytes {
+		return fmt.Errorf("storage: PadBytes %d above %d: each padded write holds a buffer of that size", c.PadBytes, maxPadBytes)
 	}
 	if c.FS == nil {
 		c.FS = vfs.OS()
@@ -209,7 +212,8 @@ type Stats struct {
 	ReplayedBatches uint64
 	Batches         uint64 // batches acknowledged durable
 	Bytes           uint64 // bytes acknowledged durable
-	// TruncatedBytes is the size of torn tails removed at Open.
+	// TruncatedBytes is the size of torn tails removed at Open, the
+	// zeros an active segment's file was padded with among them.
 	TruncatedBytes uint64
 }
 
@@ -674,6 +678,9 @@ func (s *Store) createFiles(id SegmentID, base uint64, owner uint32, sync bool) 
 // Without the journal every round fsyncs the files it wrote, and the
 // zeros would reach the disk with each fsync.
 const padRegion = 64 << 10
+
+// maxPadBytes bounds Config.PadBytes.
+const maxPadBytes = 1 << 20
 
 func padBytes(c Config) int {
 	switch {

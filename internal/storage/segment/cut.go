@@ -140,7 +140,6 @@ func (s *Segment) ApplyCut(c Cut) error {
 		return fmt.Errorf("segment %d: written to or cut since the cut was planned", s.id)
 	}
 	s.written, s.durable, s.idx = c.stats, c.stats, c.idx
-	s.filled = c.Pos // the truncate below takes any padding with it
 	s.cuts++
 	s.peeked.Store(nil) // reads are held off (io): none stores one meanwhile
 	s.mu.Unlock()

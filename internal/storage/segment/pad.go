@@ -14,38 +14,91 @@ import "sync"
 // 7.5 pages per run and 7.0-7.4 GB/s (docs/perf.md, ninth round of
 // "Many ranges").
 //
-// With padding, a write that ends inside a region of PadBytes no write
-// has reached yet fills that region with zeros to its end, in the same
-// system call. Every region is then first written by one write that
-// covers it from its start (the regions a write passes through are
-// covered whole by it), so each gets folios as large as the region, and
-// later writes only overwrite the zeros. Readers never see the zeros:
-// they read up to the durable end. The file is longer than its data by
-// less than PadBytes until TrimPadding, which a seal calls: a sealed
-// file is exactly as long as its data.
+// With padding, an append that ends inside a region of PadBytes (aligned)
+// that the file does not reach yet fills that region with zeros to its
+// end, in the same system call as the batches' bytes in it. Every other
+// system call of the append ends on a region boundary (gather), so every
+// region is first written by one call that covers it from its start and
+// gets folios as large as the region; later appends overwrite the zeros.
+// Readers never see the zeros: they read up to the durable end. The file
+// is longer than its data by less than PadBytes until TrimPadding, which
+// a seal calls: a sealed file is exactly as long as its data.
 //
-// The cost: up to PadBytes of extra disk per file that takes appends,
-// and each region's zeros cross into the page cache once, and reach the
-// disk at most once (a checkpoint that finds them before the data).
-// A crash leaves the zeros past the data; recovery cuts them off with
-// the rest of an unsynced tail (they are no batch). The store pads only
-// with its node journal on, where segment files are synced by
-// checkpoints, not by every round.
+// The cost: less than PadBytes of extra disk per file that takes
+// appends, and each padded region's zeros cross into the page cache and,
+// when written back before the batches fill them, reach the disk. A
+// crash leaves the zeros past the data; recovery cuts them off with the
+// rest of an unsynced tail (they are no batch). The store pads only with
+// its node journal on, where segment files are synced by checkpoints,
+// not by every round.
 
-// padTarget is where a write of n bytes at pos, into a file whose writes
-// have reached filled (at least pos), zero-fills to: the end of the
-// region of unit bytes the write ends in, when no write reached that
-// region before and the write does not end on its boundary; 0 otherwise.
-func padTarget(pos, n, filled, unit int64) int64 {
+// padTarget is where an append of n bytes at pos, the file's data end,
+// zero-fills to: the end of the region of unit bytes the append ends in,
+// when the file does not reach into that region yet (it starts at or
+// after pos) and the append does not end on its boundary; 0 otherwise.
+// Past the data the file holds only the zeros of pos's own region, so
+// whether a region is reached needs no more than pos.
+func padTarget(pos, n, unit int64) int64 {
 	end := pos + n
 	if unit <= 0 || n <= 0 || end%unit == 0 {
 		return 0
 	}
 	start := end - end%unit
-	if start < filled {
-		return 0 // the region is there already: the write overwrites or extends it
+	if start < pos {
+		return 0 // the append stays in pos's region, which is there already
 	}
 	return start + unit
+}
+
+// toBoundary is how many bytes from at to the next multiple of unit (0
+// when at is one).
+func toBoundary(at, unit int64) int64 {
+	return (unit - at%unit) % unit
+}
+
+// write writes batches, n bytes in all, contiguously from pos, padded
+// when padTarget says so. A disk too full for the zeros takes the
+// batches without them: the zeros serve only the page cache, and the
+// store's free-space reserve is sized for the batches it has queued.
+func (s *Segment) write(batches [][]byte, pos, n int64) error {
+	padTo := padTarget(pos, n, s.pad)
+	if padTo == 0 {
+		return s.gather(batches, pos)
+	}
+	err := s.writePadded(batches, pos, padTo)
+	if !noSpace(err) {
+		return err
+	}
+	if terr := s.f.Truncate(pos); terr != nil {
+		return err // Append cuts the torn bytes off, or fails
+	}
+	return s.gather(batches, pos)
+}
+
+// writePadded writes batches from pos, then zeros up to padTo: the bytes
+// before padTo's region by gather, and those in it with the zeros in one
+// system call.
+func (s *Segment) writePadded(batches [][]byte, pos, padTo int64) error {
+	from := max(pos, padTo-s.pad)
+	head, tail := splitBytes(batches, from-pos)
+	if err := s.gather(head, pos); err != nil {
+		return err
+	}
+	size := int(padTo - from)
+	bp, _ := padBufs.Get().(*[]byte)
+	if bp == nil || cap(*bp) < size {
+		b := make([]byte, 0, max(size, int(s.pad)))
+		bp = &b
+	}
+	b := (*bp)[:0]
+	for _, t := range tail {
+		b = append(b, t...)
+	}
+	data := len(b)
+	_, err := s.f.WriteAt(b[:size], from)
+	clear(b[:data])
+	padBufs.Put(bp)
+	return err
 }
 
 // splitBytes splits bs after its first k bytes.
@@ -68,43 +121,27 @@ func splitBytes(bs [][]byte, k int64) (head, tail [][]byte) {
 // padBufs lends writePadded its buffers, kept all zero between uses.
 var padBufs sync.Pool
 
-// writePadded writes the bytes of bs at from followed by zeros up to
-// padTo, in one system call.
-func (s *Segment) writePadded(bs [][]byte, from, padTo int64) error {
-	size := int(padTo - from)
-	bp, _ := padBufs.Get().(*[]byte)
-	if bp == nil || cap(*bp) < size {
-		b := make([]byte, 0, max(size, int(s.pad)))
-		bp = &b
-	}
-	b := (*bp)[:0]
-	for _, t := range bs {
-		b = append(b, t...)
-	}
-	data := len(b)
-	_, err := s.f.WriteAt(b[:size], from)
-	clear(b[:data])
-	padBufs.Put(bp)
-	return err
-}
-
 // TrimPadding cuts the zeros past the written data off the file, so that
 // the file is exactly as long as its data. A seal calls it before the
-// seal's fsync; like Append, it must not run beside another write.
+// seal's fsync; like Append, it must not run beside another write. A disk
+// too full to truncate (a copy-on-write filesystem may need space for it)
+// is reported and changes nothing; any other failure is sticky.
 func (s *Segment) TrimPadding() error {
 	s.mu.RLock()
-	end, filled, err := FileHeaderSize+s.written.Bytes, s.filled, s.err
+	end, err := FileHeaderSize+s.written.Bytes, s.err
 	s.mu.RUnlock()
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case filled <= end:
-		return nil
+	}
+	size, err := s.f.Size()
+	if err != nil || size <= end {
+		return err
 	}
 	if err := s.f.Truncate(end); err != nil {
-		s.fail(err)
+		if !noSpace(err) {
+			s.fail(err)
+		}
 		return err
 	}
-	s.setFilled(end)
 	return nil
 }

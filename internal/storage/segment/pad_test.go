@@ -13,10 +13,12 @@ import (
 	"github.com/malachi-log/malachi/internal/vfs"
 )
 
-// writeLog records every WriteAt made through the files of a recFS.
+// writeLog records every WriteAt made through the files of a recFS, and
+// fails those fail says to: keep bytes of it are written, then err.
 type writeLog struct {
 	mu     sync.Mutex
 	writes [][2]int64 // [offset, length]
+	fail   func(off, n int64) (keep int64, err error)
 }
 
 type recFS struct {
@@ -40,19 +42,31 @@ type recFile struct {
 func (f recFile) WriteAt(b []byte, off int64) (int, error) {
 	f.log.mu.Lock()
 	f.log.writes = append(f.log.writes, [2]int64{off, int64(len(b))})
+	fail := f.log.fail
 	f.log.mu.Unlock()
+	if fail != nil {
+		if keep, err := fail(off, int64(len(b))); err != nil {
+			n, _ := f.File.WriteAt(b[:keep], off)
+			return n, err
+		}
+	}
 	return f.File.WriteAt(b, off)
 }
 
 // randomBatches makes 1-3 batches from offset at, of 1-40 records of
-// 0-300 bytes each, so that appends end anywhere in a region.
+// 0-300 bytes each (0-6,000 in one batch of eight, some of them then
+// larger than directWrite), so that appends end anywhere in a region.
 func randomBatches(t *testing.T, rng *rand.Rand, at uint64) ([][]byte, uint64) {
 	t.Helper()
 	var bs [][]byte
 	for range 1 + rng.IntN(3) {
 		recs := make([]Record, 1+rng.IntN(40))
+		size := 300
+		if rng.IntN(8) == 0 {
+			size = 6000 // some batches of directWrite or more, written apart
+		}
 		for i := range recs {
-			v := make([]byte, rng.IntN(300))
+			v := make([]byte, rng.IntN(size))
 			for j := range v {
 				v[j] = byte(rng.IntN(255) + 1) // never zero: zeros are the padding
 			}
@@ -69,24 +83,28 @@ func randomBatches(t *testing.T, rng *rand.Rand, at uint64) ([][]byte, uint64) {
 }
 
 // checkPadded checks a padded segment's file after an append: the data
-// are the batches appended, and past them the file holds zeros up to the
-// end of the region of unit bytes the data end in (none while the data
-// end in the first region, which the file header's write reached).
-func checkPadded(t *testing.T, fs vfs.FS, s *Segment, want []byte, unit int64) {
+// are the batches appended, past them the file holds only zeros, less
+// than a region of unit bytes of them. strict: the file is also exactly
+// as long as padding an unbroken run of appends makes it, up to the end
+// of the region the data end in (no zeros while the data end in the
+// first region, which the file header's write reached).
+func checkPadded(t *testing.T, fs vfs.FS, s *Segment, want []byte, unit int64, strict bool) {
 	t.Helper()
 	b, err := vfs.ReadFile(fs, "/seg.log")
 	if err != nil {
 		t.Fatal(err)
 	}
 	end := int64(FileHeaderSize + len(want))
-	size := end
-	if end > unit {
-		size = (end + unit - 1) / unit * unit
+	size := (end + unit - 1) / unit * unit
+	if end <= unit {
+		size = end
 	}
-	if int64(len(b)) != size {
+	switch {
+	case int64(len(b)) < end || int64(len(b))-end >= unit:
+		t.Fatalf("file is %d bytes for data ending at %d, padding of %d", len(b), end, unit)
+	case strict && int64(len(b)) != size:
 		t.Fatalf("file is %d bytes for data ending at %d, want %d", len(b), end, size)
-	}
-	if !bytes.Equal(b[FileHeaderSize:end], want) {
+	case !bytes.Equal(b[FileHeaderSize:end], want):
 		t.Fatal("the file's data differ from the batches appended")
 	}
 	if i := bytes.IndexFunc(b[end:], func(r rune) bool { return r != 0 }); i >= 0 {
@@ -135,7 +153,7 @@ func TestPaddedAppendsWriteEachRegionWhole(t *testing.T) {
 			for _, b := range bs {
 				want = append(want, b...)
 			}
-			checkPadded(t, fs, s, want, unit)
+			checkPadded(t, fs, s, want, unit, true)
 		}
 		checkRegionsWhole(t, log, unit)
 	}
@@ -193,8 +211,17 @@ func TestPaddingAfterCutTrimAndRecovery(t *testing.T) {
 	if size, _ := fileSize(mem, "/seg.log"); size != c.Pos {
 		t.Fatalf("file is %d bytes after a cut to %d", size, c.Pos)
 	}
-	appendSome(40)
-	checkPadded(t, mem, s, joined(), unit)
+	// Appends that stay in the cut's region add no zeros; the first that
+	// ends in a region past it pads that region, and so on.
+	for crossed := 0; crossed < 20; {
+		before := int64(FileHeaderSize + len(joined()))
+		appendSome(1)
+		end := int64(FileHeaderSize + len(joined()))
+		if end/unit > before/unit {
+			crossed++
+		}
+		checkPadded(t, mem, s, joined(), unit, crossed > 0)
+	}
 
 	// Recovery cuts the padding off as a torn tail, with or without a
 	// journal's cut, and keeps every batch.
@@ -230,55 +257,71 @@ func TestPaddingAfterCutTrimAndRecovery(t *testing.T) {
 	}
 }
 
-// TestPaddingDiskFullInThePadding: a write the disk fills part-way
-// through its padding is cut off whole, and the same batches are written
-// again, padded, once space returns.
-func TestPaddingDiskFullInThePadding(t *testing.T) {
+// TestPaddingDiskFull: a disk too full for the zeros takes the batches
+// without them; one too full for the batches refuses them and the file
+// ends where it did; padding goes on once space returns.
+func TestPaddingDiskFull(t *testing.T) {
 	const unit = 4096
-	mem := vfs.NewMem()
-	ffs := vfs.NewFaulty(mem, nil)
-	s := newSeg(t, ffs, 0, Options{IndexIntervalBytes: 256, PadBytes: unit})
+	log := &writeLog{}
+	fs := recFS{FS: vfs.NewMem(), log: log}
+	s := newSeg(t, fs, 0, Options{IndexIntervalBytes: 256, PadBytes: unit})
 	rng := rand.New(rand.NewPCG(9, 9))
 	var want []byte
-	at := uint64(0)
-	for i := 0; i < 60; i++ {
+	at, refused, unpadded := uint64(0), 0, 0
+	for i := 0; i < 90; i++ {
 		bs, next := randomBatches(t, rng, at)
 		_, d := s.Stats()
 		pos, n := int64(FileHeaderSize)+d.Bytes, int64(0)
 		for _, b := range bs {
 			n += int64(len(b))
 		}
-		if padTo := padTarget(pos, n, pos, unit); i%3 == 1 && padTo > 0 {
-			// Fail the write that carries the padding (the append's last;
-			// one gathered write comes before it when the batches reach
-			// past the padded region's start), keeping all but its last
-			// byte: every byte of the batches is on the file.
-			from, writes := max(pos, padTo-unit), 0
-			ffs.SetRule(func(op vfs.Op, name string) error {
-				if op != vfs.OpWrite {
-					return nil
+		padded := padTarget(pos, n, unit) > 0
+		setFail := func(f func(off, n int64) (int64, error)) {
+			log.mu.Lock()
+			log.fail = f
+			log.mu.Unlock()
+		}
+		switch {
+		case padded && i%3 == 1:
+			// No room for the zeros: the write that carries them fails
+			// with all but its last byte written.
+			setFail(func(off, k int64) (int64, error) {
+				if off+k > pos+n {
+					return k - 1, syscall.ENOSPC
 				}
-				if writes++; from > pos && writes == 1 {
-					return nil
-				}
-				return vfs.Torn(int(padTo-from)-1, syscall.ENOSPC)
+				return 0, nil
 			})
+			appendSync(t, s, bs...)
+			setFail(nil)
+			if size, _ := fileSize(fs, "/seg.log"); size != pos+n {
+				t.Fatalf("padding refused: file is %d bytes, its data end at %d", size, pos+n)
+			}
+			unpadded++
+		case i%3 == 2:
+			// No room at all: half of the first write lands.
+			setFail(func(off, k int64) (int64, error) { return k / 2, syscall.ENOSPC })
 			if err := s.Append(bs...); !errors.Is(err, syscall.ENOSPC) {
 				t.Fatalf("append into a full disk: %v", err)
 			}
-			ffs.SetRule(nil)
-			if size, _ := fileSize(mem, "/seg.log"); size != pos {
-				t.Fatalf("after a torn padded write the file is %d bytes, it ended at %d", size, pos)
+			setFail(nil)
+			if size, _ := fileSize(fs, "/seg.log"); size != pos {
+				t.Fatalf("after a refused append the file is %d bytes, it ended at %d", size, pos)
 			}
 			if err := s.Err(); err != nil {
 				t.Fatalf("a full disk failed the segment: %v", err)
 			}
+			refused++
+			appendSync(t, s, bs...)
+		default:
+			appendSync(t, s, bs...)
 		}
-		appendSync(t, s, bs...)
 		at = next
 		for _, b := range bs {
 			want = append(want, b...)
 		}
-		checkPadded(t, mem, s, want, unit)
+		checkPadded(t, fs, s, want, unit, false)
+	}
+	if refused == 0 || unpadded == 0 {
+		t.Fatalf("the run refused %d appends and their padding %d times; want both", refused, unpadded)
 	}
 }

@@ -92,7 +92,7 @@ type Stats struct {
 	// End is the offset after the last batch (Base when empty), or the
 	// explicit end recorded at seal.
 	End          uint64
-	Bytes        int64 // batch bytes: the .log size minus FileHeaderSize
+	Bytes        int64 // batch bytes: the .log size minus FileHeaderSize, but for padding (Options.PadBytes)
 	Records      uint64
 	MaxExpiry    int64 // 0 when empty or when some record never expires
 	MaxTimestamp int64 // 0 when empty
@@ -137,9 +137,6 @@ type Segment struct {
 	sealed  bool
 	err     error  // sticky: after a failed write or sync nothing more is written
 	cuts    uint64 // cuts applied since the file was opened (see Cut)
-	// filled is how far writes have reached in the file, zeros included
-	// (PadBytes); at most the data's end when nothing is padded.
-	filled int64
 
 	// peeked is the header of the batch the last read stopped at for want
 	// of room, at its position (ReadInto, BatchHeaderAt). A reader whose
@@ -241,7 +238,7 @@ func (s *Segment) Err() error {
 // other if the cut or its fsync fails.
 func (s *Segment) Append(batches ...[]byte) error {
 	s.mu.RLock()
-	end, pos, sealed, err, filled := s.written.End, FileHeaderSize+s.written.Bytes, s.sealed, s.err, s.filled
+	end, pos, sealed, err := s.written.End, FileHeaderSize+s.written.Bytes, s.sealed, s.err
 	s.mu.RUnlock()
 	switch {
 	case err != nil:
@@ -265,8 +262,7 @@ func (s *Segment) Append(batches ...[]byte) error {
 		end, hdrs[i] = h.LastOffset()+1, h
 		n += int64(len(b))
 	}
-	padTo := padTarget(pos, n, max(filled, pos), s.pad)
-	if err := s.write(batches, pos, padTo); err != nil {
+	if err := s.write(batches, pos, n); err != nil {
 		if noSpace(err) {
 			if cerr := s.cutTorn(pos); cerr != nil {
 				err = fmt.Errorf("%w; cutting the torn bytes off failed: %w", err, cerr)
@@ -279,7 +275,6 @@ func (s *Segment) Append(batches ...[]byte) error {
 	}
 	s.unhashed = append(s.unhashed, batches...)
 	s.mu.Lock()
-	s.filled = max(filled, pos+n, padTo)
 	for _, h := range hdrs {
 		s.idx.Add(h, pos)
 		s.written.add(h)
@@ -299,14 +294,7 @@ func (s *Segment) cutTorn(pos int64) error {
 	if err := s.f.Truncate(pos); err != nil {
 		return err
 	}
-	s.setFilled(pos)
 	return s.f.Sync()
-}
-
-func (s *Segment) setFilled(pos int64) {
-	s.mu.Lock()
-	s.filled = pos
-	s.mu.Unlock()
 }
 
 // directWrite is the batch size from which a batch is written from the
@@ -314,23 +302,13 @@ func (s *Segment) setFilled(pos int64) {
 // copy costs more than the extra system call.
 const directWrite = 64 << 10
 
-// write writes batches contiguously from pos and, when padTo is set
-// (padTarget), zero-fills the rest of the file up to padTo in the same
-// system call as the batches' bytes in padTo's region.
-func (s *Segment) write(batches [][]byte, pos, padTo int64) error {
-	if padTo == 0 {
-		return s.gather(batches, pos)
-	}
-	from := max(pos, padTo-s.pad)
-	head, tail := splitBytes(batches, from-pos)
-	if err := s.gather(head, pos); err != nil {
-		return err
-	}
-	return s.writePadded(tail, from, padTo)
-}
-
 // gather writes batches contiguously from pos. Runs of small batches are
-// gathered into one buffer so one system call covers them.
+// gathered into one buffer so one system call covers them. With padding
+// on, each system call but the last ends on a region boundary, so that
+// none is the first to reach a region and stop inside it (pad.go): a
+// gathered run takes in the next batch's bytes up to the boundary, and a
+// batch written from the caller's memory leaves its bytes past its last
+// boundary to the buffer (less than a region either way).
 func (s *Segment) gather(batches [][]byte, pos int64) error {
 	buf := s.buf[:0]
 	flush := func() error {
@@ -347,13 +325,24 @@ func (s *Segment) gather(batches [][]byte, pos int64) error {
 			buf = append(buf, b...)
 			continue
 		}
+		if s.pad > 0 && len(buf) > 0 {
+			k := min(int64(len(b)), toBoundary(pos+int64(len(buf)), s.pad))
+			buf, b = append(buf, b[:k]...), b[k:]
+		}
 		if err := flush(); err != nil {
 			return err
 		}
-		if _, err := s.f.WriteAt(b, pos); err != nil {
-			return err
+		direct := int64(len(b))
+		if s.pad > 0 {
+			direct = max(direct-(pos+direct)%s.pad, 0)
 		}
-		pos += int64(len(b))
+		if direct > 0 {
+			if _, err := s.f.WriteAt(b[:direct], pos); err != nil {
+				return err
+			}
+			pos += direct
+		}
+		buf = append(buf, b[direct:]...)
 	}
 	err := flush()
 	if cap(buf) <= 4<<20 {

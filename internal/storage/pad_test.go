@@ -1,0 +1,168 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/malachi-log/malachi/internal/storage/segment"
+	"github.com/malachi-log/malachi/internal/vfs"
+)
+
+// zeroBatch is one record of n zero bytes at offset off.
+func zeroBatch(t *testing.T, off uint64, n int) []byte {
+	t.Helper()
+	b, err := segment.EncodeBatchAt(nil, []segment.Record{{Offset: off, Value: make([]byte, n)}}, segment.CodecNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func logSize(t *testing.T, fs vfs.FS, s *Store, id SegmentID) int64 {
+	t.Helper()
+	st, err := fs.Stat(s.path(id, logExt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size
+}
+
+// With the journal on, a segment file is padded to the end of the 64 KiB
+// region its data end in, and its seal cuts the zeros off; without the
+// journal nothing is padded.
+func TestStorePadsWithTheJournalOnly(t *testing.T) {
+	for _, noJournal := range []bool{false, true} {
+		ctx := context.Background()
+		mem := vfs.NewMem()
+		s, err := Open(Config{Dir: "/data", FS: mem, NoJournal: noJournal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Create(1, 0); err != nil {
+			t.Fatal(err)
+		}
+		data := int64(segment.FileHeaderSize)
+		for off := uint64(0); off < 5; off++ {
+			b := zeroBatch(t, off, 30000)
+			if err := s.Append(ctx, 1, b); err != nil {
+				t.Fatal(err)
+			}
+			data += int64(len(b))
+		}
+		want := (data + padRegion - 1) / padRegion * padRegion
+		if noJournal {
+			want = data
+		}
+		if got := logSize(t, mem, s, 1); got != want {
+			t.Fatalf("noJournal=%v: file of %d bytes of data is %d bytes, want %d", noJournal, data, got, want)
+		}
+		if _, err := s.Seal(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := logSize(t, mem, s, 1); got != data {
+			t.Fatalf("noJournal=%v: sealed file is %d bytes, its data %d", noJournal, got, data)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A disk with room for the batches but not for their padding takes the
+// batches: every append is acknowledged and the disk is not marked full.
+func TestPaddingNeverFillsTheDisk(t *testing.T) {
+	ctx := context.Background()
+	q := newQuotaFS(vfs.NewMem())
+	s, err := Open(Config{Dir: "/data", FS: q, MaxPendingBytes: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const segs = 8
+	for id := SegmentID(1); id <= segs; id++ {
+		if err := s.Create(id, 0); err != nil {
+			t.Fatal(err)
+		}
+		// Each file's data end just short of its first region's end.
+		if err := s.Append(ctx, id, zeroBatch(t, 0, padRegion-200)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Room for a few regions of zeros, not for eight.
+	q.fill(3 * padRegion / quotaBlock)
+	done := make(chan error, segs)
+	for id := SegmentID(1); id <= segs; id++ {
+		if err := s.AppendAsync(ctx, id, zeroBatch(t, 1, 300), func(err error) { done <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range segs {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("an append was refused: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("appends not acknowledged within 30 s")
+		}
+	}
+	if st := s.DiskState(); st != DiskOK {
+		t.Fatalf("disk state %v after appends that fit", st)
+	}
+	padded := 0
+	for id := SegmentID(1); id <= segs; id++ {
+		if logSize(t, q, s, id) > 2*padRegion-200 {
+			padded++
+		}
+	}
+	if padded == 0 || padded == segs {
+		t.Fatalf("%d of %d files padded; the quota should have let some and refused others", padded, segs)
+	}
+}
+
+// A seal whose trim finds the disk full is refused with ErrNoSpace and
+// may be retried once space returns; the store does not fail.
+func TestSealTrimOnFullDiskIsRetriable(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	ffs := vfs.NewFaulty(mem, nil)
+	s, err := Open(Config{Dir: "/data", FS: ffs, PadBytes: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Create(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	data := int64(segment.FileHeaderSize)
+	for off := uint64(0); off < 4; off++ {
+		b := zeroBatch(t, off, 300)
+		if err := s.Append(ctx, 1, b); err != nil {
+			t.Fatal(err)
+		}
+		data += int64(len(b))
+	}
+	ffs.SetRule(func(op vfs.Op, name string) error {
+		if op == vfs.OpTruncate && strings.HasSuffix(name, logExt) {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	if _, err := s.Seal(ctx, 1); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("seal with a trim that finds the disk full: %v, want ErrNoSpace", err)
+	}
+	ffs.SetRule(nil)
+	if st := s.CheckSpace(); st != DiskOK {
+		t.Fatalf("disk state %v once space returned", st)
+	}
+	if _, err := s.Seal(ctx, 1); err != nil {
+		t.Fatalf("seal again: %v", err)
+	}
+	if got := logSize(t, mem, s, 1); got != data {
+		t.Fatalf("sealed file is %d bytes, its data %d", got, data)
+	}
+}
