@@ -139,7 +139,7 @@ func checkRegionsWhole(t *testing.T, log *writeLog, unit int64) {
 }
 
 func TestPaddedAppendsWriteEachRegionWhole(t *testing.T) {
-	for _, unit := range []int64{512, 4096} {
+	for _, unit := range []int64{512, 4096, 256 << 10} {
 		log := &writeLog{}
 		fs := recFS{FS: vfs.NewMem(), log: log}
 		s := newSeg(t, fs, 0, Options{IndexIntervalBytes: 256, PadBytes: int(unit)})
@@ -324,4 +324,33 @@ func TestPaddingDiskFull(t *testing.T) {
 	if refused == 0 || unpadded == 0 {
 		t.Fatalf("the run refused %d appends and their padding %d times; want both", refused, unpadded)
 	}
+}
+
+// sizedBatch is one batch at offset off of about n bytes (its value n
+// bytes less the framing).
+func sizedBatch(t *testing.T, off uint64, n int) []byte {
+	t.Helper()
+	v := bytes.Repeat([]byte{'x'}, n)
+	b, err := EncodeBatchAt(nil, []Record{{Offset: off, Timestamp: 1, Value: v[:n-64]}}, CodecNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A region larger than directWrite: a run of small batches followed by a
+// batch of directWrite or more that still ends short of the region's
+// boundary is one gathered write, not a flush that stops inside the
+// region it is the first to reach.
+func TestPaddingRegionLargerThanDirectWrite(t *testing.T) {
+	const unit = 256 << 10
+	log := &writeLog{}
+	fs := recFS{FS: vfs.NewMem(), log: log}
+	s := newSeg(t, fs, 0, Options{IndexIntervalBytes: 4096, PadBytes: unit})
+	first := sizedBatch(t, 0, 250<<10)
+	appendSync(t, s, first)
+	run := [][]byte{sizedBatch(t, 1, 10<<10), sizedBatch(t, 2, 70<<10), sizedBatch(t, 3, 300<<10)}
+	appendSync(t, s, run...)
+	checkPadded(t, fs, s, bytes.Join(append([][]byte{first}, run...), nil), unit, true)
+	checkRegionsWhole(t, log, unit)
 }

@@ -328,6 +328,9 @@ func (s *Segment) gather(batches [][]byte, pos int64) error {
 		if s.pad > 0 && len(buf) > 0 {
 			k := min(int64(len(b)), toBoundary(pos+int64(len(buf)), s.pad))
 			buf, b = append(buf, b[:k]...), b[k:]
+			if len(b) == 0 {
+				continue // the run does not reach the boundary yet (a region over directWrite)
+			}
 		}
 		if err := flush(); err != nil {
 			return err
