@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,6 +106,14 @@ func TestSIGKILLKeepsAcknowledged(t *testing.T) {
 	dir := t.TempDir()
 	for round := 0; round < 2; round++ {
 		acked := runAndKill(t, dir, 300)
+		for id := range acked {
+			// Padded, each file ends on a region boundary: past its data,
+			// unless the data end there too.
+			st, err := os.Stat(filepath.Join(dir, fmt.Sprintf("%020d%s", uint64(id), logExt)))
+			if err != nil || st.Size()%512 != 0 {
+				t.Fatalf("round %d segment %d: %v, want a padded file (size a multiple of 512)", round, id, errOrSize(st, err))
+			}
+		}
 		s, err := Open(Config{Dir: dir})
 		if err != nil {
 			t.Fatal(err)
@@ -170,4 +179,11 @@ func runAndKill(t *testing.T, dir string, want int) map[SegmentID]uint64 {
 		t.Fatalf("child acknowledged too little: %v", acked)
 	}
 	return acked
+}
+
+func errOrSize(st os.FileInfo, err error) any {
+	if err != nil {
+		return err
+	}
+	return fmt.Sprintf("file of %d bytes", st.Size())
 }

@@ -1,9 +1,12 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -124,6 +127,115 @@ func TestPaddingNeverFillsTheDisk(t *testing.T) {
 	}
 }
 
+// A seal whose trim fails otherwise (an I/O error) stops the store, as
+// a segment file that will not sync does.
+func TestSealTrimIOErrorStopsTheStore(t *testing.T) {
+	ctx := context.Background()
+	ffs := vfs.NewFaulty(vfs.NewMem(), nil)
+	s, err := Open(Config{Dir: "/data", FS: ffs, PadBytes: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Create(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	for off := uint64(0); off < 2; off++ {
+		if err := s.Append(ctx, 1, zeroBatch(t, off, 300)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ffs.SetRule(func(op vfs.Op, name string) error {
+		if op == vfs.OpTruncate && strings.HasSuffix(name, logExt) {
+			return syscall.EIO
+		}
+		return nil
+	})
+	if _, err := s.Seal(ctx, 1); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("seal with a trim that fails: %v, want EIO", err)
+	}
+	if err := s.failure(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("store failure after the trim's EIO: %v", err)
+	}
+}
+
+// cowFS is a copy-on-write filesystem near full: a .log write ending
+// past limit fails with ENOSPC, writing nothing, and while the limit is
+// set a truncate needs space it does not have.
+type cowFS struct {
+	vfs.FS
+	limit *atomic.Int64
+}
+
+type cowFile struct {
+	vfs.File
+	limit *atomic.Int64
+}
+
+func (c cowFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := c.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, logExt) {
+		return f, err
+	}
+	return cowFile{File: f, limit: c.limit}, nil
+}
+
+func (f cowFile) WriteAt(b []byte, off int64) (int, error) {
+	if l := f.limit.Load(); l > 0 && off+int64(len(b)) > l {
+		return 0, syscall.ENOSPC
+	}
+	return f.File.WriteAt(b, off)
+}
+
+func (f cowFile) Truncate(n int64) error {
+	if f.limit.Load() > 0 {
+		return syscall.ENOSPC
+	}
+	return f.File.Truncate(n)
+}
+
+// Room for a batch but not its padding, on a disk that cannot truncate
+// either: the batch is taken unpadded, and the file stays whole.
+func TestPaddingOnAFullCopyOnWriteDisk(t *testing.T) {
+	ctx := context.Background()
+	var limit atomic.Int64
+	mem := vfs.NewMem()
+	s, err := Open(Config{Dir: "/data", FS: cowFS{FS: mem, limit: &limit}, PadBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Create(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	bs := [][]byte{zeroBatch(t, 0, 3000), zeroBatch(t, 1, 3000), zeroBatch(t, 2, 3000)}
+	if err := s.Append(ctx, 1, bs[0]); err != nil {
+		t.Fatal(err)
+	}
+	data := int64(segment.FileHeaderSize + len(bs[0]) + len(bs[1]))
+	limit.Store(data) // the batch fits; the zeros to 8,192 do not
+	if err := s.Append(ctx, 1, bs[1]); err != nil {
+		t.Fatalf("an append that fits unpadded: %v", err)
+	}
+	if st, err := s.DiskState(), s.failure(); st != DiskOK || err != nil {
+		t.Fatalf("disk %v, store failure %v after an append that fit", st, err)
+	}
+	limit.Store(0)
+	if err := s.Append(ctx, 1, bs[2]); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := s.Read(1, 0, 1<<20, 3)
+	if want := bytes.Join(bs, nil); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes (%v), want the %d appended", len(got), err, len(want))
+	}
+	if _, err := s.Seal(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logSize(t, mem, s, 1), data+int64(len(bs[2])); got != want {
+		t.Fatalf("sealed file is %d bytes, its data %d", got, want)
+	}
+}
+
 // A seal whose trim finds the disk full is refused with ErrNoSpace and
 // may be retried once space returns; the store does not fail.
 func TestSealTrimOnFullDiskIsRetriable(t *testing.T) {
@@ -164,5 +276,30 @@ func TestSealTrimOnFullDiskIsRetriable(t *testing.T) {
 	}
 	if got := logSize(t, mem, s, 1); got != data {
 		t.Fatalf("sealed file is %d bytes, its data %d", got, data)
+	}
+}
+
+// PadBytes that would leave files in a shape tools take for damage (not
+// a multiple of segment.PadAlign), or hold too large a buffer, are
+// refused, and nothing is created.
+func TestPadBytesRefused(t *testing.T) {
+	for _, pad := range []int{37, segment.PadAlign + 1, segment.MaxPadBytes + segment.PadAlign} {
+		mem := vfs.NewMem()
+		if s, err := Open(Config{Dir: "/data", FS: mem, PadBytes: pad}); err == nil || !strings.Contains(err.Error(), "PadBytes") {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("PadBytes %d: %v, want a refusal", pad, err)
+		}
+		if _, err := mem.Stat("/data"); err == nil {
+			t.Fatalf("PadBytes %d: the refused Open created its folder", pad)
+		}
+	}
+	for _, pad := range []int{-1, segment.PadAlign, segment.MaxPadBytes} {
+		s, err := Open(Config{Dir: "/data", FS: vfs.NewMem(), PadBytes: pad})
+		if err != nil {
+			t.Fatalf("PadBytes %d: %v", pad, err)
+		}
+		s.Close()
 	}
 }

@@ -32,6 +32,15 @@ import "sync"
 // its node journal on, where segment files are synced by checkpoints,
 // not by every round.
 
+// The shape padding leaves a file in, which internal/segfile uses to
+// tell padding from damage: a store pads in regions that are a multiple
+// of PadAlign bytes and at most MaxPadBytes long, so a padded file ends on
+// a PadAlign boundary with less than MaxPadBytes of zeros past its data.
+const (
+	PadAlign    = 512
+	MaxPadBytes = 1 << 20
+)
+
 // padTarget is where an append of n bytes at pos, the file's data end,
 // zero-fills to: the end of the region of unit bytes the append ends in,
 // when the file does not reach into that region yet (it starts at or
@@ -69,8 +78,13 @@ func (s *Segment) write(batches [][]byte, pos, n int64) error {
 	if !noSpace(err) {
 		return err
 	}
-	if terr := s.f.Truncate(pos); terr != nil {
-		return err // Append cuts the torn bytes off, or fails
+	// The torn write's bytes go, so that they hold no space the retry
+	// needs. A filesystem that needs space to truncate (copy-on-write)
+	// may refuse: then the retry writes over them, and whatever of the
+	// zeros stays past the data lies in the region the data end in, as
+	// padding's zeros do. Any other failure is Append's to handle.
+	if terr := s.f.Truncate(pos); terr != nil && !noSpace(terr) {
+		return err
 	}
 	return s.gather(batches, pos)
 }
