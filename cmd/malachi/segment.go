@@ -377,7 +377,7 @@ func (r *segmentReport) print(out *printer, skipping bool) error {
 		}
 	}
 	if r.ZeroTail > 0 {
-		pairs = append(pairs, [2]string{"Zero tail", fmt.Sprintf("%d bytes after the last batch: a node's padding, or blocks a crash left unwritten; no batch", r.ZeroTail)})
+		pairs = append(pairs, [2]string{"Zero tail", fmt.Sprintf("%d bytes after the last batch: a node's padding of an active segment; no batch", r.ZeroTail)})
 	}
 	if err := out.fields(pairs); err != nil {
 		return err

@@ -43,7 +43,8 @@ of its valid batches, in offset order, into --topic through the node at
 headers and timestamp (the producer's time, which the node stores as sent).
 The command ends once every record is acknowledged (durable on the node).
 
-The file is checked in full before anything is sent: a damaged file is
+The file is checked in full before anything is sent, against the .seal
+footer beside it when there is one: a damaged file is
 refused, and nothing sent, unless --skip-damaged, which replays the valid
 batches on both sides of each damaged span. --from and --to bound the
 offsets replayed (inclusive); --dry-run checks the file and says what would
@@ -188,8 +189,9 @@ func runReplay(cmd *cobra.Command, a *app, out *printer, path string, f *replayF
 		return &exitError{code: 1, err: fmt.Errorf("%s: %w", path, err)}
 	}
 	plan.Damaged = sum.DamagedSpans
-	if !sum.Clean() && !f.skipDamaged {
-		rep := newSegmentReport(cmd.Context(), file, path, sum)
+	// A .seal beside the file says how long it is: zeros where its last
+	// batches were scan like padding, and only the footer tells.
+	if rep := newSegmentReport(cmd.Context(), file, path, sum); !f.skipDamaged && (!sum.Clean() || rep.Footer != nil && !rep.Footer.Agrees) {
 		return &exitError{code: 1, err: fmt.Errorf("%s; nothing was sent: see 'malachi segment inspect %s', and add --skip-damaged to replay the valid batches around the damage",
 			rep.damageLine(path), path)}
 	}

@@ -314,18 +314,25 @@ func TestSegmentInspectDamage(t *testing.T) {
 	})
 
 	t.Run("zero tail", func(t *testing.T) {
-		// An active segment's padding, or blocks a crash left unwritten:
+		// An active segment's padding: zeros to a 64 KiB boundary,
 		// reported, not damage; the file replays.
-		p := damagedCopy(t, append(slices.Clone(w.data), make([]byte, 40000)...))
+		zeros := 64<<10 - len(w.data)%(64<<10)
+		p := damagedCopy(t, append(slices.Clone(w.data), make([]byte, zeros)...))
 		rep := inspectJSON(t, c, 0, p)
-		if !rep.Complete || rep.Records != 20 || rep.DamageCount != 0 || rep.ZeroTail != 40000 {
+		if !rep.Complete || rep.Records != 20 || rep.DamageCount != 0 || rep.ZeroTail != int64(zeros) {
 			t.Fatalf("report %+v", rep)
 		}
-		if out := c.ok("segment", "inspect", p); !strings.Contains(out, "Zero tail") || !strings.Contains(out, "40000 bytes") {
+		if out := c.ok("segment", "inspect", p); !strings.Contains(out, "Zero tail") || !strings.Contains(out, fmt.Sprintf("%d bytes", zeros)) {
 			t.Errorf("text report: %q", out)
 		}
 		if out := c.ok("segment", "replay", p, "--topic", "t", "--dry-run"); !strings.Contains(out, "would replay 20 records") {
 			t.Errorf("dry run: %q", out)
+		}
+		// Zeros that padding does not leave (the file ends off a 512-byte
+		// boundary) are damage.
+		p = damagedCopy(t, append(slices.Clone(w.data), make([]byte, zeros+1)...))
+		if rep := inspectJSON(t, c, 1, p); rep.ZeroTail != 0 || rep.DamageCount != 1 {
+			t.Fatalf("unaligned zeros: report %+v", rep)
 		}
 	})
 
@@ -368,6 +375,11 @@ func TestSegmentInspectDamage(t *testing.T) {
 		rep := inspectJSON(t, c, 1, p)
 		if rep.Footer == nil || rep.Footer.Agrees || len(rep.Footer.Disagreements) != 1 || !strings.Contains(rep.Footer.Disagreements[0], "content hash") {
 			t.Fatalf("footer %+v", rep.Footer)
+		}
+		// A replay refuses it too: the footer is the only word on a
+		// sealed file's length.
+		if msg := c.fails(1, "segment", "replay", p, "--topic", "t", "--dry-run"); !strings.Contains(msg, "does not match its seal footer") {
+			t.Errorf("replay of a file that disagrees with its footer: %q", msg)
 		}
 	})
 }

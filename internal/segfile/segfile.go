@@ -140,9 +140,10 @@ type Summary struct {
 	Stopped bool
 	// ZeroTail is how many zero bytes end the file after its last valid
 	// batch, which are not damage: a node pads an active segment's file
-	// with zeros past its data (docs/storage-format.md), and a crash can
-	// leave blocks allocated but never written, which read as zeros. No
-	// batch starts with a zero byte, so they hold none.
+	// with zeros past its data (docs/storage-format.md). No batch starts
+	// with a zero byte, so they hold none. Only zeros in the shape
+	// padding leaves count (paddingShaped); others, such as a sealed
+	// file whose last blocks a disk lost, are damage.
 	ZeroTail int64
 
 	neverExpires bool
@@ -186,7 +187,7 @@ func Scan(ctx context.Context, r io.ReaderAt, size int64, o Options, visit func(
 			return s, err
 		}
 		if reason != "" {
-			zero, err := zeroTo(ctx, r, pos, size)
+			zero, err := paddingShaped(ctx, r, pos, size)
 			if err != nil {
 				return s, err
 			}
@@ -221,6 +222,19 @@ func Scan(ctx context.Context, r io.ReaderAt, size int64, o Options, visit func(
 		s.MaxExpiry = 0
 	}
 	return s, nil
+}
+
+// paddingShaped reports whether the bytes from pos, where the batches
+// stop, to the file's end at size are what a node's padding leaves:
+// zeros, fewer than segment.MaxPadBytes, ending on a segment.PadAlign
+// boundary (a padded region's end). A sealed file is exactly as long as
+// its data, so zeros ending it have this shape only by chance (1 in 512),
+// and its .seal footer tells them apart then.
+func paddingShaped(ctx context.Context, r io.ReaderAt, pos, size int64) (bool, error) {
+	if size%segment.PadAlign != 0 || size-pos >= segment.MaxPadBytes {
+		return false, nil
+	}
+	return zeroTo(ctx, r, pos, size)
 }
 
 // zeroTo reports whether r's bytes [pos, size) are all zero. It reads

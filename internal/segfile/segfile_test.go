@@ -313,13 +313,15 @@ func TestScanMaxExpiry(t *testing.T) {
 	}
 }
 
-// Zeros that end the file after its last batch (a node's padding, or
-// blocks a crash left unwritten) are a zero tail, not damage; zeros
-// followed by anything else are damage as before.
+// Zeros that end the file after its last batch in the shape padding
+// leaves (less than segment.MaxPadBytes, the file ending on a
+// segment.PadAlign boundary) are a zero tail, not damage; zeros followed
+// by anything else, or in any other shape, are damage as before.
 func TestScanZeroTail(t *testing.T) {
 	w := writeSegment(t, 4, 5)
+	toAlign := (segment.PadAlign - len(w.data)%segment.PadAlign) % segment.PadAlign
 	for _, skip := range []bool{false, true} {
-		for _, zeros := range []int{1, 511, 512, 5000, 200000} {
+		for _, zeros := range []int{toAlign + segment.PadAlign, toAlign + 8*segment.PadAlign, toAlign + 128*segment.PadAlign} {
 			data := append(bytes.Clone(w.data), make([]byte, zeros)...)
 			s, got := collect(t, data, Options{SkipDamaged: skip})
 			if !s.Clean() || s.ZeroTail != int64(zeros) || s.Batches != 4 {
@@ -335,6 +337,24 @@ func TestScanZeroTail(t *testing.T) {
 				}
 			}
 		}
+		// Zeros padding does not leave: the file not ending on a
+		// boundary, or a megabyte of them or more.
+		for _, zeros := range []int{toAlign + segment.PadAlign + 1, toAlign + segment.MaxPadBytes} {
+			data := append(bytes.Clone(w.data), make([]byte, zeros)...)
+			if s, _ := collect(t, data, Options{SkipDamaged: skip}); s.Clean() || s.ZeroTail != 0 || s.Batches != 4 {
+				t.Fatalf("skip %v, %d zeros ending the file at %d: clean %v, zero tail %d, %d batches", skip, zeros, len(data), s.Clean(), s.ZeroTail, s.Batches)
+			}
+		}
+	}
+	// A sealed file, exactly its data, whose last batches read as zeros
+	// (blocks a disk lost): damage.
+	lost := bytes.Clone(w.data)
+	clear(lost[w.pos[2]:])
+	if len(lost)%segment.PadAlign == 0 {
+		t.Fatalf("the test's file is %d bytes, a multiple of %d: it needs one that is not", len(lost), segment.PadAlign)
+	}
+	if s, _ := collect(t, lost, Options{}); s.Clean() || s.ZeroTail != 0 {
+		t.Fatalf("zeroed last batches of a sealed file: clean %v, zero tail %d", s.Clean(), s.ZeroTail)
 	}
 	// Zeros in the middle, a valid batch after them: damage, skipped.
 	data := append(append(bytes.Clone(w.data[:w.pos[2]]), make([]byte, 300)...), w.data[w.pos[2]:]...)
