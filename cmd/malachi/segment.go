@@ -377,7 +377,7 @@ func (r *segmentReport) print(out *printer, skipping bool) error {
 		}
 	}
 	if r.ZeroTail > 0 {
-		pairs = append(pairs, [2]string{"Zero tail", fmt.Sprintf("%d bytes after the last batch: a node's padding of an active segment; no batch", r.ZeroTail)})
+		pairs = append(pairs, [2]string{"Zero tail", fmt.Sprintf("%d bytes after the last batch: in the shape a node's padding of an active segment leaves; no batch", r.ZeroTail)})
 	}
 	if err := out.fields(pairs); err != nil {
 		return err
@@ -397,7 +397,10 @@ func (r *segmentReport) damageLine(path string) string {
 	if r.DamageCount > 0 {
 		what = append(what, fmt.Sprintf("%d damaged span%s (the first at byte %d)", r.DamageCount, plural(r.DamageCount), r.Damaged[0].Start))
 	}
-	if r.Footer != nil && !r.Footer.Agrees {
+	switch fr := r.Footer; {
+	case fr != nil && fr.Error != "":
+		what = append(what, "its seal footer is unreadable")
+	case fr != nil && !fr.Agrees:
 		what = append(what, "it does not match its seal footer")
 	}
 	return fmt.Sprintf("%s is damaged: %s", path, strings.Join(what, "; "))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -190,8 +191,18 @@ func runReplay(cmd *cobra.Command, a *app, out *printer, path string, f *replayF
 	}
 	plan.Damaged = sum.DamagedSpans
 	// A .seal beside the file says how long it is: zeros where its last
-	// batches were scan like padding, and only the footer tells.
-	if rep := newSegmentReport(cmd.Context(), file, path, sum); !f.skipDamaged && (!sum.Clean() || rep.Footer != nil && !rep.Footer.Agrees) {
+	// batches were scan like padding, and only the footer tells. One that
+	// cannot be read says nothing either way.
+	rep := newSegmentReport(cmd.Context(), file, path, sum)
+	fr := rep.Footer
+	disagrees := fr != nil && fr.Error == "" && !fr.Agrees
+	if fr != nil && fr.Error != "" {
+		out.notef("%s: unreadable (%s); the file is checked without it", fr.Path, fr.Error)
+	}
+	if disagrees && f.skipDamaged {
+		out.notef("%s does not match its seal footer (%s): replaying its valid batches as --skip-damaged asks", path, strings.Join(fr.Disagreements, "; "))
+	}
+	if !f.skipDamaged && (!sum.Clean() || disagrees) {
 		return &exitError{code: 1, err: fmt.Errorf("%s; nothing was sent: see 'malachi segment inspect %s', and add --skip-damaged to replay the valid batches around the damage",
 			rep.damageLine(path), path)}
 	}

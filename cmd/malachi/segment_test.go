@@ -377,9 +377,40 @@ func TestSegmentInspectDamage(t *testing.T) {
 			t.Fatalf("footer %+v", rep.Footer)
 		}
 		// A replay refuses it too: the footer is the only word on a
-		// sealed file's length.
+		// sealed file's length. With --skip-damaged it goes on, and says so.
 		if msg := c.fails(1, "segment", "replay", p, "--topic", "t", "--dry-run"); !strings.Contains(msg, "does not match its seal footer") {
 			t.Errorf("replay of a file that disagrees with its footer: %q", msg)
+		}
+		if r := c.run(strings.NewReader(""), "segment", "replay", p, "--topic", "t", "--dry-run", "--skip-damaged"); r.code != 0 ||
+			!strings.Contains(r.stdout, "would replay 20 records") || !strings.Contains(r.stderr, "does not match its seal footer (content hash") {
+			t.Errorf("replay --skip-damaged of a file that disagrees with its footer: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		// The footer that agrees: the file is whole, and replays.
+		hash, err := segfile.ContentHash(t.Context(), bytes.NewReader(w.data), int64(len(w.data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ft := segment.Footer{Base: 0, End: 20, Records: 20, Bytes: int64(len(w.data) - segfile.FileHeaderSize), ContentHash: hash}
+		if err := os.WriteFile(seal, segment.MarshalFooter(9, ft), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if rep := inspectJSON(t, c, 0, p); rep.Footer == nil || !rep.Footer.Agrees {
+			t.Fatalf("agreeing footer: %+v", rep.Footer)
+		}
+		if out := c.ok("segment", "replay", p, "--topic", "t", "--dry-run"); !strings.Contains(out, "would replay 20 records") {
+			t.Errorf("replay of a file that agrees with its footer: %q", out)
+		}
+		// A footer that cannot be read: inspect says so; replay checks
+		// the file without it.
+		if err := os.WriteFile(seal, []byte("not a footer"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if msg := c.fails(1, "segment", "inspect", p); !strings.Contains(msg, "its seal footer is unreadable") {
+			t.Errorf("inspect with an unreadable footer: %q", msg)
+		}
+		if r := c.run(strings.NewReader(""), "segment", "replay", p, "--topic", "t", "--dry-run"); r.code != 0 ||
+			!strings.Contains(r.stdout, "would replay 20 records") || !strings.Contains(r.stderr, "unreadable") {
+			t.Errorf("replay with an unreadable footer: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 	})
 }

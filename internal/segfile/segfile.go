@@ -187,13 +187,16 @@ func Scan(ctx context.Context, r io.ReaderAt, size int64, o Options, visit func(
 			return s, err
 		}
 		if reason != "" {
-			zero, err := paddingShaped(ctx, r, pos, size)
+			zero, err := zeroTo(ctx, r, pos, size)
 			if err != nil {
 				return s, err
 			}
-			if zero {
+			if zero && paddingShaped(pos, size) {
 				s.ZeroTail = size - pos
 				break
+			}
+			if zero {
+				reason = zerosReason
 			}
 			next := size
 			if o.SkipDamaged {
@@ -224,18 +227,22 @@ func Scan(ctx context.Context, r io.ReaderAt, size int64, o Options, visit func(
 	return s, nil
 }
 
-// paddingShaped reports whether the bytes from pos, where the batches
-// stop, to the file's end at size are what a node's padding leaves:
-// zeros, fewer than segment.MaxPadBytes, ending on a segment.PadAlign
-// boundary (a padded region's end). A sealed file is exactly as long as
+// paddingShaped reports whether zeros from pos, where the batches stop,
+// to the file's end at size are in the shape a node's padding leaves:
+// fewer than segment.MaxPadBytes, ending on a segment.PadAlign boundary
+// (a padded region's end). A sealed file is exactly as long as
 // its data, so zeros ending it have this shape only by chance (1 in 512),
 // and its .seal footer tells them apart then.
-func paddingShaped(ctx context.Context, r io.ReaderAt, pos, size int64) (bool, error) {
-	if size%segment.PadAlign != 0 || size-pos >= segment.MaxPadBytes {
-		return false, nil
-	}
-	return zeroTo(ctx, r, pos, size)
+func paddingShaped(pos, size int64) bool {
+	return size%segment.PadAlign == 0 && size-pos < segment.MaxPadBytes
 }
+
+// zerosReason is the damage zeros to the end of a file are when they are
+// not in padding's shape. Not always damage to the data a node holds:
+// a padded write cut short on a full disk that could not truncate it
+// away, or batches a crash lost before their sync (the journal holds
+// them), leave zeros too.
+const zerosReason = "zeros to the end of the file, not in the shape padding leaves: blocks a disk lost, batches a crash lost before their sync, or a padded write cut short on a full disk"
 
 // zeroTo reports whether r's bytes [pos, size) are all zero. It reads
 // them in chunks that start small and double, so that a nonzero byte

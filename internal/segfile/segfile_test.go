@@ -341,8 +341,9 @@ func TestScanZeroTail(t *testing.T) {
 		// boundary, or a megabyte of them or more.
 		for _, zeros := range []int{toAlign + segment.PadAlign + 1, toAlign + segment.MaxPadBytes} {
 			data := append(bytes.Clone(w.data), make([]byte, zeros)...)
-			if s, _ := collect(t, data, Options{SkipDamaged: skip}); s.Clean() || s.ZeroTail != 0 || s.Batches != 4 {
-				t.Fatalf("skip %v, %d zeros ending the file at %d: clean %v, zero tail %d, %d batches", skip, zeros, len(data), s.Clean(), s.ZeroTail, s.Batches)
+			s, _ := collect(t, data, Options{SkipDamaged: skip})
+			if s.Clean() || s.ZeroTail != 0 || s.Batches != 4 || s.DamagedSpans != 1 || s.Damaged[0] != (Span{Start: int64(len(w.data)), End: int64(len(data)), Reason: zerosReason}) {
+				t.Fatalf("skip %v, %d zeros ending the file at %d: clean %v, zero tail %d, %d batches, damage %+v", skip, zeros, len(data), s.Clean(), s.ZeroTail, s.Batches, s.Damaged)
 			}
 		}
 	}

@@ -82,7 +82,9 @@ func (s *Segment) write(batches [][]byte, pos, n int64) error {
 	// needs. A filesystem that needs space to truncate (copy-on-write)
 	// may refuse: then the retry writes over them, and whatever of the
 	// zeros stays past the data lies in the region the data end in, as
-	// padding's zeros do. Any other failure is Append's to handle.
+	// padding's zeros do, though the file may then end off a PadAlign
+	// boundary (which internal/segfile reports as damage, naming the
+	// zeros). Any other failure is Append's to handle.
 	if terr := s.f.Truncate(pos); terr != nil && !noSpace(terr) {
 		return err
 	}

@@ -121,7 +121,9 @@ func TestPaddingMatchesUnpadded(t *testing.T) {
 			keepFrac := rng.Float64() // how much of it lands
 			var errs []error
 			for _, r := range runs {
-				if op == 0 {
+				truncFailed := false // op 3: the truncate before an unpadded retry failed
+				switch op {
+				case 0:
 					// Every write after the failAt-th fails with ENOSPC.
 					cnt := 0
 					r.log.mu.Lock()
@@ -133,11 +135,44 @@ func TestPaddingMatchesUnpadded(t *testing.T) {
 						return 0, nil
 					}
 					r.log.mu.Unlock()
+				case 3:
+					// A copy-on-write disk near full: the failAt-th write
+					// fails, part of it written, and when it was a padded
+					// write (reaching past the data) so does the truncate
+					// before the unpadded retry, which then writes over
+					// the torn bytes. (A torn write of data alone is cut
+					// off by a truncate that works: one that failed would
+					// fail the segment, padded or not.)
+					dataEnd := int64(FileHeaderSize + len(r.want))
+					for _, b := range bs {
+						dataEnd += int64(len(b))
+					}
+					cnt, padFailed := 0, false
+					truncFailed = false
+					r.log.mu.Lock()
+					r.log.fail = func(off, n int64) (int64, error) {
+						if cnt++; cnt == failAt+1 {
+							padFailed = off+n > dataEnd
+							return int64(float64(n) * keepFrac), syscall.ENOSPC
+						}
+						return 0, nil
+					}
+					r.log.failTruncate = func() error {
+						if padFailed {
+							padFailed, truncFailed = false, true
+							return syscall.ENOSPC
+						}
+						return nil
+					}
+					r.log.mu.Unlock()
 				}
 				err := r.s.Append(bs...)
 				r.log.mu.Lock()
-				r.log.fail = nil
+				r.log.fail, r.log.failTruncate = nil, nil
 				r.log.mu.Unlock()
+				if truncFailed && err != nil {
+					t.Fatalf("seed %d pad %d: a padded write and the truncate after it failed, and the unpadded retry was not made: %v", seed, r.pad, err)
+				}
 				if err == nil {
 					if err := r.s.Sync(); err != nil {
 						t.Fatal(err)
@@ -151,7 +186,7 @@ func TestPaddingMatchesUnpadded(t *testing.T) {
 					t.Fatalf("seed %d pad %d: ENOSPC wedged the segment: %v", seed, r.pad, r.s.Err())
 				}
 				errs = append(errs, err)
-				if op == 0 {
+				if op == 0 || op == 3 {
 					if err != nil {
 						nErr[r.pad]++
 					} else {

@@ -19,6 +19,9 @@ type writeLog struct {
 	mu     sync.Mutex
 	writes [][2]int64 // [offset, length]
 	fail   func(off, n int64) (keep int64, err error)
+	// failTruncate, when set, fails each truncate it returns an error for,
+	// changing nothing.
+	failTruncate func() error
 }
 
 type recFS struct {
@@ -51,6 +54,18 @@ func (f recFile) WriteAt(b []byte, off int64) (int, error) {
 		}
 	}
 	return f.File.WriteAt(b, off)
+}
+
+func (f recFile) Truncate(n int64) error {
+	f.log.mu.Lock()
+	fail := f.log.failTruncate
+	f.log.mu.Unlock()
+	if fail != nil {
+		if err := fail(); err != nil {
+			return err
+		}
+	}
+	return f.File.Truncate(n)
 }
 
 // randomBatches makes 1-3 batches from offset at, of 1-40 records of
