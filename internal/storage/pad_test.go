@@ -34,6 +34,31 @@ func logSize(t *testing.T, fs vfs.FS, s *Store, id SegmentID) int64 {
 	return st.Size
 }
 
+// padStore opens a store on fs with cfg, creates segment 1 and appends n
+// batches of one record of size zero bytes to it; it returns the store
+// and the segment's data end (header and batches).
+func padStore(t *testing.T, fs vfs.FS, cfg Config, n, size int) (*Store, int64) {
+	t.Helper()
+	cfg.Dir, cfg.FS = "/data", fs
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Create(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	data := int64(segment.FileHeaderSize)
+	for off := range uint64(n) {
+		b := zeroBatch(t, off, size)
+		if err := s.Append(context.Background(), 1, b); err != nil {
+			t.Fatal(err)
+		}
+		data += int64(len(b))
+	}
+	return s, data
+}
+
 // With the journal on, a segment file is padded to the end of the 64 KiB
 // region its data end in, and its seal cuts the zeros off; without the
 // journal nothing is padded.
@@ -41,21 +66,7 @@ func TestStorePadsWithTheJournalOnly(t *testing.T) {
 	for _, noJournal := range []bool{false, true} {
 		ctx := context.Background()
 		mem := vfs.NewMem()
-		s, err := Open(Config{Dir: "/data", FS: mem, NoJournal: noJournal})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Create(1, 0); err != nil {
-			t.Fatal(err)
-		}
-		data := int64(segment.FileHeaderSize)
-		for off := uint64(0); off < 5; off++ {
-			b := zeroBatch(t, off, 30000)
-			if err := s.Append(ctx, 1, b); err != nil {
-				t.Fatal(err)
-			}
-			data += int64(len(b))
-		}
+		s, data := padStore(t, mem, Config{NoJournal: noJournal}, 5, 30000)
 		want := (data + padRegion - 1) / padRegion * padRegion
 		if noJournal {
 			want = data
@@ -132,19 +143,7 @@ func TestPaddingNeverFillsTheDisk(t *testing.T) {
 func TestSealTrimIOErrorStopsTheStore(t *testing.T) {
 	ctx := context.Background()
 	ffs := vfs.NewFaulty(vfs.NewMem(), nil)
-	s, err := Open(Config{Dir: "/data", FS: ffs, PadBytes: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Create(1, 0); err != nil {
-		t.Fatal(err)
-	}
-	for off := uint64(0); off < 2; off++ {
-		if err := s.Append(ctx, 1, zeroBatch(t, off, 300)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, _ := padStore(t, ffs, Config{PadBytes: 512}, 2, 300)
 	ffs.SetRule(func(op vfs.Op, name string) error {
 		if op == vfs.OpTruncate && strings.HasSuffix(name, logExt) {
 			return syscall.EIO
@@ -242,22 +241,7 @@ func TestSealTrimOnFullDiskIsRetriable(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewMem()
 	ffs := vfs.NewFaulty(mem, nil)
-	s, err := Open(Config{Dir: "/data", FS: ffs, PadBytes: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Create(1, 0); err != nil {
-		t.Fatal(err)
-	}
-	data := int64(segment.FileHeaderSize)
-	for off := uint64(0); off < 4; off++ {
-		b := zeroBatch(t, off, 300)
-		if err := s.Append(ctx, 1, b); err != nil {
-			t.Fatal(err)
-		}
-		data += int64(len(b))
-	}
+	s, data := padStore(t, ffs, Config{PadBytes: 512}, 4, 300)
 	ffs.SetRule(func(op vfs.Op, name string) error {
 		if op == vfs.OpTruncate && strings.HasSuffix(name, logExt) {
 			return syscall.ENOSPC
