@@ -225,7 +225,6 @@ type segmentReport struct {
 	Damaged     []damageReport `json:"damaged"`
 	DamageCount int            `json:"damaged_spans"`
 	DamageBytes int64          `json:"damaged_bytes"`
-	ZeroTail    int64          `json:"zero_tail_bytes"`
 	Complete    bool           `json:"complete"`
 }
 
@@ -258,7 +257,7 @@ type damageReport struct {
 
 func newSegmentReport(ctx context.Context, file io.ReaderAt, path string, sum segfile.Summary) *segmentReport {
 	r := &segmentReport{File: path, Size: sum.Size, Batches: sum.Batches, Records: sum.Records, Bytes: sum.Bytes,
-		DamageCount: sum.DamagedSpans, DamageBytes: sum.DamagedBytes, ZeroTail: sum.ZeroTail, Complete: !sum.Stopped, Damaged: []damageReport{}}
+		DamageCount: sum.DamagedSpans, DamageBytes: sum.DamagedBytes, Complete: !sum.Stopped, Damaged: []damageReport{}}
 	if sum.HeaderErr != nil {
 		r.HeaderError = sum.HeaderErr.Error()
 	} else {
@@ -375,9 +374,6 @@ func (r *segmentReport) print(out *printer, skipping bool) error {
 		if r.DamageCount > len(r.Damaged) {
 			pairs = append(pairs, [2]string{"", fmt.Sprintf("and %d more spans", r.DamageCount-len(r.Damaged))})
 		}
-	}
-	if r.ZeroTail > 0 {
-		pairs = append(pairs, [2]string{"Zero tail", fmt.Sprintf("%d bytes after the last batch: in the shape a node's padding of an active segment leaves; no batch", r.ZeroTail)})
 	}
 	if err := out.fields(pairs); err != nil {
 		return err

@@ -313,29 +313,6 @@ func TestSegmentInspectDamage(t *testing.T) {
 		}
 	})
 
-	t.Run("zero tail", func(t *testing.T) {
-		// An active segment's padding: zeros to a 64 KiB boundary,
-		// reported, not damage; the file replays.
-		zeros := 64<<10 - len(w.data)%(64<<10)
-		p := damagedCopy(t, append(slices.Clone(w.data), make([]byte, zeros)...))
-		rep := inspectJSON(t, c, 0, p)
-		if !rep.Complete || rep.Records != 20 || rep.DamageCount != 0 || rep.ZeroTail != int64(zeros) {
-			t.Fatalf("report %+v", rep)
-		}
-		if out := c.ok("segment", "inspect", p); !strings.Contains(out, "Zero tail") || !strings.Contains(out, fmt.Sprintf("%d bytes", zeros)) {
-			t.Errorf("text report: %q", out)
-		}
-		if out := c.ok("segment", "replay", p, "--topic", "t", "--dry-run"); !strings.Contains(out, "would replay 20 records") {
-			t.Errorf("dry run: %q", out)
-		}
-		// Zeros that padding does not leave (the file ends off a 512-byte
-		// boundary) are damage.
-		p = damagedCopy(t, append(slices.Clone(w.data), make([]byte, zeros+1)...))
-		if rep := inspectJSON(t, c, 1, p); rep.ZeroTail != 0 || rep.DamageCount != 1 {
-			t.Fatalf("unaligned zeros: report %+v", rep)
-		}
-	})
-
 	t.Run("truncated", func(t *testing.T) {
 		p := damagedCopy(t, w.data[:w.pos[4]+10])
 		rep := inspectJSON(t, c, 1, p, "--skip-damaged")

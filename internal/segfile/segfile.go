@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"slices"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -138,13 +137,6 @@ type Summary struct {
 	// Stopped says the walk ended at damage (no SkipDamaged) rather than
 	// at the end of the file; the bytes after it were not looked at.
 	Stopped bool
-	// ZeroTail is how many zero bytes end the file after its last valid
-	// batch, which are not damage: a node pads an active segment's file
-	// with zeros past its data (docs/storage-format.md). No batch starts
-	// with a zero byte, so they hold none. Only zeros in the shape
-	// padding leaves count (paddingShaped); others, such as a sealed
-	// file whose last blocks a disk lost, are damage.
-	ZeroTail int64
 
 	neverExpires bool
 }
@@ -187,17 +179,6 @@ func Scan(ctx context.Context, r io.ReaderAt, size int64, o Options, visit func(
 			return s, err
 		}
 		if reason != "" {
-			zero, err := zeroTo(ctx, r, pos, size)
-			if err != nil {
-				return s, err
-			}
-			if zero && paddingShaped(pos, size) {
-				s.ZeroTail = size - pos
-				break
-			}
-			if zero {
-				reason = zerosReason
-			}
 			next := size
 			if o.SkipDamaged {
 				if next, err = w.nextValid(ctx, pos+1, minBase); err != nil {
@@ -226,51 +207,6 @@ func Scan(ctx context.Context, r io.ReaderAt, size int64, o Options, visit func(
 	}
 	return s, nil
 }
-
-// paddingShaped reports whether zeros from pos, where the batches stop,
-// to the file's end at size are in the shape a node's padding leaves:
-// fewer than segment.MaxPadBytes, ending on a segment.PadAlign boundary
-// (a padded region's end). A sealed file is exactly as long as
-// its data, so zeros ending it have this shape only by chance (1 in 512),
-// and its .seal footer tells them apart then.
-func paddingShaped(pos, size int64) bool {
-	return size%segment.PadAlign == 0 && size-pos < segment.MaxPadBytes
-}
-
-// zerosReason is the damage zeros to the end of a file are when they are
-// not in padding's shape. Not always damage to the data a node holds:
-// a padded write cut short on a full disk that could not truncate it
-// away, or batches a crash lost before their sync (the journal holds
-// them), leave zeros too.
-const zerosReason = "zeros to the end of the file, not in the shape padding leaves: blocks a disk lost, batches a crash lost before their sync, or a padded write cut short on a full disk"
-
-// zeroTo reports whether r's bytes [pos, size) are all zero. It reads
-// them in chunks that start small and double, so that a nonzero byte
-// soon after pos (damage, not a zero tail) costs a small read, and the
-// bytes it reads are at most twice the zeros it finds plus the first
-// chunk.
-func zeroTo(ctx context.Context, r io.ReaderAt, pos, size int64) (bool, error) {
-	buf := make([]byte, min(size-pos, zeroChunk))
-	n := min(int64(len(buf)), 512)
-	for pos < size {
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
-		b := buf[:min(size-pos, n)]
-		if got, err := r.ReadAt(b, pos); got < len(b) {
-			return false, err
-		}
-		if slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) {
-			return false, nil
-		}
-		pos += int64(len(b))
-		n = min(2*n, int64(len(buf)))
-	}
-	return true, nil
-}
-
-// zeroChunk bounds what zeroTo reads at a time.
-const zeroChunk = 64 << 10
 
 func (s *Summary) damage(sp Span) {
 	s.DamagedSpans++

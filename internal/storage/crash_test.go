@@ -251,10 +251,6 @@ func TestCrashRecoveryProperty(t *testing.T) {
 			MaxPendingBytes:  rapid.SampledFrom([]int64{0, 600}).Draw(rt, "maxPending"),
 			NoJournal:        rapid.IntRange(0, 3).Draw(rt, "journal") == 0,
 			JournalFileBytes: rapid.SampledFrom([]int64{0, 700, 3000}).Draw(rt, "journalFile"),
-			// Small padding regions put the padding's zeros under the
-			// crashes, seals and cuts; the default's 64 KiB is not reached
-			// by the batches here.
-			PadBytes: rapid.SampledFrom([]int{-1, 0, 512, 1024, 4096}).Draw(rt, "pad"),
 		}
 		// Preallocation writes JournalFileBytes of zeros: only small ones.
 		m.cfg.JournalPrealloc = m.cfg.JournalFileBytes != 0 && rapid.Bool().Draw(rt, "prealloc")

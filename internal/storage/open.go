@@ -70,7 +70,7 @@ func Open(cfg Config) (*Store, error) {
 	s := &Store{
 		cfg:    cfg,
 		fs:     cfg.FS,
-		opts:   segment.Options{IndexIntervalBytes: cfg.IndexIntervalBytes, PadBytes: padBytes(cfg)},
+		opts:   segment.Options{IndexIntervalBytes: cfg.IndexIntervalBytes},
 		segs:   map[SegmentID]*seg{},
 		space:  make(chan struct{}),
 		lru:    list.New(),

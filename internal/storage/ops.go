@@ -162,14 +162,7 @@ func (s *Store) writeSeal(id SegmentID, log *segment.Segment, o SealOptions) (Fo
 	}
 	// With the node journal the file's latest batches may be durable only
 	// in the journal, which a checkpoint will drop: a sealed file must
-	// stand alone, exactly as long as its data.
-	if err := log.TrimPadding(); err != nil {
-		if isNoSpace(err) {
-			return Footer{}, s.markFull(err) // nothing changed: the seal can be tried again
-		}
-		s.fail(err) // a segment file the disk will not truncate, like one it will not sync
-		return Footer{}, err
-	}
+	// stand alone.
 	if err := log.SyncFile(); err != nil {
 		s.fail(err)
 		return Footer{}, err

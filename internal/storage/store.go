@@ -37,11 +37,6 @@ type Config struct {
 	// every segment file it wrote. A journal left by an earlier run is
 	// replayed either way.
 	NoJournal bool
-	// PadBytes is the region segment files are padded to with the node
-	// journal on (segment.Options.PadBytes): 0 means padRegion (64 KiB),
-	// a negative value turns padding off; a multiple of 512 bytes, at most
-	// 1 MiB. Without the journal nothing is padded.
-	PadBytes int
 	// JournalFileBytes is the journal file size from which the store moves
 	// to a new file and checkpoints the old one (default 64 MiB).
 	JournalFileBytes int64
@@ -80,14 +75,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxOpenFiles < 0 || c.MaxPendingBytes < 0 || c.IndexIntervalBytes < 0 || c.JournalFileBytes < 0 {
 		return errors.New("storage: negative limit in Config")
-	}
-	if c.PadBytes > segment.MaxPadBytes {
-		return fmt.Errorf("storage: PadBytes %d above %d: each padded write holds a buffer of that size", c.PadBytes, segment.MaxPadBytes)
-	}
-	if c.PadBytes > 0 && c.PadBytes%segment.PadAlign != 0 {
-		// Tools tell a padded file's zeros from damage by this shape
-		// (internal/segfile).
-		return fmt.Errorf("storage: PadBytes %d is not a multiple of %d", c.PadBytes, segment.PadAlign)
 	}
 	if c.FS == nil {
 		c.FS = vfs.OS()
@@ -217,8 +204,7 @@ type Stats struct {
 	ReplayedBatches uint64
 	Batches         uint64 // batches acknowledged durable
 	Bytes           uint64 // bytes acknowledged durable
-	// TruncatedBytes is the size of torn tails removed at Open, the
-	// zeros an active segment's file was padded with among them.
+	// TruncatedBytes is the size of torn tails removed at Open.
 	TruncatedBytes uint64
 }
 
@@ -673,24 +659,4 @@ func (s *Store) createFiles(id SegmentID, base uint64, owner uint32, sync bool) 
 		return nil, err
 	}
 	return log, nil
-}
-
-// padRegion is the region the store's segment files are padded to with
-// the node journal on (segment.Options.PadBytes). Over 1,024 files taking
-// appends of 8-60 KiB in turn, files padded to 64 KiB regions read back
-// from the page cache at 1.9 times the rate of unpadded ones, zeros and
-// all; with the writes held back to 64 and 32 KiB boundaries instead, at
-// 1.6 and 1.4 times (docs/perf.md, ninth round of "Many ranges").
-// Without the journal every round fsyncs the files it wrote, and the
-// zeros would reach the disk with each fsync.
-const padRegion = 64 << 10
-
-func padBytes(c Config) int {
-	switch {
-	case c.NoJournal || c.PadBytes < 0:
-		return 0
-	case c.PadBytes == 0:
-		return padRegion
-	}
-	return c.PadBytes
 }

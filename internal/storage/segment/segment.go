@@ -73,10 +73,6 @@ func parseFileHeader(b []byte) (fileHeader, error) {
 type Options struct {
 	// IndexIntervalBytes is the sparse index spacing; default 4096.
 	IndexIntervalBytes int
-	// PadBytes, when set, zero-fills each write that ends inside a region
-	// of the file (PadBytes bytes, aligned) no earlier write reached, to
-	// that region's end (see padTarget). 0 turns it off.
-	PadBytes int
 }
 
 func (o Options) interval() int {
@@ -92,7 +88,7 @@ type Stats struct {
 	// End is the offset after the last batch (Base when empty), or the
 	// explicit end recorded at seal.
 	End          uint64
-	Bytes        int64 // batch bytes: the .log size minus FileHeaderSize, but for padding (Options.PadBytes)
+	Bytes        int64 // batch bytes: the .log size minus FileHeaderSize
 	Records      uint64
 	MaxExpiry    int64 // 0 when empty or when some record never expires
 	MaxTimestamp int64 // 0 when empty
@@ -147,7 +143,6 @@ type Segment struct {
 	peeked atomic.Pointer[peekedHeader]
 
 	// Owned by the writer.
-	pad      int64 // Options.PadBytes
 	hash     *xxhash.Digest
 	unhashed [][]byte // written batches the content hash has not seen yet
 	buf      []byte
@@ -163,7 +158,7 @@ func newSegment(f vfs.File, fh fileHeader, o Options) *Segment {
 	id, base := fh.id, fh.base
 	st := Stats{Base: base, End: base}
 	return &Segment{f: f, id: id, base: base, owner: fh.owner, interval: o.interval(),
-		idx: NewIndex(o.interval()), written: st, durable: st, hash: xxhash.New(), pad: int64(max(o.PadBytes, 0))}
+		idx: NewIndex(o.interval()), written: st, durable: st, hash: xxhash.New()}
 }
 
 // Create creates an empty segment file at path (which must not exist) and
@@ -247,7 +242,6 @@ func (s *Segment) Append(batches ...[]byte) error {
 		return ErrSealed
 	}
 	hdrs := make([]BatchHeader, len(batches))
-	n := int64(0)
 	for i, b := range batches {
 		h, err := ParseHeader(b)
 		if err != nil {
@@ -260,9 +254,8 @@ func (s *Segment) Append(batches ...[]byte) error {
 			return fmt.Errorf("%w: batch base %d below end %d", ErrOffsetRegression, h.BaseOffset, end)
 		}
 		end, hdrs[i] = h.LastOffset()+1, h
-		n += int64(len(b))
 	}
-	if err := s.write(batches, pos, n); err != nil {
+	if err := s.write(batches, pos); err != nil {
 		if noSpace(err) {
 			if cerr := s.cutTorn(pos); cerr != nil {
 				err = fmt.Errorf("%w; cutting the torn bytes off failed: %w", err, cerr)
@@ -302,14 +295,9 @@ func (s *Segment) cutTorn(pos int64) error {
 // copy costs more than the extra system call.
 const directWrite = 64 << 10
 
-// gather writes batches contiguously from pos. Runs of small batches are
-// gathered into one buffer so one system call covers them. With padding
-// on, each system call but the last ends on a region boundary, so that
-// none is the first to reach a region and stop inside it (pad.go): a
-// gathered run takes in the next batch's bytes up to the boundary, and a
-// batch written from the caller's memory leaves its bytes past its last
-// boundary to the buffer (less than a region either way).
-func (s *Segment) gather(batches [][]byte, pos int64) error {
+// write writes batches contiguously from pos. Runs of small batches are
+// gathered into one buffer so one system call covers them.
+func (s *Segment) write(batches [][]byte, pos int64) error {
 	buf := s.buf[:0]
 	flush := func() error {
 		if len(buf) == 0 {
@@ -325,27 +313,13 @@ func (s *Segment) gather(batches [][]byte, pos int64) error {
 			buf = append(buf, b...)
 			continue
 		}
-		if s.pad > 0 && len(buf) > 0 {
-			k := min(int64(len(b)), toBoundary(pos+int64(len(buf)), s.pad))
-			buf, b = append(buf, b[:k]...), b[k:]
-			if len(b) == 0 {
-				continue // the run does not reach the boundary yet (a region over directWrite)
-			}
-		}
 		if err := flush(); err != nil {
 			return err
 		}
-		direct := int64(len(b))
-		if s.pad > 0 {
-			direct = max(direct-(pos+direct)%s.pad, 0)
+		if _, err := s.f.WriteAt(b, pos); err != nil {
+			return err
 		}
-		if direct > 0 {
-			if _, err := s.f.WriteAt(b[:direct], pos); err != nil {
-				return err
-			}
-			pos += direct
-		}
-		buf = append(buf, b[direct:]...)
+		pos += int64(len(b))
 	}
 	err := flush()
 	if cap(buf) <= 4<<20 {

@@ -1,5 +1,0 @@
-//go:build race
-
-package segment
-
-const raceEnabled = true
