@@ -277,14 +277,21 @@ func TestOversizeFrameRefusedWhenSent(t *testing.T) {
 func TestBackpressureWhenHandlerStalls(t *testing.T) {
 	forEachImpl(t, func(t *testing.T, im impl) {
 		release := make(chan struct{})
-		var got atomic.Int64
+		var got, entered atomic.Int64
 		ts := im.start(t, 2, func(c *Config) {
 			c.MaxFrameBytes, c.MaxQueueBytes, c.MaxQueueFrames = 64<<10, 256<<10, 64
 		}, func(tr Transport) {
-			tr.Handle(ChannelReplication, func(uint64, []byte) { <-release; got.Add(1) })
+			tr.Handle(ChannelReplication, func(uint64, []byte) { entered.Add(1); <-release; got.Add(1) })
 		})
 		payload := make([]byte, 32<<10)
-		sent := 0
+		// The first frame reaches the handler before the queue fills, so
+		// that the delivery goroutine takes no frame off the full queue
+		// (making room) after the refusal below.
+		if err := ts[0].Send(2, ChannelReplication, payload); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the handler to take the first frame", func() bool { return entered.Load() == 1 })
+		sent := 1
 		var err error
 		for ; sent < 100000; sent++ {
 			if err = ts[0].Send(2, ChannelReplication, payload); err != nil {
@@ -302,7 +309,11 @@ func TestBackpressureWhenHandlerStalls(t *testing.T) {
 		// queue stays full and a call is refused the same way. (Over TCP
 		// the kernel's buffers may still take a little.)
 		if im.name == "mem" {
-			if _, err := ts[0].Call(context.Background(), 2, ChannelReplication, payload); !errors.Is(err, ErrBackpressure) {
+			// Bounded: a call the queue took would wait for an answer no
+			// handler gives.
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			if _, err := ts[0].Call(ctx, 2, ChannelReplication, payload); !errors.Is(err, ErrBackpressure) {
 				t.Errorf("call into a full queue: %v", err)
 			}
 		}
