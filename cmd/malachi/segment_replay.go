@@ -190,9 +190,11 @@ func runReplay(cmd *cobra.Command, a *app, out *printer, path string, f *replayF
 		return &exitError{code: 1, err: fmt.Errorf("%s: %w", path, err)}
 	}
 	plan.Damaged = sum.DamagedSpans
-	// A .seal beside the file says how long it is: zeros where its last
-	// batches were scan like padding, and only the footer tells. One that
-	// cannot be read says nothing either way.
+	// A .seal beside the file says how long it is and what it holds: a
+	// sealed file cut short at a batch boundary scans clean, and only the
+	// footer tells. One that cannot be read says nothing either way. With
+	// no .seal this costs one failed open; with one, a second read of the
+	// file for its content hash.
 	rep := newSegmentReport(cmd.Context(), file, path, sum)
 	fr := rep.Footer
 	disagrees := fr != nil && fr.Error == "" && !fr.Agrees

@@ -377,6 +377,15 @@ func TestSegmentInspectDamage(t *testing.T) {
 		if out := c.ok("segment", "replay", p, "--topic", "t", "--dry-run"); !strings.Contains(out, "would replay 20 records") {
 			t.Errorf("replay of a file that agrees with its footer: %q", out)
 		}
+		// The same footer beside a copy cut short at a batch boundary: the
+		// batches scan clean, the footer does not agree, nothing is sent.
+		short := damagedCopy(t, w.data[:w.pos[4]])
+		if err := os.WriteFile(strings.TrimSuffix(short, ".log")+".seal", segment.MarshalFooter(9, ft), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if msg := c.fails(1, "segment", "replay", short, "--topic", "t", "--dry-run"); !strings.Contains(msg, "does not match its seal footer") {
+			t.Errorf("replay of a sealed file cut short at a batch boundary: %q", msg)
+		}
 		// A footer that cannot be read: inspect says so; replay checks
 		// the file without it.
 		if err := os.WriteFile(seal, []byte("not a footer"), 0o600); err != nil {
