@@ -97,33 +97,64 @@ func (c *call) stream() bool                  { return false }
 const maxReadBuf = 4 << 20
 
 // Answers of minPooledPayload bytes or more (fetch pages) are read into
-// payload buffers that payloadPool recycles once the page that holds them
+// payload buffers that payloadPools recycle once the page that holds them
 // is released (BatchPage.Release): a reader going through a topic then
 // allocates nothing per page, and gives the garbage collector nothing to
-// sweep. They are sized in steps of payloadStep, so that one fits the
-// next page.
+// sweep. Buffers are whole payloadSteps, one pool per size, so that no
+// buffer too small for an answer is drawn, dropped and replaced: a reader
+// whose pages vary in size (over many ranges, pages end on the batch
+// boundaries of each range) would keep replacing them, and every new
+// buffer pays its first-touch page faults again (docs/perf.md, "the
+// client's page buffers").
 const (
 	minPooledPayload = 64 << 10
 	payloadStep      = 256 << 10
 )
 
-var payloadPool sync.Pool // of *[]byte
+// payloadPools holds the payload buffers by size: payloadPools[i] those of
+// i payloadSteps.
+var payloadPools [maxReadBuf/payloadStep + 1]sync.Pool // of *[]byte
 
-// payloadBuf returns a buffer of n bytes, from the pool when one there is
-// large enough.
-func payloadBuf(n int) []byte {
-	if bp, _ := payloadPool.Get().(*[]byte); bp != nil && cap(*bp) >= n {
-		return (*bp)[:n]
+// payloadSteps is how many payloadSteps hold n bytes.
+func payloadSteps(n int) int { return (n + payloadStep - 1) / payloadStep }
+
+// payloadBuf returns a buffer of n bytes, with room for want bytes when
+// want is larger (the answers its reader expects next may be that large,
+// and one buffer size then fits them all), and an eighth more, so that
+// sizes just below a payloadStep do not size buffers that the next
+// answer, a little larger, does not fit (pages end near 1 MiB). A buffer
+// one step larger is taken when there is none of its own size, for the
+// same reason. want beyond maxReadBuf is not pooled, so it is not
+// honoured either.
+func payloadBuf(n, want int) []byte {
+	size := n
+	if want > n && want <= maxReadBuf {
+		size = want
 	}
-	return make([]byte, n, (n+payloadStep-1)/payloadStep*payloadStep)
+	i := min(payloadSteps(size+size/8), len(payloadPools)-1)
+	for j := i; j <= min(i+1, len(payloadPools)-1); j++ {
+		if bp, _ := payloadPools[j].Get().(*[]byte); bp != nil {
+			return (*bp)[:n]
+		}
+	}
+	return make([]byte, n, max(i*payloadStep, n))
 }
 
 // releasePayload hands back a payload nothing uses any more.
 func releasePayload(p []byte) {
-	if cap(p) >= minPooledPayload && cap(p) <= maxReadBuf {
+	c := cap(p)
+	if c >= minPooledPayload && c <= maxReadBuf && c%payloadStep == 0 {
 		p = p[:0]
-		payloadPool.Put(&p)
+		payloadPools[c/payloadStep].Put(&p)
 	}
+}
+
+// payloadSizer is a handler that knows how large the answers of the
+// requests like its own have been (a Fetcher's pages): the buffer its
+// answer is read into is sized for that, so that it fits the next ones too.
+type payloadSizer interface {
+	// payloadSize is called from the reader goroutine and must not block.
+	payloadSize() int
 }
 
 // framePool recycles request encoding buffers.
@@ -596,8 +627,13 @@ func (c *conn) readAnswer(br *bufio.Reader, buf *[]byte) (corr uint32, code uint
 			}
 			corr = binary.BigEndian.Uint32(hdr[wire.LenPrefixSize:])
 			code = binary.BigEndian.Uint16(hdr[wire.LenPrefixSize+4:])
-			c.announceCursor(corr, code, br)
-			payload = payloadBuf(int(n) - wire.ResponseHeaderSize)
+			h := c.handler(corr)
+			announceCursor(h, code, br)
+			want := 0
+			if ps, ok := h.(payloadSizer); ok {
+				want = ps.payloadSize()
+			}
+			payload = payloadBuf(int(n)-wire.ResponseHeaderSize, want)
 			if _, err := io.ReadFull(br, payload); err != nil {
 				return 0, 0, nil, false, fmt.Errorf("%w: %w", ErrDisconnected, unexpectedEOF(err))
 			}
@@ -627,17 +663,19 @@ type cursorWatcher interface {
 	headCursor(cursor string)
 }
 
+// handler is the handler waiting for the answer corr, or nil.
+func (c *conn) handler(corr uint32) handler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending[corr]
+}
+
 // announceCursor hands the cursor at the head of a large ok answer,
 // already buffered or arriving first, to its handler if that watches for
 // it. The cursor is peeked, not consumed: the payload is read whole after.
-func (c *conn) announceCursor(corr uint32, code uint16, br *bufio.Reader) {
-	if code != wire.CodeOK {
-		return
-	}
-	c.mu.Lock()
-	w, _ := c.pending[corr].(cursorWatcher)
-	c.mu.Unlock()
-	if w == nil {
+func announceCursor(h handler, code uint16, br *bufio.Reader) {
+	w, _ := h.(cursorWatcher)
+	if code != wire.CodeOK || w == nil {
 		return
 	}
 	if cur, ok := peekCursor(br); ok {

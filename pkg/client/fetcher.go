@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/malachi-log/malachi/internal/wire"
@@ -40,6 +41,39 @@ type Fetcher struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // what ended it, once Next has returned it
+	sizes  pageSizes
+}
+
+// pageSizeWindow is how many pages a Fetcher's size hint remembers: after
+// that many smaller pages, it shrinks to their largest.
+const pageSizeWindow = 32
+
+// nodePageBytes is the page size a node gives a fetch that does not say
+// (its default FetchMaxBytes). It only sizes a Fetcher's first buffers,
+// before its pages have shown how large they are.
+const nodePageBytes = 1 << 20
+
+// pageSizes remembers how large a Fetcher's pages have been, so that each
+// answer is read into a buffer that fits the pages after it (see
+// payloadBuf): its pages end on batch boundaries and vary in size, and a
+// buffer sized for each page alone would often be too small for the next.
+type pageSizes struct {
+	hint   atomic.Int64 // read by the connection's reader goroutine
+	window int64        // the largest page of the current window
+	pages  int          // pages in the current window
+}
+
+// note counts a page of n payload bytes (the Fetcher's goroutine only).
+// The hint is the largest page of the last window and the current one.
+func (s *pageSizes) note(n int) {
+	s.window = max(s.window, int64(n))
+	if s.window > s.hint.Load() {
+		s.hint.Store(s.window)
+	}
+	if s.pages++; s.pages == pageSizeWindow {
+		s.hint.Store(s.window)
+		s.window, s.pages = 0, 0
+	}
 }
 
 // fetcherResult is a page read ahead, or why none could be.
@@ -59,6 +93,11 @@ func (c *Client) NewFetcher(topic string, opt FetchOptions) *Fetcher {
 		ctx:   ctx, cancel: cancel,
 		done: make(chan struct{}),
 	}
+	first := opt.MaxBytes
+	if first <= 0 {
+		first = nodePageBytes
+	}
+	f.sizes.hint.Store(int64(min(first, maxReadBuf)))
 	go f.run(opt)
 	return f
 }
@@ -106,12 +145,15 @@ type fetchCall struct {
 	sent     time.Time
 	answered time.Time // set before done is (reader goroutine)
 	deadline time.Time
+	sizes    *pageSizes  // its Fetcher's
 	cursor   chan string // its answer's cursor, once (capacity 1)
 	announce bool        // the cursor was sent (reader goroutine only)
 	done     chan reply  // its answer (capacity 1)
 }
 
 func (f *fetchCall) stream() bool { return false }
+
+func (f *fetchCall) payloadSize() int { return int(f.sizes.hint.Load()) }
 
 func (f *fetchCall) headCursor(cur string) {
 	f.announce = true
@@ -257,7 +299,7 @@ func (f *Fetcher) send(o FetchOptions) (*fetchCall, error) {
 	}
 	now := time.Now()
 	fc := &fetchCall{
-		opt: o, cn: cn, sent: now,
+		opt: o, cn: cn, sent: now, sizes: &f.sizes,
 		deadline: now.Add(f.c.cfg.requestTimeout + wait),
 		cursor:   make(chan string, 1),
 		done:     make(chan reply, 1),
@@ -274,6 +316,7 @@ func (f *Fetcher) page(r reply) (*BatchPage, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.sizes.note(len(payload))
 	var resp wire.FetchBatchesResponse
 	if err := resp.Decode(payload); err != nil {
 		return nil, fmt.Errorf("%w: fetch_batches answer: %w", ErrProtocol, err)

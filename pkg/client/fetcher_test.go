@@ -3,9 +3,12 @@ package client
 import (
 	"bytes"
 	"errors"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	batchfmt "github.com/malachi-log/malachi/internal/batch"
 	"github.com/malachi-log/malachi/internal/wire"
@@ -125,5 +128,105 @@ func TestFetcherWireV1(t *testing.T) {
 	fr2.Close()
 	if _, err := fr2.Next(t.Context()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Next after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestFetcherBuffersFitPagesOfEitherSize: a Fetcher whose pages straddle a
+// payload step (over many ranges, pages end on each range's batch
+// boundaries, some just under 1 MiB and some just over) reads them all
+// into as many buffers as it holds pages at once. Before its buffers were
+// sized for the pages to come, each page larger than the pooled buffer it
+// drew dropped that buffer and allocated another, and every new buffer
+// paid its page faults again.
+func TestFetcherBuffersFitPagesOfEitherSize(t *testing.T) {
+	// One P and no collection, so that the pool hands back what was put
+	// into it: the test counts buffers, and sync.Pool drops them at
+	// every collection.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	small, large := bigBatch(t, 880, 1000), bigBatch(t, 1030, 1010)
+	if step := 4 * payloadStep; len(small) >= step || len(large) <= step {
+		t.Fatalf("batches of %d and %d bytes do not straddle %d", len(small), len(large), step)
+	}
+	const pages = 48
+	// A page's payload: its cursor, the count of its batches, and its
+	// one batch's range and length.
+	const payloadHead = 1 + 4 + 2 + 4 + 8 + 4
+	fv := &fakeV2{t: t, lim: batchfmt.ProduceLimits{MaxRawBytes: 2 << 20, MaxRecords: 1 << 16, MaxHeaders: 1024}}
+	f := startFakeWith(t, fakeOptions{versions: fv.versions(wire.DefaultMaxFrame)}, func(fc *fakeConn, corr uint32, req wire.Request) {
+		r, ok := req.(*wire.FetchBatchesRequest)
+		if !ok {
+			fv.handle(fc, corr, req)
+			return
+		}
+		i := 0
+		if r.Cursor != nil {
+			i, _ = strconv.Atoi(*r.Cursor)
+		}
+		next := strconv.Itoa(i + 1)
+		resp := wire.FetchBatchesResponse{NextCursor: &next}
+		if i < pages {
+			// Small pages first, as a reader of many ranges starts.
+			b := small
+			if i >= 8 && i%3 != 0 {
+				b = large
+			}
+			resp.Batches = []wire.RangeBatch{{Range: 1, Batch: b}}
+		}
+		fc.ok(corr, resp)
+	})
+	fr := dialFake(t, f).NewFetcher("t", FetchOptions{})
+	defer fr.Close()
+	buffers := map[*byte]bool{}
+	for i := range pages {
+		p, err := fr.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Len() == 0 || p.Cursor != strconv.Itoa(i+1) {
+			t.Fatalf("page %d: %d records, cursor %q", i, p.Len(), p.Cursor)
+		}
+		// Every buffer fits the larger pages, so none is dropped for
+		// being too small when the pages grow.
+		if cap(p.payload) < len(large)+payloadHead {
+			t.Fatalf("page %d (%d bytes) was read into a buffer of %d, too small for the larger pages", i, len(p.payload), cap(p.payload))
+		}
+		buffers[unsafe.SliceData(p.payload)] = true
+		p.Release()
+	}
+	// Held at once: the caller's page, one waiting for Next, one in the
+	// Fetcher's hand and the answers of its fetches in flight.
+	if held := 1 + FetcherDepth + maxFetchesInFlight; len(buffers) > held && !raceEnabled {
+		t.Fatalf("%d pages were read into %d buffers; at most %d are held at once", pages, len(buffers), held)
+	}
+}
+
+// TestPayloadBufSizes: a payload buffer has room for what its reader
+// expects next and an eighth more, a request beyond the pooled sizes is
+// not honoured, and a buffer one step larger serves when there is none of
+// the size asked for.
+func TestPayloadBufSizes(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	if b := payloadBuf(900_000, 1_049_000); len(b) != 900_000 || cap(b) < 1_049_000+1_049_000/8 {
+		t.Fatalf("900,000 bytes wanting 1,049,000: len %d cap %d", len(b), cap(b))
+	}
+	if b := payloadBuf(100_000, 8*maxReadBuf); cap(b) != payloadStep {
+		t.Fatalf("100,000 bytes wanting more than is pooled: cap %d, want %d", cap(b), payloadStep)
+	}
+	b := payloadBuf(4*payloadStep-100_000, 0) // five steps with its eighth
+	d := payloadBuf(900_000, 0)               // four
+	if cap(b) != 5*payloadStep || cap(d) != 4*payloadStep {
+		t.Fatalf("caps %d and %d, want %d and %d", cap(b), cap(d), 5*payloadStep, 4*payloadStep)
+	}
+	releasePayload(b)
+	releasePayload(d)
+	// 600,000 bytes and an eighth fit three steps: the pooled buffer of
+	// four serves, the one of five does not.
+	if c := payloadBuf(600_000, 0); !raceEnabled && unsafe.SliceData(c) != unsafe.SliceData(d) || len(c) != 600_000 {
+		t.Fatalf("a pooled buffer one step larger did not serve 600,000 bytes (got cap %d)", cap(c))
+	}
+	if c := payloadBuf(600_000, 0); unsafe.SliceData(c) == unsafe.SliceData(b) || cap(c) != 3*payloadStep {
+		t.Fatalf("600,000 bytes with no buffer of three or four steps pooled: cap %d, want a new one of %d", cap(c), 3*payloadStep)
 	}
 }
