@@ -29,6 +29,19 @@ func bigBatch(t *testing.T, n, size int) []byte {
 	return out
 }
 
+// startFetchFake starts a fake wire v2 node whose fetch_batches answers
+// come from fetch.
+func startFetchFake(t *testing.T, fetch func(fc *fakeConn, corr uint32, r *wire.FetchBatchesRequest)) *fakeBroker {
+	fv := &fakeV2{t: t, lim: batchfmt.ProduceLimits{MaxRawBytes: 2 << 20, MaxRecords: 1 << 16, MaxHeaders: 1024}}
+	return startFakeWith(t, fakeOptions{versions: fv.versions(wire.DefaultMaxFrame)}, func(fc *fakeConn, corr uint32, req wire.Request) {
+		if r, ok := req.(*wire.FetchBatchesRequest); ok {
+			fetch(fc, corr, r)
+			return
+		}
+		fv.handle(fc, corr, req)
+	})
+}
+
 // TestFetcherSendsNextOnCursor: a Fetcher sends the next fetch_batches as
 // soon as the cursor at the head of an answer has arrived, before the rest
 // of the page: the fake node withholds the end of its first page until
@@ -37,13 +50,7 @@ func TestFetcherSendsNextOnCursor(t *testing.T) {
 	batch := bigBatch(t, 100, 1000)  // a page above minPooledPayload
 	second := make(chan struct{})    // the second fetch came
 	firstSent := make(chan struct{}) // the first page is written whole
-	fv := &fakeV2{t: t, lim: batchfmt.ProduceLimits{MaxRawBytes: 1 << 20, MaxRecords: 1 << 16, MaxHeaders: 1024}}
-	f := startFakeWith(t, fakeOptions{versions: fv.versions(wire.DefaultMaxFrame)}, func(fc *fakeConn, corr uint32, req wire.Request) {
-		r, ok := req.(*wire.FetchBatchesRequest)
-		if !ok {
-			fv.handle(fc, corr, req)
-			return
-		}
+	f := startFetchFake(t, func(fc *fakeConn, corr uint32, r *wire.FetchBatchesRequest) {
 		switch {
 		case r.Cursor != nil && *r.Cursor == "c2":
 			fc.ok(corr, wire.FetchBatchesResponse{NextCursor: r.Cursor}) // nothing new
@@ -152,13 +159,7 @@ func TestFetcherBuffersFitPagesOfEitherSize(t *testing.T) {
 	// A page's payload: its cursor, the count of its batches, and its
 	// one batch's range and length.
 	const payloadHead = 1 + 4 + 2 + 4 + 8 + 4
-	fv := &fakeV2{t: t, lim: batchfmt.ProduceLimits{MaxRawBytes: 2 << 20, MaxRecords: 1 << 16, MaxHeaders: 1024}}
-	f := startFakeWith(t, fakeOptions{versions: fv.versions(wire.DefaultMaxFrame)}, func(fc *fakeConn, corr uint32, req wire.Request) {
-		r, ok := req.(*wire.FetchBatchesRequest)
-		if !ok {
-			fv.handle(fc, corr, req)
-			return
-		}
+	f := startFetchFake(t, func(fc *fakeConn, corr uint32, r *wire.FetchBatchesRequest) {
 		i := 0
 		if r.Cursor != nil {
 			i, _ = strconv.Atoi(*r.Cursor)
