@@ -97,61 +97,48 @@ func (c *call) stream() bool                  { return false }
 const maxReadBuf = 4 << 20
 
 // Answers of minPooledPayload bytes or more (fetch pages) are read into
-// payload buffers that payloadPools recycle once the page that holds them
+// payload buffers that payloadPool recycles once the page that holds them
 // is released (BatchPage.Release): a reader going through a topic then
 // allocates nothing per page, and gives the garbage collector nothing to
-// sweep. Buffers are whole payloadSteps, one pool per size, so that no
-// buffer too small for an answer is drawn, dropped and replaced: a reader
-// whose pages vary in size (over many ranges, pages end on the batch
-// boundaries of each range) would keep replacing them, and every new
-// buffer pays its first-touch page faults again (docs/perf.md, "the
-// client's page buffers").
+// sweep. They are sized in steps of payloadStep.
 const (
 	minPooledPayload = 64 << 10
 	payloadStep      = 256 << 10
 )
 
-// payloadPools holds the payload buffers by size: payloadPools[i] those of
-// i payloadSteps.
-var payloadPools [maxReadBuf/payloadStep + 1]sync.Pool // of *[]byte
+var payloadPool sync.Pool // of *[]byte
 
-// payloadSteps is how many payloadSteps hold n bytes.
-func payloadSteps(n int) int { return (n + payloadStep - 1) / payloadStep }
-
-// payloadBuf returns a buffer of n bytes, with room for want bytes when
-// want is larger (the answers its reader expects next may be that large,
-// and one buffer size then fits them all), and an eighth more, so that
-// sizes just below a payloadStep do not size buffers that the next
-// answer, a little larger, does not fit (pages end near 1 MiB). A buffer
-// one step larger is taken when there is none of its own size, for the
-// same reason. want beyond maxReadBuf is not pooled, so it is not
-// honoured either.
+// payloadBuf returns a buffer of n bytes, from the pool when one there is
+// large enough. A buffer it allocates has room for want bytes when want is
+// larger, what its reader expects next (a Fetcher's recent pages; up to
+// maxReadBuf, the largest pooled): a pooled buffer too small for the
+// answer that draws it is dropped, and a reader whose pages vary in size
+// (over many ranges, pages end on the batch boundaries of each range)
+// would otherwise keep replacing its buffers, each new one paying its
+// first-touch page faults again (docs/perf.md, "the client's page
+// buffers").
 func payloadBuf(n, want int) []byte {
+	if bp, _ := payloadPool.Get().(*[]byte); bp != nil && cap(*bp) >= n {
+		return (*bp)[:n]
+	}
 	size := n
 	if want > n && want <= maxReadBuf {
 		size = want
 	}
-	i := min(payloadSteps(size+size/8), len(payloadPools)-1)
-	for j := i; j <= min(i+1, len(payloadPools)-1); j++ {
-		if bp, _ := payloadPools[j].Get().(*[]byte); bp != nil {
-			return (*bp)[:n]
-		}
-	}
-	return make([]byte, n, max(i*payloadStep, n))
+	return make([]byte, n, (size+payloadStep-1)/payloadStep*payloadStep)
 }
 
 // releasePayload hands back a payload nothing uses any more.
 func releasePayload(p []byte) {
-	c := cap(p)
-	if c >= minPooledPayload && c <= maxReadBuf && c%payloadStep == 0 {
+	if cap(p) >= minPooledPayload && cap(p) <= maxReadBuf {
 		p = p[:0]
-		payloadPools[c/payloadStep].Put(&p)
+		payloadPool.Put(&p)
 	}
 }
 
-// payloadSizer is a handler that knows how large the answers of the
-// requests like its own have been (a Fetcher's pages): the buffer its
-// answer is read into is sized for that, so that it fits the next ones too.
+// payloadSizer is a handler that knows how large the answers to requests
+// like its own have been (a Fetcher's pages): a buffer allocated for its
+// answer is sized for that, so that it fits the next ones too.
 type payloadSizer interface {
 	// payloadSize is called from the reader goroutine and must not block.
 	payloadSize() int

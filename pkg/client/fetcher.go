@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -41,39 +42,52 @@ type Fetcher struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // what ended it, once Next has returned it
-	sizes  pageSizes
+	sizes  *pageSizes
 }
 
-// pageSizeWindow is how many pages a Fetcher's size hint remembers: after
-// that many smaller pages, it shrinks to their largest.
+// pageSizeWindow is how many of a Fetcher's last pages size the buffers
+// its answers are read into.
 const pageSizeWindow = 32
 
 // nodePageBytes is the page size a node gives a fetch that does not say
-// (its default FetchMaxBytes). It only sizes a Fetcher's first buffers,
-// before its pages have shown how large they are.
-const nodePageBytes = 1 << 20
+// (its default FetchMaxBytes, and its cap on what a fetch asks for), and
+// pageOverhead what an answer adds to its page's batches (the cursor, a
+// range and a length per batch). Together they size a Fetcher's buffers
+// until its pages have shown how large they are.
+const (
+	nodePageBytes = 1 << 20
+	pageOverhead  = 64 << 10
+)
 
-// pageSizes remembers how large a Fetcher's pages have been, so that each
-// answer is read into a buffer that fits the pages after it (see
-// payloadBuf): its pages end on batch boundaries and vary in size, and a
-// buffer sized for each page alone would often be too small for the next.
+// pageSizes remembers how large a Fetcher's last pages have been, so that
+// a buffer allocated for its next answer fits the pages after it too (see
+// payloadBuf): its pages end on batch boundaries and vary in size.
 type pageSizes struct {
-	hint   atomic.Int64 // read by the connection's reader goroutine
-	window int64        // the largest page of the current window
-	pages  int          // pages in the current window
+	hint atomic.Int64 // the largest in last; read by the connection's reader goroutine
+	last [pageSizeWindow]int64
+	next int // where the next page goes in last
+}
+
+// newPageSizes starts with a window of pages as large as what a fetch of
+// maxBytes (0: the node's default) may return.
+func newPageSizes(maxBytes int) *pageSizes {
+	first := nodePageBytes
+	if maxBytes > 0 {
+		first = min(maxBytes, nodePageBytes)
+	}
+	s := &pageSizes{}
+	for i := range s.last {
+		s.last[i] = int64(first + pageOverhead)
+	}
+	s.hint.Store(int64(first + pageOverhead))
+	return s
 }
 
 // note counts a page of n payload bytes (the Fetcher's goroutine only).
-// The hint is the largest page of the last window and the current one.
 func (s *pageSizes) note(n int) {
-	s.window = max(s.window, int64(n))
-	if s.window > s.hint.Load() {
-		s.hint.Store(s.window)
-	}
-	if s.pages++; s.pages == pageSizeWindow {
-		s.hint.Store(s.window)
-		s.window, s.pages = 0, 0
-	}
+	s.last[s.next] = int64(n)
+	s.next = (s.next + 1) % pageSizeWindow
+	s.hint.Store(slices.Max(s.last[:]))
 }
 
 // fetcherResult is a page read ahead, or why none could be.
@@ -91,13 +105,9 @@ func (c *Client) NewFetcher(topic string, opt FetchOptions) *Fetcher {
 		// One page waits here, and the next in run's hand.
 		pages: make(chan fetcherResult, FetcherDepth-1),
 		ctx:   ctx, cancel: cancel,
-		done: make(chan struct{}),
+		done:  make(chan struct{}),
+		sizes: newPageSizes(opt.MaxBytes),
 	}
-	first := opt.MaxBytes
-	if first <= 0 {
-		first = nodePageBytes
-	}
-	f.sizes.hint.Store(int64(min(first, maxReadBuf)))
 	go f.run(opt)
 	return f
 }
@@ -299,7 +309,7 @@ func (f *Fetcher) send(o FetchOptions) (*fetchCall, error) {
 	}
 	now := time.Now()
 	fc := &fetchCall{
-		opt: o, cn: cn, sent: now, sizes: &f.sizes,
+		opt: o, cn: cn, sent: now, sizes: f.sizes,
 		deadline: now.Add(f.c.cfg.requestTimeout + wait),
 		cursor:   make(chan string, 1),
 		done:     make(chan reply, 1),

@@ -141,10 +141,9 @@ func TestFetcherWireV1(t *testing.T) {
 // TestFetcherBuffersFitPagesOfEitherSize: a Fetcher whose pages straddle a
 // payload step (over many ranges, pages end on each range's batch
 // boundaries, some just under 1 MiB and some just over) reads them all
-// into as many buffers as it holds pages at once. Before its buffers were
-// sized for the pages to come, each page larger than the pooled buffer it
-// drew dropped that buffer and allocated another, and every new buffer
-// paid its page faults again.
+// into buffers that fit the larger pages, and so into no more buffers than
+// it holds pages at once: none is drawn for a page it does not fit,
+// dropped and replaced.
 func TestFetcherBuffersFitPagesOfEitherSize(t *testing.T) {
 	// One P and no collection, so that the pool hands back what was put
 	// into it: the test counts buffers, and sync.Pool drops them at
@@ -202,32 +201,68 @@ func TestFetcherBuffersFitPagesOfEitherSize(t *testing.T) {
 	}
 }
 
-// TestPayloadBufSizes: a payload buffer has room for what its reader
-// expects next and an eighth more, a request beyond the pooled sizes is
-// not honoured, and a buffer one step larger serves when there is none of
-// the size asked for.
+// TestPayloadBufSizes: a payload buffer allocated for an answer has room
+// for what its reader expects next, a wish beyond the pooled sizes is not
+// honoured, and a pooled buffer serves any answer it fits, but none it does
+// not.
 func TestPayloadBufSizes(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	if b := payloadBuf(900_000, 1_049_000); len(b) != 900_000 || cap(b) < 1_049_000+1_049_000/8 {
-		t.Fatalf("900,000 bytes wanting 1,049,000: len %d cap %d", len(b), cap(b))
+	for payloadPool.Get() != nil { // what earlier tests released
 	}
-	if b := payloadBuf(100_000, 8*maxReadBuf); cap(b) != payloadStep {
-		t.Fatalf("100,000 bytes wanting more than is pooled: cap %d, want %d", cap(b), payloadStep)
+	b := payloadBuf(900_000, 1_049_347)
+	if len(b) != 900_000 || cap(b) != 5*payloadStep {
+		t.Fatalf("900,000 bytes wanting 1,049,347: len %d cap %d, want cap %d", len(b), cap(b), 5*payloadStep)
 	}
-	b := payloadBuf(4*payloadStep-100_000, 0) // five steps with its eighth
-	d := payloadBuf(900_000, 0)               // four
-	if cap(b) != 5*payloadStep || cap(d) != 4*payloadStep {
-		t.Fatalf("caps %d and %d, want %d and %d", cap(b), cap(d), 5*payloadStep, 4*payloadStep)
+	for _, want := range []int{-1, 0, 8 * maxReadBuf} {
+		if c := payloadBuf(100_000, want); cap(c) != payloadStep {
+			t.Fatalf("100,000 bytes wanting %d: cap %d, want %d", want, cap(c), payloadStep)
+		}
 	}
 	releasePayload(b)
-	releasePayload(d)
-	// 600,000 bytes and an eighth fit three steps: the pooled buffer of
-	// four serves, the one of five does not.
-	if c := payloadBuf(600_000, 0); !raceEnabled && unsafe.SliceData(c) != unsafe.SliceData(d) || len(c) != 600_000 {
-		t.Fatalf("a pooled buffer one step larger did not serve 600,000 bytes (got cap %d)", cap(c))
+	if c := payloadBuf(700_000, 0); len(c) != 700_000 || !raceEnabled && unsafe.SliceData(c) != unsafe.SliceData(b) {
+		t.Fatalf("700,000 bytes were not read into the pooled buffer of %d (got len %d cap %d)", cap(b), len(c), cap(c))
 	}
-	if c := payloadBuf(600_000, 0); unsafe.SliceData(c) == unsafe.SliceData(b) || cap(c) != 3*payloadStep {
-		t.Fatalf("600,000 bytes with no buffer of three or four steps pooled: cap %d, want a new one of %d", cap(c), 3*payloadStep)
+	small := payloadBuf(100_000, 0)
+	releasePayload(small)
+	if c := payloadBuf(900_000, 0); unsafe.SliceData(c) == unsafe.SliceData(small) || cap(c) != 4*payloadStep {
+		t.Fatalf("900,000 bytes with only a buffer of %d pooled: cap %d, want a new one of %d", cap(small), cap(c), 4*payloadStep)
+	}
+}
+
+// TestPageSizesWindow: a Fetcher's size hint starts at what a page of its
+// fetches may hold, follows a larger page at once, and shrinks to the
+// largest of the last pageSizeWindow pages.
+func TestPageSizesWindow(t *testing.T) {
+	for _, c := range []struct{ maxBytes, hint int }{
+		{0, nodePageBytes + pageOverhead},
+		{4 << 20, nodePageBytes + pageOverhead}, // the node caps what a fetch asks
+		{256 << 10, 256<<10 + pageOverhead},
+	} {
+		if got := newPageSizes(c.maxBytes).hint.Load(); got != int64(c.hint) {
+			t.Errorf("MaxBytes %d: first hint %d, want %d", c.maxBytes, got, c.hint)
+		}
+	}
+	s := newPageSizes(0)
+	first := s.hint.Load()
+	for i := range pageSizeWindow {
+		if got := s.hint.Load(); got != first {
+			t.Fatalf("after %d small pages: hint %d, want the first %d", i, got, first)
+		}
+		s.note(100_000)
+	}
+	if got := s.hint.Load(); got != 100_000 {
+		t.Fatalf("after a window of small pages: hint %d, want 100,000", got)
+	}
+	s.note(2 << 20)
+	for i := range pageSizeWindow - 1 {
+		if got := s.hint.Load(); got != 2<<20 {
+			t.Fatalf("%d small pages after a large one: hint %d, want %d", i, got, 2<<20)
+		}
+		s.note(100_000)
+	}
+	s.note(100_000) // the large page leaves the window
+	if got := s.hint.Load(); got != 100_000 {
+		t.Fatalf("a window after the large page: hint %d, want 100,000", got)
 	}
 }
