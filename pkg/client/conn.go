@@ -110,21 +110,21 @@ var payloadPool sync.Pool // of *[]byte
 
 // payloadBuf returns a buffer of n bytes, from the pool when one there is
 // large enough. A buffer it allocates has room for want bytes when want is
-// larger, what its reader expects next (a Fetcher's recent pages; up to
-// maxReadBuf, the largest pooled): a pooled buffer too small for the
-// answer that draws it is dropped, and a reader whose pages vary in size
-// (over many ranges, pages end on the batch boundaries of each range)
-// would otherwise keep replacing its buffers, each new one paying its
+// larger, what its reader expects next (a Fetcher's recent pages), up to
+// maxReadBuf, the largest pooled: a pooled buffer too small for the answer
+// that draws it is dropped, and a reader whose pages vary in size (over
+// many ranges, pages end on the batch boundaries of each range) would
+// otherwise keep replacing its buffers, each new one paying its
 // first-touch page faults again (docs/perf.md, "the client's page
-// buffers").
+// buffers"). Only new buffers are sized so: a pooled one that fits n is
+// taken even if it is smaller than want, as putting it back would draw it
+// again. One page of maxReadBuf in a Fetcher's window makes its new
+// buffers that large, at most as many as it holds pages at once.
 func payloadBuf(n, want int) []byte {
 	if bp, _ := payloadPool.Get().(*[]byte); bp != nil && cap(*bp) >= n {
 		return (*bp)[:n]
 	}
-	size := n
-	if want > n && want <= maxReadBuf {
-		size = want
-	}
+	size := max(n, min(want, maxReadBuf))
 	return make([]byte, n, (size+payloadStep-1)/payloadStep*payloadStep)
 }
 

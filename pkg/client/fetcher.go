@@ -50,10 +50,12 @@ type Fetcher struct {
 const pageSizeWindow = 32
 
 // nodePageBytes is the page size a node gives a fetch that does not say
-// (its default FetchMaxBytes, and its cap on what a fetch asks for), and
-// pageOverhead what an answer adds to its page's batches (the cursor, a
-// range and a length per batch). Together they size a Fetcher's buffers
-// until its pages have shown how large they are.
+// (the default FetchMaxBytes, which also caps what a fetch asks for), and
+// pageOverhead about what an answer adds to its page's batches (the
+// cursor, a range and a length per batch). Together they size a Fetcher's
+// buffers until its pages have shown how large they are; a node
+// configured otherwise, or a page of many tiny batches, is caught up with
+// by the window.
 const (
 	nodePageBytes = 1 << 20
 	pageOverhead  = 64 << 10

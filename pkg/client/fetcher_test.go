@@ -145,11 +145,7 @@ func TestFetcherWireV1(t *testing.T) {
 // it holds pages at once: none is drawn for a page it does not fit,
 // dropped and replaced.
 func TestFetcherBuffersFitPagesOfEitherSize(t *testing.T) {
-	// One P and no collection, so that the pool hands back what was put
-	// into it: the test counts buffers, and sync.Pool drops them at
-	// every collection.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	onePoolAlone(t) // the test counts buffers
 	small, large := bigBatch(t, 880, 1000), bigBatch(t, 1030, 1010)
 	if step := 4 * payloadStep; len(small) >= step || len(large) <= step {
 		t.Fatalf("batches of %d and %d bytes do not straddle %d", len(small), len(large), step)
@@ -201,22 +197,33 @@ func TestFetcherBuffersFitPagesOfEitherSize(t *testing.T) {
 	}
 }
 
+// onePoolAlone runs the rest of the test on one P with no collection, so
+// that payloadPool hands back what was put into it (sync.Pool drops its
+// items at every collection), and empties the pool of what earlier tests
+// released.
+func onePoolAlone(t *testing.T) {
+	procs, gc := runtime.GOMAXPROCS(1), debug.SetGCPercent(-1)
+	t.Cleanup(func() {
+		runtime.GOMAXPROCS(procs)
+		debug.SetGCPercent(gc)
+	})
+	for payloadPool.Get() != nil {
+	}
+}
+
 // TestPayloadBufSizes: a payload buffer allocated for an answer has room
 // for what its reader expects next, a wish beyond the pooled sizes is not
 // honoured, and a pooled buffer serves any answer it fits, but none it does
 // not.
 func TestPayloadBufSizes(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	for payloadPool.Get() != nil { // what earlier tests released
-	}
+	onePoolAlone(t)
 	b := payloadBuf(900_000, 1_049_347)
 	if len(b) != 900_000 || cap(b) != 5*payloadStep {
 		t.Fatalf("900,000 bytes wanting 1,049,347: len %d cap %d, want cap %d", len(b), cap(b), 5*payloadStep)
 	}
-	for _, want := range []int{-1, 0, 8 * maxReadBuf} {
-		if c := payloadBuf(100_000, want); cap(c) != payloadStep {
-			t.Fatalf("100,000 bytes wanting %d: cap %d, want %d", want, cap(c), payloadStep)
+	for _, c := range []struct{ want, cap int }{{-1, payloadStep}, {0, payloadStep}, {8 * maxReadBuf, maxReadBuf}} {
+		if b := payloadBuf(100_000, c.want); len(b) != 100_000 || cap(b) != c.cap {
+			t.Fatalf("100,000 bytes wanting %d: len %d cap %d, want cap %d", c.want, len(b), cap(b), c.cap)
 		}
 	}
 	releasePayload(b)
@@ -236,7 +243,7 @@ func TestPayloadBufSizes(t *testing.T) {
 func TestPageSizesWindow(t *testing.T) {
 	for _, c := range []struct{ maxBytes, hint int }{
 		{0, nodePageBytes + pageOverhead},
-		{4 << 20, nodePageBytes + pageOverhead}, // the node caps what a fetch asks
+		{4 << 20, nodePageBytes + pageOverhead}, // a node's default cap on what a fetch asks
 		{256 << 10, 256<<10 + pageOverhead},
 	} {
 		if got := newPageSizes(c.maxBytes).hint.Load(); got != int64(c.hint) {
