@@ -53,9 +53,9 @@ const pageSizeWindow = 32
 // (the default FetchMaxBytes, which also caps what a fetch asks for), and
 // pageOverhead about what an answer adds to its page's batches (the
 // cursor, a range and a length per batch). Together they size a Fetcher's
-// buffers until its pages have shown how large they are; a node
-// configured otherwise, or a page of many tiny batches, is caught up with
-// by the window.
+// buffers until its pages have shown how large they are; the window
+// catches up with a node configured otherwise, or with pages of many tiny
+// batches.
 const (
 	nodePageBytes = 1 << 20
 	pageOverhead  = 64 << 10
